@@ -1,0 +1,93 @@
+"""Every change sglang-specsot makes to SGLang's behaviour, in one ordered list.
+
+Each entry is applied through SGLang's own `HookRegistry` (sglang/srt/plugins/hook_registry.py),
+names the SGLang file:line it changes, says why no public seam served, and has the same
+change as an upstream-ready diff against sglang 0.5.23 in `patches/` (checked by
+tests/unit/test_patches.py). Entries whose `when` is false in this process are skipped.
+
+`HookRegistry.apply_hooks` logs and swallows failures, so `apply_host_changes` re-checks
+that every applied target is really wrapped and raises otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HostChange:
+    """One change to SGLang: a HookRegistry hook on `target`, with its reason and patch."""
+
+    name: str
+    target: str  # dotted path, as HookRegistry.register takes it
+    hook_type: str  # "before" | "after" | "around" | "replace"
+    hook: Callable[[], Callable]  # returns the hook callable (lazy: may import torch/SGLang)
+    why: str  # what SGLang does at file:line and why no public seam served
+    patch: str  # file name under patches/
+    when: Callable[[], bool] = field(default=lambda: True)
+
+
+def _cpu_only() -> bool:
+    from sglang_specsot._bootstrap import cpu_engine_requested
+
+    return cpu_engine_requested()
+
+
+# The ordered list. Later entries may rely on earlier ones having been applied.
+HOST_CHANGES: list[HostChange] = []
+
+
+def register_host_change(change: HostChange) -> HostChange:
+    """Append a change to HOST_CHANGES; a name or target may appear only once."""
+    for existing in HOST_CHANGES:
+        if existing.name == change.name or existing.target == change.target:
+            raise ValueError(
+                f"host change {change.name!r} on {change.target} duplicates {existing.name!r}; "
+                "merge them into one entry"
+            )
+    HOST_CHANGES.append(change)
+    return change
+
+
+_applied: list[str] = []
+
+
+def applied_host_changes() -> list[str]:
+    """Names of the host changes applied in this process, in order."""
+    return list(_applied)
+
+
+def _resolve(target: str):
+    obj_path, attr = target.rsplit(".", 1)
+    owner = pkgutil.resolve_name(obj_path)
+    # For class attributes compare the raw descriptor: getattr would build a fresh bound
+    # method for a classmethod each time, so an unpatched target would look patched.
+    if isinstance(owner, type) and attr in vars(owner):
+        return vars(owner)[attr]
+    return getattr(owner, attr)
+
+
+def apply_host_changes() -> list[str]:
+    """Register every applicable change with HookRegistry, apply, and verify. Idempotent."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    pending = [c for c in HOST_CHANGES if c.name not in _applied and c.when()]
+    originals = {}
+    for change in pending:
+        originals[change.name] = _resolve(change.target)
+        HookRegistry.register(change.target, change.hook(), HookType(change.hook_type))
+    HookRegistry.apply_hooks()
+    for change in pending:
+        if _resolve(change.target) is originals[change.name]:
+            raise RuntimeError(
+                f"sglang-specsot host change {change.name!r} was not applied to {change.target}; "
+                "see the HookRegistry error logged above (is this SGLang 0.5.23?)"
+            )
+        _applied.append(change.name)
+        logger.info("sglang-specsot: applied host change %s -> %s", change.name, change.target)
+    return applied_host_changes()
