@@ -1,0 +1,137 @@
+"""Start and stop a real `python -m sglang.launch_server` on this machine's CPU.
+
+Shared by the integration tests, the examples and the benchmarks, so that all of them run
+the server exactly as the README tells a user to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def cpu_server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a CPU server needs: SGLang's CPU switch, quiet threads, venv tools."""
+    env = dict(os.environ)
+    env["SGLANG_USE_CPU_ENGINE"] = "1"  # SGLang's own gate for its CPU path (utils/common.py:221)
+    # Spinning OpenMP threads made decoding 5-10x slower when two processes share 2 cores.
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # SGLang JIT-builds the NGRAM corpus with the `ninja` on PATH; ours lives in the venv.
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
+    env.setdefault("HF_HUB_OFFLINE", "1")  # no model hub here; fail fast instead of retrying
+    env.update(extra or {})
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ServerProcess:
+    """A launched SGLang server; use as a context manager so it is always torn down."""
+
+    model_path: str
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    log_path: Path | None = None
+    port: int = 0
+    startup_timeout: float = 600.0
+    proc: subprocess.Popen | None = field(default=None, init=False)  # set by start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "sglang.launch_server",
+            "--model-path", self.model_path,
+            "--host", "127.0.0.1", "--port", str(self.port),
+            *self.args,
+        ]  # fmt: skip
+
+    def start(self) -> ServerProcess:
+        self.port = self.port or free_port()
+        if self.log_path is None:
+            self.log_path = Path(f"/tmp/sglang-specsot-server-{self.port}.log")
+        log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            self.command(),
+            env=cpu_server_env(self.env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, so stop() reaches every child
+        )
+        self._wait_healthy()
+        return self
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"SGLang server exited with code {self.proc.returncode} during start-up; "
+                    f"last log lines:\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(self.base_url + "/health_generate", timeout=60) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            time.sleep(1.0)
+        self.stop()
+        raise TimeoutError(
+            f"SGLang server not healthy after {self.startup_timeout:.0f}s; log:\n{self.log_tail()}"
+        )
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log_path or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- small HTTP helpers (stdlib only, so the examples need nothing extra) ---------------
+
+    def post(self, path: str, payload: dict, timeout: float = 600.0) -> dict:
+        req = urllib.request.Request(
+            self.base_url + path,
+            data=json.dumps(payload).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())
+
+    def get(self, path: str, timeout: float = 60.0) -> dict:
+        with urllib.request.urlopen(self.base_url + path, timeout=timeout) as r:
+            return json.loads(r.read())
