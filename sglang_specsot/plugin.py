@@ -43,6 +43,17 @@ def _write_trace(record: dict) -> None:
         f.write(json.dumps(record) + "\n")
 
 
+def _sglang_caller() -> str:
+    """The SGLang file that called load_plugins(): tells main, scheduler and detokenizer apart."""
+    import traceback
+
+    for frame in reversed(traceback.extract_stack()[:-1]):
+        path = frame.filename.replace(os.sep, "/")
+        if "/sglang/" in path and not path.endswith("sglang/srt/plugins/__init__.py"):
+            return path.split("/sglang/", 1)[1]
+    return ""
+
+
 def _process_record(applied: list[str], error: str | None) -> dict:
     import multiprocessing
 
@@ -53,6 +64,7 @@ def _process_record(applied: list[str], error: str | None) -> dict:
         "ppid": os.getppid(),
         "process": multiprocessing.current_process().name,
         "argv0": sys.argv[0] if sys.argv else "",
+        "caller": _sglang_caller(),
         "sgl_kernel_shim": using_shim(),
         "host_changes": applied,
         "error": error,
