@@ -91,3 +91,32 @@ def apply_host_changes() -> list[str]:
         _applied.append(change.name)
         logger.info("sglang-specsot: applied host change %s -> %s", change.name, change.target)
     return applied_host_changes()
+
+
+# --- Attention entries: the `specsot_cpu` backend (sglang_specsot/cpu/attention.py) ------------
+
+
+def _draft_backend_factory_hook() -> Callable:
+    from sglang_specsot.cpu.draft_attention import draft_backend_factory_around
+
+    return draft_backend_factory_around
+
+
+register_host_change(
+    HostChange(
+        name="draft-backend-factory-specsot-cpu",
+        target="sglang.srt.speculative.draft_utils.DraftBackendFactory._create_backend",
+        hook_type="around",
+        hook=_draft_backend_factory_hook,
+        why=(
+            "DraftBackendFactory.create_decode_backend / create_draft_extend_backend build "
+            "hard-coded backend maps (sglang/srt/speculative/draft_utils.py:97-150) and "
+            "_create_backend (:47-82) raises 'EAGLE is not supported in ... attention backend' "
+            "for any other name, so EAGLE/EAGLE3/STANDALONE cannot start with a registered "
+            "backend. No registry or platform seam exists there; the hook adds specsot_cpu's "
+            "multi-step draft-decode and draft-extend backends to the map being looked up."
+        ),
+        patch="draft-backend-factory-registry.diff",
+        when=_cpu_only,
+    )
+)
