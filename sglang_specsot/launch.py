@@ -106,14 +106,18 @@ class ServerProcess:
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
+        # SIGTERM to the server process alone lets SGLang shut its children down in order
+        # (signalling the whole group makes it report a crashed scheduler); then make sure.
         try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.terminate()
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
+            pass
+        try:
             os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
         except ProcessLookupError:
             pass
+        self.proc.wait(timeout=30)
 
     def __enter__(self) -> ServerProcess:
         return self.start()
