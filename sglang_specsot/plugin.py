@@ -71,13 +71,69 @@ def _process_record(applied: list[str], error: str | None) -> dict:
     }
 
 
+_LAUNCHERS = ("launch_server.py", "cli/serve.py")
+
+
+def _argv_value(argv: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def device_mismatch_message(argv: list[str], cpu_engine: bool, cuda_available: bool) -> str | None:
+    """Say what to do when the launch line asks for a device this process cannot give.
+
+    SGLang's own failures here are far from the cause: `--device cpu` without its CPU switch
+    dies importing vllm in the scheduler, and a GPU-less host asked for CUDA dies in
+    torch._C._cuda_init.
+    """
+    device = _argv_value(argv, "--device")
+    if device == "cpu" and not cpu_engine:
+        return (
+            "--device cpu needs SGLang's CPU switch: run with SGLANG_USE_CPU_ENGINE=1 "
+            "(e.g. SGLANG_USE_CPU_ENGINE=1 python -m sglang.launch_server ... --device cpu)"
+        )
+    if device in (None, "cuda") and not cpu_engine and not cuda_available:
+        return (
+            f"--device {device or 'auto'} needs a CUDA GPU, and this host has none; to run on "
+            "the CPU use SGLANG_USE_CPU_ENGINE=1 python -m sglang.launch_server ... --device cpu "
+            "--attention-backend specsot_cpu"
+        )
+    return None
+
+
+def _check_launch_device() -> None:
+    if not _sglang_caller().endswith(_LAUNCHERS):
+        return
+    import torch
+
+    from sglang_specsot._bootstrap import cpu_engine_requested
+
+    message = device_mismatch_message(sys.argv[1:], cpu_engine_requested(), torch.cuda.is_available())
+    if message:
+        # SystemExit passes load_plugins' `except Exception`: one clear line instead of a
+        # traceback from a subprocess minutes later.
+        raise SystemExit(f"sglang-specsot: {message}")
+
+
 def register() -> None:
-    """Check the SGLang version, apply the host changes, register SPECSOT. Idempotent."""
+    """Check the launch line and SGLang version, register the CPU backend, apply host changes.
+
+    Idempotent; SGLang calls it once per process (main, scheduler, detokenizer).
+    """
     from sglang_specsot.host_changes import apply_host_changes
 
     applied: list[str] = []
+    _check_launch_device()
     try:
         check_sglang_version()
+        # Before argparse (launch_server.py:79-81), so `--attention-backend specsot_cpu` parses.
+        from sglang_specsot.cpu.attention import register_cpu_attention_backend
+
+        register_cpu_attention_backend()
         applied = apply_host_changes()
     except Exception as exc:
         _write_trace(_process_record(applied, f"{type(exc).__name__}: {exc}"))
