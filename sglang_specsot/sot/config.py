@@ -1,0 +1,120 @@
+"""The one configuration object of the pure SoT core, validated once at construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LONG_POINT_POLICIES = ("truncate", "flag")
+
+
+@dataclass(frozen=True, slots=True)
+class SoTConfig:
+    """Settings for skeleton parsing, routing, branch planning and merging; immutable."""
+
+    # Skeleton parsing.
+    min_points: int = 2  # fewer distinct points than this -> answer normally ("direct")
+    max_points: int = 10  # later points are dropped, keeping the skeleton's order
+    max_point_words: int = 12  # the prompt asks for 3-5 words; longer is usually prose
+    max_point_chars: int = 120
+    long_point_policy: str = "truncate"  # "truncate" to a title, or "flag" and keep verbatim
+    skeleton_max_tokens: int = 160  # what the caller should pass as the skeleton's max_new_tokens
+
+    # Branch planning.
+    max_branches: int | None = None  # None: as many as max_points
+    max_running: int = 4  # branches decoding at once; the rest wait for a free slot
+    default_branch_tokens: int = 128  # budget of a point without a predicted length
+    min_branch_tokens: int = 32
+    max_branch_tokens: int = 384
+    # Predicted lengths are the model's guess; cutting a branch mid-sentence costs more
+    # quality than a few extra tokens cost time, so budgets get some headroom.
+    predicted_length_slack: float = 1.25
+
+    # Point expansion: SoT pre-fills "i. point" in the assistant turn, but on the small
+    # models we test that gave near-empty expansions, so it is opt-in.
+    prefill_point_header: bool = False
+
+    # Routing: SoT loses on short answers, so a request capped below this goes normal.
+    router_min_answer_tokens: int = 200
+
+    def __post_init__(self) -> None:
+        self._check_ints()
+        self._check_ranges()
+        if self.long_point_policy not in LONG_POINT_POLICIES:
+            raise ValueError(
+                f"long_point_policy={self.long_point_policy!r} is not one of "
+                f"{LONG_POINT_POLICIES}; use 'truncate' to cut long points to a title or "
+                "'flag' to keep them and list their indices"
+            )
+        if not isinstance(self.predicted_length_slack, (int, float)) or isinstance(
+            self.predicted_length_slack, bool
+        ):
+            raise ValueError(
+                f"predicted_length_slack={self.predicted_length_slack!r} must be a number >= 1.0"
+            )
+        if not 1.0 <= self.predicted_length_slack <= 4.0:
+            raise ValueError(
+                f"predicted_length_slack={self.predicted_length_slack} is outside [1.0, 4.0]; "
+                "use 1.0 to trust predicted lengths exactly, or a little more for headroom"
+            )
+        if not isinstance(self.prefill_point_header, bool):
+            raise ValueError(
+                f"prefill_point_header={self.prefill_point_header!r} must be True or False"
+            )
+
+    @property
+    def branch_cap(self) -> int:
+        """The most branches one answer may run: `max_branches`, or `max_points` if unset."""
+        return self.max_points if self.max_branches is None else self.max_branches
+
+    def _check_ints(self) -> None:
+        for name in _POSITIVE_INTS:
+            value = getattr(self, name)
+            if name == "max_branches" and value is None:
+                continue
+            # bool is an int subclass; True as a count is always a mistake.
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a positive integer")
+
+    def _check_ranges(self) -> None:
+        if self.min_points < 2:
+            raise ValueError(
+                f"min_points={self.min_points} is below 2; a one-point skeleton has nothing "
+                "to run in parallel, so set min_points >= 2"
+            )
+        if self.max_points < self.min_points:
+            raise ValueError(
+                f"max_points={self.max_points} is below min_points={self.min_points}; no "
+                f"skeleton could ever be a plan, so set max_points >= {self.min_points}"
+            )
+        if self.max_branches is not None and not (
+            self.min_points <= self.max_branches <= self.max_points
+        ):
+            raise ValueError(
+                f"max_branches={self.max_branches} must lie in [min_points, max_points] = "
+                f"[{self.min_points}, {self.max_points}] (or be None for max_points): fewer "
+                "than min_points branches is not a plan, and points beyond max_points never "
+                "reach the planner"
+            )
+        if not self.min_branch_tokens <= self.default_branch_tokens <= self.max_branch_tokens:
+            raise ValueError(
+                "branch budgets must satisfy min_branch_tokens <= default_branch_tokens <= "
+                f"max_branch_tokens, got {self.min_branch_tokens} <= "
+                f"{self.default_branch_tokens} <= {self.max_branch_tokens}; adjust them to fit"
+            )
+
+
+_POSITIVE_INTS = (
+    "min_points",
+    "max_points",
+    "max_point_words",
+    "max_point_chars",
+    "skeleton_max_tokens",
+    "max_branches",
+    "max_running",
+    "default_branch_tokens",
+    "min_branch_tokens",
+    "max_branch_tokens",
+    "router_min_answer_tokens",
+)
+
+DEFAULT_CONFIG = SoTConfig()

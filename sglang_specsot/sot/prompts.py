@@ -1,0 +1,123 @@
+"""SoT prompts as chat messages plus an assistant prefix; the caller applies the chat template.
+
+The core cannot import a tokenizer, so every prompt is a `ChatPrompt`: `messages` goes
+through the model's own chat template (with the generation prompt added) and
+`assistant_prefix` is appended to the rendered text, pre-filling the assistant's turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+# The skeleton's assistant turn starts with this, so the model continues a numbered list.
+SKELETON_PREFILL = "1."
+ROUTE_LIST, ROUTE_DIRECT = "LIST", "DIRECT"
+
+_SKELETON_SYSTEM = (
+    "You are an organizer. You never write the answer itself; you plan it. Given a "
+    "question, reply only with the skeleton of a good answer: a numbered list of 3 to 10 "
+    "points, each 3 to 5 words long, one point per line. Do not explain the points and "
+    "stop after the last one."
+)
+# Two short worked examples, given as earlier turns so even small models copy the format.
+_SKELETON_EXAMPLES = (
+    (
+        "What are some good habits for sleeping better?",
+        "1. Keep a regular bedtime\n2. Limit screens before bed\n3. Avoid late caffeine\n"
+        "4. Keep the bedroom dark",
+    ),
+    (
+        "Why do people enjoy travelling?",
+        "1. Discovering other cultures\n2. Breaking the daily routine\n3. Tasting unfamiliar "
+        "food\n4. Making lasting memories\n5. Learning about oneself",
+    ),
+)
+_EXPAND_SYSTEM = (
+    "You are a helpful assistant writing one part of a longer answer. Other writers "
+    "handle the other parts at the same time."
+)
+_ROUTE_SYSTEM = "You decide how a question should be answered. You reply with one word."
+_ROUTE_USER = (
+    "Question: {question}\n\n"
+    "Could a good answer be written as several independent points, each of which could be "
+    "written without seeing the others (for example ways, tips, reasons, factors or "
+    f"differences)? Reply {ROUTE_LIST} if so. Reply {ROUTE_DIRECT} if the answer has to be one "
+    "connected piece: code, math, a count or estimate, a single fact, a yes/no or either-or "
+    "opinion, role-play, a letter, story or other piece of writing, or a required output "
+    f"format such as JSON. Reply with exactly one word: {ROUTE_LIST} or {ROUTE_DIRECT}."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatPrompt:
+    """Chat turns as (role, content) pairs, and the text that pre-fills the assistant turn."""
+
+    turns: tuple[tuple[str, str], ...]
+    assistant_prefix: str = ""
+
+    @property
+    def messages(self) -> list[dict[str, str]]:
+        """The turns as OpenAI-style message dicts; a fresh list each call."""
+        return [{"role": role, "content": content} for role, content in self.turns]
+
+    def render(self, apply_chat_template: Callable[[list[dict[str, str]]], str]) -> str:
+        """Prompt text: `apply_chat_template` must add the generation prompt itself."""
+        return apply_chat_template(self.messages) + self.assistant_prefix
+
+
+def format_skeleton(points: Sequence[str]) -> str:
+    """The skeleton as the model should see it: one numbered point per line."""
+    return "\n".join(f"{i}. {point}" for i, point in enumerate(points, start=1))
+
+
+def skeleton_prompt(question: str, *, system_role: bool = True) -> ChatPrompt:
+    """Ask for a numbered skeleton of 3-10 short points, pre-filled with '1.'."""
+    turns: list[tuple[str, str]] = []
+    for example_question, example_skeleton in _SKELETON_EXAMPLES:
+        turns += [("user", example_question), ("assistant", example_skeleton)]
+    turns.append(("user", question))
+    return ChatPrompt(_with_system(_SKELETON_SYSTEM, turns, system_role), SKELETON_PREFILL)
+
+
+def expansion_prompt(
+    question: str,
+    points: Sequence[str],
+    index: int,
+    *,
+    prefill_header: bool = False,
+    system_role: bool = True,
+) -> ChatPrompt:
+    """Ask to write only point `index` (0-based) in 1-2 sentences, seeing the whole skeleton."""
+    if not 0 <= index < len(points):
+        raise ValueError(
+            f"index={index} is outside the skeleton's {len(points)} points; pass a 0-based "
+            f"index in [0, {len(points) - 1}]"
+        )
+    number, point = index + 1, points[index]
+    # Everything up to the last paragraph is identical for all points, so the branches of
+    # one question share that prefix in the radix cache; only the final line differs.
+    user = (
+        f"Question: {question}\n\nThe answer follows this skeleton:\n"
+        f"{format_skeleton(points)}\n\n"
+        f'Write only point {number}, "{point}", in one or two short sentences. Do not '
+        "repeat its title, do not number your text, and stop before any other point."
+    )
+    prefix = f"{number}. {point}" if prefill_header else ""
+    return ChatPrompt(_with_system(_EXPAND_SYSTEM, [("user", user)], system_role), prefix)
+
+
+def route_prompt(question: str, *, system_role: bool = True) -> ChatPrompt:
+    """Ask the model whether the question suits SoT; read the reply with `parse_route_reply`."""
+    user = _ROUTE_USER.format(question=question)
+    return ChatPrompt(_with_system(_ROUTE_SYSTEM, [("user", user)], system_role))
+
+
+def _with_system(
+    system: str, turns: list[tuple[str, str]], system_role: bool
+) -> tuple[tuple[str, str], ...]:
+    # Some chat templates (Gemma's, for one) reject a system role: fold it into the first turn.
+    if system_role:
+        return (("system", system), *turns)
+    (role, content), rest = turns[0], turns[1:]
+    return ((role, f"{system}\n\n{content}"), *rest)

@@ -1,0 +1,217 @@
+"""Decide per question whether SoT pays off: rules, optionally a model's one-word verdict.
+
+SoT helps only answers made of independent points that are long enough to amortise the
+skeleton; it hurts code, math, single facts, writing, role-play and structured output.
+Rules run in a fixed order, first match wins; the order encodes which signal is stronger.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
+from sglang_specsot.sot.prompts import ROUTE_DIRECT, ROUTE_LIST
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteDecision:
+    """The routing phase's result: SoT or a normal answer, which rule decided, and why."""
+
+    use_sot: bool
+    rule: str  # short name of the deciding rule, e.g. "code", "list_ask", "model"
+    reason: str
+    source: str = "rules"  # "rules" | "model"
+
+
+def _rx(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, re.IGNORECASE)
+
+
+_BREVITY = _rx(
+    r"\b(briefly|concisely|be concise|keep it short|short answer|tl;?dr|one[- ]word|yes or no|"
+    r"in (?:one|a single|1|two|2) (?:sentence|word|line)s?|in a (?:few|couple of) words)\b"
+)
+_STRUCTURED = _rx(
+    r"\b(json|yaml|xml|csv|schema|tool[ _-]?calls?|function[ _-]?calls?|"
+    r"call the (?:\w+ )?(?:tool|function|api)|output format|respond only with|return only)\b"
+)
+_CODE = (
+    _rx(r"```|#include|\bdef \w+\(|console\.log"),
+    _rx(r"(?:^|[.?!]\s+)implement\b"),  # "Implement X" as a request is nearly always code
+    _rx(
+        r"\b(implement|develop|write|code|debug|refactor|fix|optimi[sz]e)\b[^.?!]{0,80}?"
+        r"\b(program|function|method|class|code|algorithm|regex|regular expression|"
+        r"data structure|query|snippet|unit tests?)\b"
+    ),
+    _rx(r"\b(in|using) (python|c\+\+|c#|java|javascript|typescript|rust|golang|ruby|php|bash)\b"),
+)
+_MATH = (
+    _rx(
+        r"\b(solve|calculate|compute|simplify|differentiate|derivative|integral|equation|"
+        r"find the value|prove that)\b"
+    ),
+    _rx(r"\w\s*=\s*[-\w(]|\d\s*\^\s*\d|[a-z]\^\d|\b[a-z]\(\s*[a-z0-9]\s*\)"),
+    _rx(r"\(\s*-?\d+(?:\.\d+)?\s*,\s*-?\d+(?:\.\d+)?\s*\)"),  # a coordinate pair
+)
+_ESTIMATE = _rx(r"\bhow many\b|\bstep[- ]by[- ]step\b")
+_WRITING = (
+    _rx(r"(?:^|[.?!]\s+)(?:please\s+)?(write|compose|draft|pen)\b(?!\s+(?:a|some|me)?\s*list\b)"),
+    _rx(r"\bhelp me (write|compose|draft|craft|prepare)\b"),
+    _rx(
+        r"\b(write|compose|draft|craft|structure|create|prepare)\b[^.?!]{0,60}?"
+        r"\b(e-?mail|letter|essay|poem|story|blog|post|review|script|speech|announcement|"
+        r"article|tweet|lyrics|song|haiku|limerick|sonnet|slogan|toast|eulogy|memo|"
+        r"press release|advertisement|dialogue)\b"
+    ),
+)
+_LIST_ASK = (
+    _rx(r"\bhow (can|could|might|should)\b"),
+    _rx(r"\bhow (do|does) (i|we|you|one|someone|people)\b"),
+    _rx(r"\bhow (do|does|did|can|will|would) [^?]{1,80}?\b(affect|influence|impact|shape|change)"),
+    _rx(r"\bwhat (are|were) (some|the)\b|^what (are|were)\b"),
+    _rx(r"\bwhat if\b"),
+    _rx(
+        r"\bwhy (might|would|do|does|did|could|should) (someone|some|people|many|most|"
+        r"a person|one|they|we|you|companies|businesses|students|customers)\b"
+    ),
+    _rx(r"(?:^|[.?!]\s+)(list|name|suggest|recommend|outline|enumerate|compare|contrast)\b"),
+    _rx(r"\b(give|share|suggest) (me )?(some|a few|several|\d+)\b"),
+)
+# "what <plural noun> would/are ...": asks for several things; checked in code below.
+_WHAT_PLURAL = _rx(
+    r"\bwhat ((?:\w+ ){0,2}\w+s) (would|could|should|do|are|can|might|will|did|have|make)\b"
+)
+_NOT_PLURAL = {"this", "is", "was", "does", "has", "his", "its", "us", "as", "yours", "ours"}
+_ROLEPLAY = _rx(
+    r"(?:^|[.?!,]\s+)(as an? |pretend (?:to be|you are|you're)|imagine (?:you are|you're|"
+    r"yourself as|being)|you are an? |if you were an? |act as|role-?play|play the role)"
+    r"|\byourself as an?\b"
+)
+_YES_NO = _rx(
+    r"(?:^|,\s*)(is|are|was|were|do|does|did|should|would|will|has|have|can|could|may|must) "
+    r"(it|we|i|you|they|there|he|she|this|that|these|those|people|a|an|the|our|my|your)\b"
+)
+_REQUEST = _rx(
+    r"^(?:please )?(can|could|would|will) you (?:please )?(explain|describe|list|tell|give|"
+    r"suggest|share|outline|recommend|name|provide|compare|summari[sz]e|elaborate|discuss)\b"
+)
+_SINGLE_FACT = (
+    _rx(r"^(who|when|where|which|whose)\b"),
+    _rx(r"^(what|who) (is|was|are|were|does) [^?.!]{1,40}[?.!]?$"),  # short "what is X?"
+)
+_LIST_NOUN = _rx(
+    r"\b(ways|tips|strategies|steps|factors|differences|similarities|challenges|benefits|"
+    r"advantages|disadvantages|pros and cons|implications|consequences|effects|impacts|"
+    r"reasons|examples|methods|techniques|clues|signs|basics|fundamentals|ideas|types|kinds|"
+    r"aspects|features|applications|considerations|recommendations|suggestions|practices|"
+    r"habits|options|alternatives|causes|risks|principles|elements|characteristics|trends|"
+    r"lessons|mistakes|pitfalls|approaches|solutions|obstacles|opportunities|drawbacks)\b"
+)
+_MECHANISM = _rx(
+    r"\bhow (does|do|did) [^?]{1,60}?\bwork|\bexplain (the process|how|why)\b|"
+    r"\bwhat causes\b|^why (is|are|does|do)\b"
+)
+
+
+def _asks_for_plural(text: str) -> bool:
+    for match in _WHAT_PLURAL.finditer(text):
+        last = match.group(1).split()[-1].lower()
+        if last not in _NOT_PLURAL and not last.endswith("ss"):
+            return True
+    return False
+
+
+def _list_ask(text: str) -> bool:
+    return any(p.search(text) for p in _LIST_ASK) or _asks_for_plural(text)
+
+
+def _yes_no(text: str) -> bool:
+    return bool(_YES_NO.search(text)) and not _REQUEST.search(text)
+
+
+def _matches(*patterns: re.Pattern[str]) -> Callable[[str], bool]:
+    return lambda text: any(p.search(text) for p in patterns)
+
+
+# (rule name, predicate, use_sot, reason). The order is the policy: hard "normal" signals
+# first (SoT must never touch code, math or structured output), then an explicit list ask,
+# then soft "normal" signals that a mere list noun cannot override, then list nouns.
+_Rule = tuple[str, Callable[[str], bool], bool, str]
+_HARD_RULES: tuple[_Rule, ...] = (
+    ("brevity", _matches(_BREVITY), False, "a short answer is asked for"),
+    ("structured", _matches(_STRUCTURED), False, "asks for structured output or a tool call"),
+    ("code", _matches(*_CODE), False, "asks for code"),
+    ("math", _matches(*_MATH), False, "asks for math"),
+    ("estimate", _matches(_ESTIMATE), False, "a count or step-by-step chain is one argument"),
+    ("writing", _matches(*_WRITING), False, "asks for a piece of writing in one voice"),
+)
+_SOFT_RULES: tuple[_Rule, ...] = (
+    ("list_ask", _list_ask, True, "asks for several independent points"),
+    ("roleplay", _matches(_ROLEPLAY), False, "role-play is one voice"),
+    ("choice", _yes_no, False, "a yes/no or either-or question wants one argued position"),
+    ("single_fact", _matches(*_SINGLE_FACT), False, "asks for a single fact"),
+    ("list_noun", _matches(_LIST_NOUN), True, "asks about several things of one kind"),
+    ("mechanism", _matches(_MECHANISM), False, "a process is one causal chain"),
+)
+
+
+def route_question(
+    question: str,
+    config: SoTConfig = DEFAULT_CONFIG,
+    *,
+    max_new_tokens: int | None = None,
+    model_reply: str | None = None,
+) -> RouteDecision:
+    """Route one question; a readable `model_reply` overrides all but the hard rules."""
+    text = " ".join(question.split()) if isinstance(question, str) else ""
+    decision = _decide(text, config, max_new_tokens, model_reply)
+    logger.debug("route %r -> sot=%s (%s)", text[:80], decision.use_sot, decision.rule)
+    return decision
+
+
+def _decide(
+    text: str, config: SoTConfig, max_new_tokens: int | None, model_reply: str | None
+) -> RouteDecision:
+    if not any(ch.isalnum() for ch in text):
+        return RouteDecision(False, "empty", "no question text")
+    if max_new_tokens is not None and max_new_tokens < config.router_min_answer_tokens:
+        return RouteDecision(
+            False,
+            "short_cap",
+            f"max_new_tokens={max_new_tokens} < router_min_answer_tokens="
+            f"{config.router_min_answer_tokens}: SoT loses on short answers",
+        )
+    for name, applies, use_sot, reason in _HARD_RULES:
+        if applies(text):
+            return RouteDecision(use_sot, name, reason)
+    if model_reply is not None:
+        verdict = parse_route_reply(model_reply)
+        if verdict is not None:
+            return verdict
+    for name, applies, use_sot, reason in _SOFT_RULES:
+        if applies(text):
+            return RouteDecision(use_sot, name, reason)
+    return RouteDecision(False, "default", "no list-shaped ask found")
+
+
+_VERDICT = _rx(r"\b(list|direct|sot|normal|parallel|sequential)\b")
+_YES_NO_REPLY = _rx(r"^\W*(yes|no)\b")  # small models often answer the question literally
+_SOT_WORDS = {ROUTE_LIST.lower(), "sot", "parallel", "yes"}
+
+
+def parse_route_reply(text: str) -> RouteDecision | None:
+    """Read the model's one-word verdict from `route_prompt`; None when there is none."""
+    if not isinstance(text, str):
+        return None
+    match = _VERDICT.search(text[:200]) or _YES_NO_REPLY.search(text)
+    if match is None:
+        return None
+    word = match.group(1).lower()
+    use_sot = word in _SOT_WORDS
+    verdict = ROUTE_LIST if use_sot else ROUTE_DIRECT
+    return RouteDecision(use_sot, "model", f"the model answered {verdict} ({word!r})", "model")

@@ -1,0 +1,80 @@
+"""Merging points and branch texts: echo stripping, run-on cutting, order, empty branches."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_specsot.sot import clean_expansion, merge_answer
+
+POINTS = ["Set clear goals", "Prioritize tasks", "Take breaks"]
+
+
+@pytest.mark.parametrize(
+    "raw, index, expected, repaired",
+    [
+        ("Goals give your day a direction.", 0, "Goals give your day a direction.", False),
+        ("1. Set clear goals: Goals give direction.", 0, "Goals give direction.", True),
+        ("**Set clear goals**\nGoals give direction.", 0, "Goals give direction.", True),
+        ("Set Clear Goals - goals give direction.", 0, "goals give direction.", True),
+        ("2. Start with what matters most.", 1, "Start with what matters most.", True),
+        ("### Take breaks\nRest restores focus.", 2, "Rest restores focus.", True),
+        ("Point 1: Set clear goals. Write them down.", 0, "Write them down.", True),
+        (
+            "Goals give direction.\n2. Prioritize tasks\nDo the hardest first.",
+            0,
+            "Goals give direction.",
+            True,
+        ),
+        ("Goals matter. 2. Prioritize tasks: do hard things first.", 0, "Goals matter.", True),
+        ("Goals matter.\n\n**Prioritize tasks**: do it.", 0, "Goals matter.", True),
+        ("Goals matter.\n#### Take breaks(50):...", 0, "Goals matter.", True),
+        ("Short breaks help.<|im_end|>", 2, "Short breaks help.", False),
+        ("  Breaks\n  restore   focus. \n", 2, "Breaks restore focus.", False),
+        ("Set clear goals", 0, "", True),  # only the echo: nothing usable
+        ("You need 2. things: rest and food.", 2, "You need 2. things: rest and food.", False),
+    ],
+)
+def test_clean_expansion(raw, index, expected, repaired):
+    text, repairs = clean_expansion(raw, index, POINTS)
+    assert text == expected
+    assert bool(repairs) is repaired, repairs
+
+
+def test_merge_keeps_skeleton_order_whatever_the_finish_order():
+    # Dict order is the order the branches finished in: last point first.
+    finish_order = {2: "Rest restores focus.", 0: "Goals give direction."}
+    finish_order[1] = "Do the hardest first."
+    answer = merge_answer(POINTS, finish_order)
+    assert answer.text == (
+        "1. Set clear goals. Goals give direction.\n"
+        "2. Prioritize tasks. Do the hardest first.\n"
+        "3. Take breaks. Rest restores focus."
+    )
+    assert [p.index for p in answer.points] == [0, 1, 2]
+    assert answer.empty_points == ()
+
+
+def test_prefilled_header_continuations_join_the_point():
+    expansions = {0: " by writing them down.", 1: ": hardest first.", 2: "Rest helps."}
+    answer = merge_answer(POINTS, expansions)
+    assert answer.text.splitlines() == [
+        "1. Set clear goals by writing them down.",
+        "2. Prioritize tasks: hardest first.",
+        "3. Take breaks. Rest helps.",
+    ]
+
+
+def test_missing_and_empty_branches_leave_the_bare_point():
+    answer = merge_answer(POINTS, {1: "   ", 2: "Rest helps."})
+    assert answer.text.splitlines()[:2] == ["1. Set clear goals", "2. Prioritize tasks"]
+    assert answer.empty_points == (0, 1)
+
+
+def test_point_ending_in_punctuation_gets_no_extra_period():
+    answer = merge_answer(["Why rest?", "Sleep"], {0: "It restores focus.", 1: "Eight hours."})
+    assert answer.text.splitlines()[0] == "1. Why rest? It restores focus."
+
+
+def test_expansion_for_unknown_index_is_rejected():
+    with pytest.raises(ValueError, match=r"indices \[5\] have no point"):
+        merge_answer(POINTS, {5: "stray"})

@@ -1,0 +1,80 @@
+"""Prompt structure: chat messages plus an assistant prefix, as the SoT recipe describes."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_specsot.sot import (
+    SKELETON_PREFILL,
+    expansion_prompt,
+    format_skeleton,
+    parse_skeleton,
+    skeleton_prompt,
+)
+
+QUESTION = "How can I improve my time management skills?"
+POINTS = ["Set clear goals", "Prioritize tasks", "Take breaks"]
+
+
+def test_skeleton_prompt_has_organizer_role_two_examples_and_prefill():
+    prompt = skeleton_prompt(QUESTION)
+    roles = [m["role"] for m in prompt.messages]
+    assert roles == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert "organizer" in prompt.messages[0]["content"]
+    assert "3 to 10 points" in prompt.messages[0]["content"]
+    assert prompt.messages[-1]["content"] == QUESTION
+    assert prompt.assistant_prefix == SKELETON_PREFILL == "1."
+
+
+def test_worked_examples_parse_as_plans_of_short_points():
+    prompt = skeleton_prompt(QUESTION)
+    for message in prompt.messages:
+        if message["role"] == "assistant":
+            parse = parse_skeleton(message["content"], prefill="")
+            assert parse.is_plan and 3 <= len(parse.points) <= 10
+            assert all(3 <= len(p.split()) <= 5 for p in parse.texts), parse.texts
+
+
+def test_system_role_can_be_folded_into_the_first_user_turn():
+    prompt = skeleton_prompt(QUESTION, system_role=False)
+    assert prompt.messages[0]["role"] == "user"
+    assert prompt.messages[0]["content"].startswith("You are an organizer")
+    assert prompt.messages[-1]["content"] == QUESTION
+
+
+def test_expansion_prompt_sees_question_and_whole_skeleton():
+    prompt = expansion_prompt(QUESTION, POINTS, 1)
+    user = prompt.messages[-1]["content"]
+    assert QUESTION in user and format_skeleton(POINTS) in user
+    assert 'point 2, "Prioritize tasks"' in user and "one or two short sentences" in user
+    assert prompt.assistant_prefix == ""
+    prefilled = expansion_prompt(QUESTION, POINTS, 1, prefill_header=True)
+    assert prefilled.assistant_prefix == "2. Prioritize tasks"
+
+
+def test_expansion_prompts_share_everything_but_the_last_instruction():
+    # Shared prefixes are what lets the radix cache reuse the question and skeleton's KV.
+    texts = [expansion_prompt(QUESTION, POINTS, i).messages[-1]["content"] for i in range(3)]
+    shared = texts[0].split("Write only point")[0]
+    assert all(t.startswith(shared) for t in texts) and format_skeleton(POINTS) in shared
+
+
+@pytest.mark.parametrize("index", [-1, 3])
+def test_expansion_index_out_of_range(index):
+    with pytest.raises(ValueError, match=f"index={index} is outside the skeleton's 3 points"):
+        expansion_prompt(QUESTION, POINTS, index)
+
+
+def test_render_appends_the_prefix_after_the_template():
+    def template(messages):
+        turns = "".join(f"<{m['role']}>{m['content']}</{m['role']}>" for m in messages)
+        return turns + "<assistant>"
+
+    text = skeleton_prompt(QUESTION).render(template)
+    assert text.endswith(f"<user>{QUESTION}</user><assistant>1.")
+
+
+def test_messages_are_fresh_copies():
+    prompt = skeleton_prompt(QUESTION)
+    prompt.messages[0]["content"] = "tampered"
+    assert prompt.messages[0]["content"] != "tampered"

@@ -1,0 +1,185 @@
+"""Router rules, the model-verdict path, and agreement with the SoT-R labels on Vicuna-80."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from sglang_specsot.sot import (
+    SoTConfig,
+    measure_agreement,
+    parse_route_reply,
+    route_prompt,
+    route_question,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+VICUNA80 = Path(
+    os.environ.get("SGLANG_SPECSOT_VICUNA80", REPO.parent / "shared/data/vicuna80.jsonl")
+)
+
+# Floors set a little under what the rules measured (79/80 agree: 36 TP, 0 FP, 1 FN,
+# 43 TN). The rules were written with these 80 questions in view, so that is an in-sample
+# number; HELD_OUT below is the out-of-sample check.
+VICUNA_MIN_ACCURACY = 0.95
+VICUNA_MIN_PRECISION = 0.95
+VICUNA_MIN_RECALL = 0.90
+
+# Questions not in Vicuna-80, labelled by the SoT-R criterion (independent points, long
+# enough answer). Measured 30/31; the known miss is the packing-list question.
+HELD_OUT = [
+    ("What are the benefits of learning a second language?", True),
+    ("How can a small business attract more customers online?", True),
+    ("What should I pack for a week-long hiking trip?", True),
+    ("Give me some tips for writing a good resume.", True),
+    ("Compare renting and buying a home.", True),
+    ("Why do people procrastinate?", True),
+    ("What factors affect the price of a used car?", True),
+    ("How do I prepare for a job interview?", True),
+    ("Explain the pros and cons of nuclear energy.", True),
+    ("What are common mistakes new managers make?", True),
+    ("What if humans could photosynthesize?", True),
+    ("How can cities reduce traffic congestion?", True),
+    ("List the main causes of the French Revolution.", True),
+    ("What are the key features of a good password manager?", True),
+    ("What are the health effects of drinking coffee every day?", True),
+    ("What is the capital of Australia?", False),
+    ("Who wrote Pride and Prejudice?", False),
+    ("Write a haiku about autumn leaves.", False),
+    ("Translate 'good morning' into French.", False),
+    ("Write a Python function that reverses a linked list.", False),
+    ("What is 17 times 23?", False),
+    ("Return the list of planets as a JSON array.", False),
+    ("Is it better to rent or to buy a house?", False),
+    ("How many legs does a spider have?", False),
+    ("Pretend you are a pirate and greet me.", False),
+    ("Solve 2x + 5 = 13.", False),
+    ("Summarize the plot of Hamlet in one sentence.", False),
+    ("Briefly, what are the benefits of exercise?", False),
+    ("Call the weather tool for Paris and report the temperature.", False),
+    ("Why is the sky blue?", False),
+    ("Define photosynthesis.", False),
+]
+
+
+def _vicuna_rows() -> list[dict]:
+    assert VICUNA80.exists(), (
+        f"{VICUNA80} not found; it lives in the shared data next to the repo, or set "
+        "SGLANG_SPECSOT_VICUNA80 to its path"
+    )
+    return [json.loads(line) for line in VICUNA80.read_text().splitlines() if line.strip()]
+
+
+def test_agreement_with_vicuna80_labels():
+    rows = _vicuna_rows()
+    assert len(rows) == 80 and sum(r["sot_suitable"] for r in rows) == 37
+    pairs = [(route_question(r["question"]).use_sot, r["sot_suitable"]) for r in rows]
+    result = measure_agreement(pairs)
+    assert result.accuracy >= VICUNA_MIN_ACCURACY, result
+    assert result.precision >= VICUNA_MIN_PRECISION, result
+    assert result.recall >= VICUNA_MIN_RECALL, result
+
+
+def test_agreement_on_held_out_questions():
+    result = measure_agreement((route_question(q).use_sot, label) for q, label in HELD_OUT)
+    assert result.accuracy >= 0.9, result
+
+
+@pytest.mark.parametrize(
+    "question, use_sot, rule",
+    [
+        ("What are the steps to implement quicksort in Python?", False, "code"),
+        ("Implement a stack with two queues.", False, "code"),
+        ("```def f(x): return x```\nWhat are the ways to speed this up?", False, "code"),
+        ("List three fruits as a JSON array.", False, "structured"),
+        ("Use the search tool calls to find ways to save money.", False, "structured"),
+        ("Calculate the area of a circle of radius 3.", False, "math"),
+        ("If the points are (1, 2) and (4, 6), what is the distance?", False, "math"),
+        ("How many piano tuners are in Chicago? Explain step-by-step.", False, "estimate"),
+        ("Write a short story about a dragon.", False, "writing"),
+        ("Can you help me draft a cover letter?", False, "writing"),
+        ("Write a list of tips for new runners.", True, "list_noun"),
+        ("As a pirate, describe your ship and the dangers you face.", False, "roleplay"),
+        ("As a beginner, how can I learn the guitar?", True, "list_ask"),
+        ("Should we ban cars from city centres or tax them?", False, "choice"),
+        ("Can you explain the fundamentals of machine learning?", True, "list_noun"),
+        ("Who painted the Mona Lisa?", False, "single_fact"),
+        ("What is entropy?", False, "single_fact"),
+        ("How does a refrigerator work?", False, "mechanism"),
+        ("In one sentence, what are the ways to save energy?", False, "brevity"),
+        ("What are the most effective ways to deal with stress?", True, "list_ask"),
+        ("What if the Roman Empire had never fallen?", True, "list_ask"),
+        ("", False, "empty"),
+    ],
+)
+def test_rules(question, use_sot, rule):
+    decision = route_question(question)
+    assert (decision.use_sot, decision.rule) == (use_sot, rule), decision
+    assert decision.source == "rules" and decision.reason
+
+
+def test_short_answer_cap_routes_normal():
+    question = "What are the most effective ways to deal with stress?"
+    assert route_question(question, max_new_tokens=1024).use_sot
+    capped = route_question(question, max_new_tokens=64)
+    assert not capped.use_sot and capped.rule == "short_cap"
+    assert "64" in capped.reason
+    lenient = SoTConfig(router_min_answer_tokens=32)
+    assert route_question(question, lenient, max_new_tokens=64).use_sot
+
+
+def test_model_reply_overrides_soft_rules_only():
+    listy = "What are the most effective ways to deal with stress?"
+    assert route_question(listy, model_reply="DIRECT") == parse_route_reply("DIRECT")
+    fact = "Who painted the Mona Lisa?"
+    assert route_question(fact, model_reply="LIST").use_sot
+    # SoT must never touch code, whatever the model says.
+    code = route_question("Implement binary search in Python.", model_reply="LIST")
+    assert not code.use_sot and code.rule == "code"
+    # An unreadable reply falls back to the rules.
+    assert route_question(listy, model_reply="hmm, hard to say").rule == "list_ask"
+
+
+@pytest.mark.parametrize(
+    "reply, use_sot",
+    [
+        ("LIST", True),
+        ("DIRECT", False),
+        (" list.", True),
+        ("Direct", False),
+        ("Answer: LIST", True),
+        ("The answer is DIRECT because it is code.", False),
+        ("Yes, it can be split.", True),
+        ("No.", False),
+        ("I would say this is a list of tips, so LIST", True),
+    ],
+)
+def test_parse_route_reply(reply, use_sot):
+    verdict = parse_route_reply(reply)
+    assert verdict is not None and verdict.use_sot is use_sot and verdict.source == "model"
+
+
+@pytest.mark.parametrize("reply", ["", "hmm", "I am not sure.", "Nobody knows"])
+def test_parse_route_reply_without_verdict(reply):
+    assert parse_route_reply(reply) is None
+
+
+def test_route_prompt_names_both_verdicts():
+    prompt = route_prompt("Why do cats purr?")
+    user = prompt.messages[-1]["content"]
+    assert "Why do cats purr?" in user and "LIST" in user and "DIRECT" in user
+    assert prompt.assistant_prefix == ""
+
+
+def test_measure_agreement_rates():
+    pairs = [(True, True), (True, False), (False, True), (False, False), (True, True)]
+    result = measure_agreement(pairs)
+    assert (result.true_pos, result.false_pos, result.false_neg, result.true_neg) == (2, 1, 1, 1)
+    assert result.accuracy == pytest.approx(3 / 5)
+    assert result.precision == pytest.approx(2 / 3)
+    assert result.recall == pytest.approx(2 / 3)
+    empty = measure_agreement([])
+    assert (empty.accuracy, empty.precision, empty.recall) == (0.0, 0.0, 0.0)
