@@ -135,6 +135,14 @@ def _cut_inline(text: str, index: int, points: Sequence[str]) -> str:
     return text
 
 
+def format_point(point: MergedPoint) -> str:
+    """One point's part of the answer; `MergedAnswer.text` joins these with newlines.
+
+    Lets a streaming caller release each point as soon as its branch is done.
+    """
+    return _format(point)
+
+
 def _format(point: MergedPoint) -> str:
     head = f"{point.index + 1}. {point.point}"
     body = point.expansion

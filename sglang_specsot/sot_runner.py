@@ -1,0 +1,545 @@
+"""The phases of one Skeleton-of-Thought answer, run against any generation backend.
+
+route -> skeleton -> parse -> plan -> branches -> merge, one frozen dataclass per phase. The
+async `run_sot` drives a `SoTBackend` (the server's TokenizerManager, or a fake in tests); the
+frontend program builds the very same requests with the helpers here, so both send the model
+identical prompts and budgets. No SGLang import: the pure core plus asyncio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
+from sglang_specsot.sot.merge import (
+    MergedAnswer,
+    MergedPoint,
+    clean_expansion,
+    format_point,
+    merge_answer,
+)
+from sglang_specsot.sot.planner import BranchPlan, plan_branches
+from sglang_specsot.sot.prompts import expansion_prompt, skeleton_prompt
+from sglang_specsot.sot.router import RouteDecision, route_question
+from sglang_specsot.sot.skeleton import SkeletonParse, parse_skeleton
+
+logger = logging.getLogger(__name__)
+
+MODES = ("auto", "on", "off")
+SKELETON, BRANCH, PLAIN = "skeleton", "branch", "plain"
+SOT, NORMAL = "sot", "normal"
+# Channels of streamed text: the skeleton (the plan) and the answer itself.
+SKELETON_CHANNEL, ANSWER_CHANNEL = "skeleton", "answer"
+
+Render = Callable[[list[dict[str, str]]], str]  # messages -> prompt text, generation prompt added
+DeltaSink = Callable[[str, str], None]  # (channel, new text)
+
+
+@dataclass(frozen=True, slots=True)
+class SoTOptions:
+    """What a caller asks of one SoT answer; validated at construction."""
+
+    mode: str = "auto"  # "auto": the router decides; "on": always try SoT; "off": never
+    config: SoTConfig = DEFAULT_CONFIG
+    max_new_tokens: int | None = None  # the caller's answer cap: bounds every generation
+    # A serialized sglang CustomLogitProcessor for the skeleton (the server needs
+    # --enable-custom-logit-processor); None: unconstrained.
+    skeleton_logit_processor: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode={self.mode!r} is not one of {MODES}")
+        if not isinstance(self.config, SoTConfig):
+            raise ValueError(f"config must be a SoTConfig, got {type(self.config).__name__}")
+        cap = self.max_new_tokens
+        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
+            raise ValueError(f"max_new_tokens={cap!r} must be a positive integer or None")
+        processor = self.skeleton_logit_processor
+        if processor is not None and not (isinstance(processor, str) and processor):
+            raise ValueError(
+                "skeleton_logit_processor must be a serialized CustomLogitProcessor string "
+                f"(CustomLogitProcessor.to_str()) or None, got {processor!r}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class SoTTag:
+    """Metadata a SPECSOT server reads from `sampling_params.custom_params` to group siblings."""
+
+    group: str  # one id per answer, shared by its skeleton and branches
+    role: str  # "skeleton" | "branch" | "plain"
+    point: int | None = None  # 0-based skeleton index of a branch
+    n: int | None = None  # number of branches of the answer
+
+    def custom_params(self) -> dict[str, dict[str, str | int]]:
+        tag: dict[str, str | int] = {"group": self.group, "role": self.role}
+        if self.point is not None:
+            tag["point"] = self.point
+        if self.n is not None:
+            tag["n"] = self.n
+        return {"specsot": tag}
+
+
+@dataclass(frozen=True, slots=True)
+class GenRequest:
+    """One generation the runner needs: prompt text (assistant pre-fill included) and budget."""
+
+    prompt: str
+    max_new_tokens: int | None  # None only for the plain answer: the backend's own default
+    tag: SoTTag
+    prefill: str = ""  # the tail of `prompt` that pre-fills the assistant turn
+    logit_processor: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GenResult:
+    """What a backend returns for one GenRequest."""
+
+    text: str  # generated text only (no prompt, no pre-fill)
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str  # "stop" | "length" | "abort"
+
+
+class SoTBackend(Protocol):
+    """Anything that can run a GenRequest; `on_text` gets each new piece of text as it decodes.
+
+    For role "plain" a backend may send its own rendering of the same one-turn chat (the
+    server uses SGLang's chat conversion, so a plain answer is what /v1/chat/completions gives).
+    """
+
+    async def generate(
+        self, request: GenRequest, on_text: Callable[[str], None] | None = None
+    ) -> GenResult: ...
+
+
+class SoTPhaseError(RuntimeError):
+    """A generation of one phase failed; `cause` is the backend's exception."""
+
+    def __init__(self, phase: str, cause: BaseException) -> None:
+        super().__init__(f"SoT {phase} failed: {cause}")
+        self.phase = phase
+        self.cause = cause
+
+
+# -- phase results ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePhase:
+    decision: RouteDecision
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class SkeletonPhase:
+    request: GenRequest
+    result: GenResult
+    parse: SkeletonParse
+    seconds: float  # generation
+    parse_seconds: float
+
+    @property
+    def text(self) -> str:
+        """The skeleton as the model wrote it, its pre-filled start included."""
+        return self.request.prefill + self.result.text
+
+
+@dataclass(frozen=True, slots=True)
+class BranchResult:
+    index: int  # 0-based skeleton position
+    point: str
+    request: GenRequest
+    result: GenResult
+    started: float  # seconds after the branch phase began
+    finished: float
+
+
+@dataclass(frozen=True, slots=True)
+class BranchesPhase:
+    plan: BranchPlan
+    results: tuple[BranchResult, ...]  # skeleton order
+    start_order: tuple[int, ...]  # skeleton indices in the order their branches started
+    peak_running: int  # most branches running at once (never above plan.max_running)
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class MergePhase:
+    merged: MergedAnswer
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class NormalPhase:
+    request: GenRequest
+    result: GenResult
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class SoTAnswer:
+    """The whole answer with every phase that ran; `path` says whether SoT answered."""
+
+    group: str
+    path: str  # "sot" | "normal"
+    reason: str  # why this path: the router's reason, or the skeleton parse's
+    answer: str
+    route: RoutePhase
+    skeleton: SkeletonPhase | None = None  # None when the router chose a normal answer
+    branches: BranchesPhase | None = None  # set exactly when path == "sot"
+    merge: MergePhase | None = None
+    normal: NormalPhase | None = None  # set exactly when path == "normal"
+    seconds: float = 0.0
+
+    @property
+    def results(self) -> tuple[GenResult, ...]:
+        """Every generation of this answer (skeleton, branches, normal answer)."""
+        out = [self.skeleton.result] if self.skeleton else []
+        out += [b.result for b in self.branches.results] if self.branches else []
+        out += [self.normal.result] if self.normal else []
+        return tuple(out)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(r.prompt_tokens for r in self.results)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(r.completion_tokens for r in self.results)
+
+    @property
+    def finish_reason(self) -> str:
+        """"length" when a branch or the normal answer was cut by its budget, else "stop"."""
+        parts = [b.result for b in self.branches.results] if self.branches else []
+        parts += [self.normal.result] if self.normal else []
+        return "length" if any(r.finish_reason == "length" for r in parts) else "stop"
+
+    def trace(self) -> dict:
+        """A JSON-safe summary of every phase, with per-phase seconds."""
+        return _trace(self)
+
+
+# -- request builders (shared with the frontend program) -----------------------------------
+
+
+def new_group() -> str:
+    return uuid.uuid4().hex
+
+
+def route_phase(question: str, options: SoTOptions) -> RoutePhase:
+    """Decide SoT or normal: the rules in mode "auto"; forced (bar an empty question) otherwise."""
+    started = time.perf_counter()
+    decision = route_question(question, options.config, max_new_tokens=options.max_new_tokens)
+    if options.mode != "auto" and decision.rule != "empty":
+        use_sot = options.mode == "on"
+        decision = RouteDecision(use_sot, f"mode_{options.mode}", f"mode {options.mode!r} requested")
+    return RoutePhase(decision, time.perf_counter() - started)
+
+
+def plain_request(question: str, render: Render, options: SoTOptions, group: str) -> GenRequest:
+    prompt = render([{"role": "user", "content": question}])
+    return GenRequest(prompt, options.max_new_tokens, SoTTag(group, PLAIN))
+
+
+def skeleton_request(question: str, render: Render, options: SoTOptions, group: str) -> GenRequest:
+    chat = skeleton_prompt(question)
+    return GenRequest(
+        chat.render(render),
+        _cap(options.config.skeleton_max_tokens, options),
+        SoTTag(group, SKELETON),
+        chat.assistant_prefix,
+        options.skeleton_logit_processor,
+    )
+
+
+def branch_requests(
+    question: str, plan: BranchPlan, render: Render, options: SoTOptions, group: str
+) -> dict[int, GenRequest]:
+    """One request per planned branch, keyed by skeleton index."""
+    points, n = plan.points, len(plan.branches)
+    requests = {}
+    for branch in plan.branches:
+        chat = expansion_prompt(
+            question, points, branch.index, prefill_header=options.config.prefill_point_header
+        )
+        requests[branch.index] = GenRequest(
+            chat.render(render),
+            _cap(branch.max_new_tokens, options),
+            SoTTag(group, BRANCH, branch.index, n),
+            chat.assistant_prefix,
+        )
+    return requests
+
+
+def shared_prefix(prompts: Iterable[str]) -> str:
+    """The text every prompt starts with: what a fork commits once for all branches."""
+    return os.path.commonprefix(list(prompts))  # character-wise, despite its module
+
+
+def _cap(budget: int, options: SoTOptions) -> int:
+    cap = options.max_new_tokens
+    return budget if cap is None else min(budget, cap)
+
+
+def parse_phase(request: GenRequest, result: GenResult, seconds: float, config: SoTConfig) -> SkeletonPhase:
+    started = time.perf_counter()
+    parse = parse_skeleton(result.text, config, prefill=request.prefill)
+    return SkeletonPhase(request, result, parse, seconds, time.perf_counter() - started)
+
+
+def merged_point(points: Sequence[str], index: int, text: str) -> MergedPoint:
+    """Merge one branch on its own: exactly the point `merge_answer` would produce."""
+    expansion, repairs = clean_expansion(text, index, points)
+    return MergedPoint(index, points[index], expansion, repairs)
+
+
+def merge_phase(branches: BranchesPhase) -> MergePhase:
+    started = time.perf_counter()
+    merged = merge_answer(branches.plan.points, {b.index: b.result.text for b in branches.results})
+    return MergePhase(merged, time.perf_counter() - started)
+
+
+class PointReleaser:
+    """Releases finished points as answer text in skeleton order; a point waits for earlier ones.
+
+    The pieces it emits concatenate to exactly `merge_answer(...).text`.
+    """
+
+    def __init__(self, points: Sequence[str], emit: Callable[[str], None]) -> None:
+        self._points = tuple(points)
+        self._emit = emit
+        self._ready: dict[int, str] = {}
+        self._next = 0
+        self.released = ""
+
+    def finish(self, index: int, text: str) -> None:
+        self._ready[index] = format_point(merged_point(self._points, index, text))
+        while self._next in self._ready:
+            piece = ("\n" if self._next else "") + self._ready.pop(self._next)
+            self.released += piece
+            self._next += 1
+            self._emit(piece)
+
+
+# -- the async runner --------------------------------------------------------------------------
+
+
+async def run_sot(
+    question: str,
+    backend: SoTBackend,
+    render: Render,
+    options: SoTOptions = SoTOptions(),
+    *,
+    group: str | None = None,
+    on_delta: DeltaSink | None = None,
+    route: RoutePhase | None = None,
+) -> SoTAnswer:
+    """Answer `question` by SoT where it fits, else normally; stream through `on_delta`.
+
+    Streamed order: the skeleton (pre-fill first) on channel "skeleton" as it decodes; then
+    on channel "answer" each point's merged text in skeleton order, or the normal answer.
+    """
+    started = time.perf_counter()
+    group = group or new_group()
+    route = route or route_phase(question, options)
+    emit = on_delta or (lambda channel, text: None)
+    to_answer = lambda text: emit(ANSWER_CHANNEL, text)  # noqa: E731
+    if not route.decision.use_sot:
+        normal = await _normal(question, backend, render, options, group, to_answer)
+        return assemble_answer(group, NORMAL, route.decision.reason, route, started, normal=normal)
+    skeleton = await _skeleton(question, backend, render, options, group, emit)
+    if not skeleton.parse.is_plan:
+        normal = await _normal(question, backend, render, options, group, to_answer)
+        reason = f"skeleton {skeleton.parse.outcome}: {skeleton.parse.reason}"
+        return assemble_answer(group, NORMAL, reason, route, started, skeleton=skeleton, normal=normal)
+    plan = plan_branches(skeleton.parse, options.config)
+    requests = branch_requests(question, plan, render, options, group)
+    releaser = PointReleaser(plan.points, to_answer)
+    branches = await run_branches(backend, plan, requests, releaser.finish)
+    merge = merge_phase(branches)
+    assert merge.merged.text == releaser.released, "streamed points differ from the merged answer"
+    return assemble_answer(group, SOT, route.decision.reason, route, started, skeleton, branches, merge)
+
+
+async def _skeleton(
+    question: str,
+    backend: SoTBackend,
+    render: Render,
+    options: SoTOptions,
+    group: str,
+    emit: DeltaSink,
+) -> SkeletonPhase:
+    request = skeleton_request(question, render, options, group)
+    emit(SKELETON_CHANNEL, request.prefill)
+    started = time.perf_counter()
+    result = await _generate(backend, request, "skeleton", lambda t: emit(SKELETON_CHANNEL, t))
+    return parse_phase(request, result, time.perf_counter() - started, options.config)
+
+
+async def _normal(
+    question: str,
+    backend: SoTBackend,
+    render: Render,
+    options: SoTOptions,
+    group: str,
+    on_text: Callable[[str], None],
+) -> NormalPhase:
+    request = plain_request(question, render, options, group)
+    started = time.perf_counter()
+    result = await _generate(backend, request, "normal answer", on_text)
+    return NormalPhase(request, result, time.perf_counter() - started)
+
+
+async def _generate(
+    backend: SoTBackend, request: GenRequest, phase: str, on_text: Callable[[str], None] | None
+) -> GenResult:
+    try:
+        return await backend.generate(request, on_text)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        raise SoTPhaseError(phase, exc) from exc
+
+
+async def run_branches(
+    backend: SoTBackend,
+    plan: BranchPlan,
+    requests: dict[int, GenRequest],
+    on_finish: Callable[[int, str], None] | None = None,
+) -> BranchesPhase:
+    """Run the plan's branches, at most `plan.max_running` at once, starting waiting ones as
+    others finish. On any failure or cancellation every running branch is cancelled."""
+    scheduler = plan.scheduler()
+    started = time.perf_counter()
+    running: dict[int, asyncio.Task] = {}
+    started_at: dict[int, float] = {}
+    done: dict[int, BranchResult] = {}
+    order: list[int] = []
+    peak = 0
+    try:
+        while not scheduler.is_done(done):
+            for branch in scheduler.next_to_start(running, done):
+                started_at[branch.index] = time.perf_counter() - started
+                running[branch.index] = asyncio.create_task(backend.generate(requests[branch.index]))
+                order.append(branch.index)
+            peak = max(peak, len(running))
+            finished, _ = await asyncio.wait(running.values(), return_when=asyncio.FIRST_COMPLETED)
+            for index in sorted(i for i, task in running.items() if task in finished):
+                result = _branch_result(running.pop(index), index)
+                branch = BranchResult(
+                    index, plan.points[index], requests[index], result,
+                    started_at[index], time.perf_counter() - started,
+                )  # fmt: skip
+                done[index] = branch
+                if on_finish is not None:
+                    on_finish(index, result.text)
+    finally:
+        await _cancel(running.values())
+    results = tuple(done[i] for i in sorted(done))
+    return BranchesPhase(plan, results, tuple(order), peak, time.perf_counter() - started)
+
+
+def _branch_result(task: asyncio.Task, index: int) -> GenResult:
+    exc = task.exception()
+    if exc is not None:
+        raise SoTPhaseError(f"branch {index + 1}", exc) from exc
+    return task.result()
+
+
+async def _cancel(tasks: Iterable[asyncio.Task]) -> None:
+    """Cancel and await the tasks, so none outlives its answer (the backend aborts them)."""
+    tasks = list(tasks)
+    pending = [t for t in tasks if not t.done()]
+    for task in pending:
+        task.cancel()
+    # Gathering the finished ones too marks their exceptions as retrieved.
+    await asyncio.gather(*tasks, return_exceptions=True)
+    if pending:
+        logger.info("cancelled %d running SoT branches", len(pending))
+
+
+def assemble_answer(
+    group: str,
+    path: str,
+    reason: str,
+    route: RoutePhase,
+    started: float,
+    skeleton: SkeletonPhase | None = None,
+    branches: BranchesPhase | None = None,
+    merge: MergePhase | None = None,
+    normal: NormalPhase | None = None,
+) -> SoTAnswer:
+    text = merge.merged.text if merge is not None else normal.result.text
+    seconds = time.perf_counter() - started
+    return SoTAnswer(group, path, reason, text, route, skeleton, branches, merge, normal, seconds)
+
+
+# -- trace ---------------------------------------------------------------------------------
+
+
+def _gen_trace(result: GenResult) -> dict:
+    return {
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "finish_reason": result.finish_reason,
+    }
+
+
+def _trace(answer: SoTAnswer) -> dict:
+    trace: dict = {
+        "group": answer.group,
+        "path": answer.path,
+        "reason": answer.reason,
+        "seconds": answer.seconds,
+        "usage": {"prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens},
+        "route": {"use_sot": answer.route.decision.use_sot, "rule": answer.route.decision.rule,
+                  "seconds": answer.route.seconds},
+    }  # fmt: skip
+    if answer.skeleton is not None:
+        trace["skeleton"] = _skeleton_trace(answer.skeleton)
+    if answer.branches is not None:
+        trace["branches"] = _branches_trace(answer.branches)
+    if answer.merge is not None:
+        trace["merge"] = {"seconds": answer.merge.seconds,
+                          "empty_points": list(answer.merge.merged.empty_points)}  # fmt: skip
+    if answer.normal is not None:
+        trace["normal"] = {"seconds": answer.normal.seconds, **_gen_trace(answer.normal.result)}
+    return trace
+
+
+def _skeleton_trace(skeleton: SkeletonPhase) -> dict:
+    parse = skeleton.parse
+    return {
+        "text": skeleton.text,
+        "outcome": parse.outcome,
+        "reason": parse.reason,
+        "points": list(parse.texts),
+        "notes": list(parse.notes),
+        "seconds": skeleton.seconds,
+        "parse_seconds": skeleton.parse_seconds,
+        **_gen_trace(skeleton.result),
+    }
+
+
+def _branches_trace(branches: BranchesPhase) -> dict:
+    return {
+        "seconds": branches.seconds,
+        "max_running": branches.plan.max_running,
+        "peak_running": branches.peak_running,
+        "start_order": list(branches.start_order),
+        "dropped_points": list(branches.plan.dropped_points),
+        "items": [
+            {"index": b.index, "point": b.point, "text": b.result.text, "started": b.started,
+             "finished": b.finished, "max_new_tokens": b.request.max_new_tokens,
+             **_gen_trace(b.result)}
+            for b in branches.results
+        ],
+    }  # fmt: skip

@@ -1,0 +1,460 @@
+"""The SoT orchestration without a server: a fake backend for the async runner, and a fake
+HTTP layer for the frontend program (tags, fork/join, bounded branches)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+
+from sglang_specsot.sot import SoTConfig, merge_answer
+from sglang_specsot.sot.merge import format_point
+from sglang_specsot.sot_runner import (
+    ANSWER_CHANNEL,
+    BRANCH,
+    NORMAL,
+    PLAIN,
+    SKELETON,
+    SKELETON_CHANNEL,
+    SOT,
+    GenResult,
+    SoTOptions,
+    SoTPhaseError,
+    run_sot,
+    shared_prefix,
+)
+
+QUESTION = "How can I improve my time management skills?"
+MATH = "Solve for x: 3x + 10 = 5x - 10."
+SPIN_LIMIT = 100_000  # event-loop turns before a scenario counts as hung (no clock involved)
+
+
+def render(messages: list[dict[str, str]]) -> str:
+    return "".join(f"<{m['role']}>{m['content']}</{m['role']}>" for m in messages) + "<assistant>"
+
+
+class FakeBackend:
+    """Replies by role; branches can be held until released, or fail, or run to their budget."""
+
+    def __init__(self, skeleton: str = " Plan the day\n2. Avoid distractions\n3. Take breaks",
+                 *, gated: bool = False, fail_point: int | None = None,
+                 endless: bool = False, context_chars: int | None = None) -> None:  # fmt: skip
+        self.skeleton = skeleton
+        self.gated = gated
+        self.fail_point = fail_point
+        self.endless = endless
+        self.context_chars = context_chars
+        self.requests = []
+        self.running: set[int] = set()  # branch points generating now
+        self.peak = 0
+        self.cancelled: list[int] = []
+        self.gates: dict[int, asyncio.Event] = {}
+
+    def release(self, *points: int) -> None:
+        for point in points:
+            self.gates.setdefault(point, asyncio.Event()).set()
+
+    async def generate(self, request, on_text=None):
+        self.requests.append(request)
+        if self.context_chars is not None and len(request.prompt) > self.context_chars:
+            raise ValueError(f"input of {len(request.prompt)} characters is longer than the context")
+        role, point = request.tag.role, request.tag.point
+        if role != BRANCH:
+            return await self._reply(self.skeleton if role == SKELETON else "A normal answer.",
+                                     request, on_text)  # fmt: skip
+        self.running.add(point)
+        self.peak = max(self.peak, len(self.running))
+        try:
+            if self.gated:
+                await self.gates.setdefault(point, asyncio.Event()).wait()
+            if point == self.fail_point:
+                raise RuntimeError(f"branch {point} broke")
+            return await self._reply(f"Expansion of point {point + 1}.", request, on_text)
+        except asyncio.CancelledError:
+            self.cancelled.append(point)
+            raise
+        finally:
+            self.running.discard(point)
+
+    async def _reply(self, text, request, on_text):
+        words = text.split(" ")
+        finish = "stop"
+        if self.endless and request.tag.role == BRANCH:
+            words, finish = ["word"] * request.max_new_tokens, "length"  # runs to its budget
+        elif request.max_new_tokens is not None and len(words) > request.max_new_tokens:
+            words, finish = words[: request.max_new_tokens], "length"
+        for i, word in enumerate(words):
+            if on_text is not None:
+                on_text(("" if i == 0 else " ") + word)
+            await asyncio.sleep(0)
+        return GenResult(" ".join(words), len(request.prompt), len(words), finish)
+
+    def of_role(self, role):
+        return [r for r in self.requests if r.tag.role == role]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def spin_until(predicate, what: str) -> None:
+    for _ in range(SPIN_LIMIT):
+        if predicate():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"never happened: {what}")
+
+
+def options(**config) -> SoTOptions:
+    return SoTOptions(mode="on", config=SoTConfig(**config))
+
+
+# -- the happy path ------------------------------------------------------------------------
+
+
+def test_plan_gives_numbered_answer_in_skeleton_order_with_tags():
+    fake = FakeBackend()
+    answer = run(run_sot(QUESTION, fake, render, options()))
+    assert answer.path == SOT
+    assert answer.answer.split("\n") == [
+        "1. Plan the day. Expansion of point 1.",
+        "2. Avoid distractions. Expansion of point 2.",
+        "3. Take breaks. Expansion of point 3.",
+    ]
+    assert answer.skeleton.text == "1. Plan the day\n2. Avoid distractions\n3. Take breaks"
+    groups = {r.tag.group for r in fake.requests}
+    assert groups == {answer.group}
+    branch_tags = sorted((r.tag.custom_params()["specsot"] for r in fake.of_role(BRANCH)),
+                         key=lambda t: t["point"])  # fmt: skip
+    assert branch_tags == [{"group": answer.group, "role": "branch", "point": i, "n": 3} for i in range(3)]
+    assert fake.of_role(SKELETON)[0].tag.custom_params() == {"specsot": {"group": answer.group, "role": "skeleton"}}
+    # Usage counts every generation, prompts included.
+    assert answer.completion_tokens == sum(r.completion_tokens for r in answer.results)
+    assert len(answer.results) == 4
+    assert answer.prompt_tokens == sum(len(r.prompt) for r in fake.requests)
+    trace = json.loads(json.dumps(answer.trace()))
+    assert trace["skeleton"]["points"] == ["Plan the day", "Avoid distractions", "Take breaks"]
+    assert [b["text"] for b in trace["branches"]["items"]] == [f"Expansion of point {i}." for i in (1, 2, 3)]
+
+
+def test_branch_prompts_share_a_prefix_and_see_the_whole_skeleton():
+    fake = FakeBackend()
+    run(run_sot(QUESTION, fake, render, options()))
+    prompts = [r.prompt for r in sorted(fake.of_role(BRANCH), key=lambda r: r.tag.point)]
+    common = shared_prefix(prompts)
+    assert "1. Plan the day\n2. Avoid distractions\n3. Take breaks" in common
+    assert common.endswith("Write only point ")
+    assert all(p[len(common) :].startswith(f'{i}, "') for i, p in enumerate(prompts, 1))
+
+
+def test_stream_skeleton_first_then_points_in_skeleton_order_whatever_finishes_first():
+    fake = FakeBackend(gated=True)
+    pieces: list[tuple[str, str]] = []
+
+    async def scenario():
+        task = asyncio.create_task(
+            run_sot(QUESTION, fake, render, options(max_running=3), on_delta=lambda c, t: pieces.append((c, t)))
+        )
+        await spin_until(lambda: len(fake.running) == 3, "three branches running")
+        fake.release(2)
+        await spin_until(lambda: 2 not in fake.running, "point 3 finished")
+        assert [c for c, _ in pieces if c == ANSWER_CHANNEL] == []  # point 3 waits for 1 and 2
+        fake.release(0)
+        await spin_until(lambda: any(c == ANSWER_CHANNEL for c, _ in pieces), "point 1 released")
+        assert "".join(t for c, t in pieces if c == ANSWER_CHANNEL).count("\n") == 0
+        fake.release(1)
+        return await asyncio.wait_for(task, 60)  # hang guard
+
+    answer = run(scenario())
+    channels = [c for c, _ in pieces]
+    assert channels == sorted(channels, key=[SKELETON_CHANNEL, ANSWER_CHANNEL].index)
+    assert "".join(t for c, t in pieces if c == SKELETON_CHANNEL) == answer.skeleton.text
+    assert "".join(t for c, t in pieces if c == ANSWER_CHANNEL) == answer.answer
+    answer_pieces = [t for c, t in pieces if c == ANSWER_CHANNEL]
+    assert answer_pieces[0].startswith("1. ") and answer_pieces[1].startswith("\n2. ")
+    assert answer_pieces[2].startswith("\n3. ")
+    assert answer.branches.start_order == (0, 1, 2)
+
+
+def test_at_most_max_running_branches_and_waiting_ones_start_as_others_finish():
+    skeleton = " One\n2. Two\n3. Three\n4. Four\n5. Five"
+    fake = FakeBackend(skeleton, gated=True)
+
+    async def scenario():
+        task = asyncio.create_task(run_sot(QUESTION, fake, render, options(max_running=2)))
+        await spin_until(lambda: len(fake.running) == 2, "two branches running")
+        for _ in range(100):  # nothing else starts while both slots are busy
+            await asyncio.sleep(0)
+        assert fake.running == {0, 1}
+        fake.release(1)
+        await spin_until(lambda: fake.running == {0, 2}, "branch 3 took the free slot")
+        fake.release(0, 2, 3, 4)
+        return await asyncio.wait_for(task, 60)
+
+    answer = run(scenario())
+    assert fake.peak == 2 and answer.branches.peak_running == 2
+    assert answer.branches.start_order == (0, 1, 2, 3, 4)
+    assert len(answer.answer.split("\n")) == 5
+
+
+def test_longest_predicted_branch_starts_first():
+    fake = FakeBackend(" Intro(40): x\n2. Core(300): y\n3. End(120): z")
+    answer = run(run_sot(QUESTION, fake, render, options(max_running=1, predicted_length_slack=1.0)))
+    assert answer.branches.start_order == (1, 2, 0)
+    assert {r.tag.point: r.max_new_tokens for r in fake.of_role(BRANCH)} == {0: 40, 1: 300, 2: 120}
+    assert answer.answer.startswith("1. Intro")  # merged in skeleton order all the same
+
+
+# -- routing and normal answers ---------------------------------------------------------------
+
+
+def test_auto_routes_math_to_a_normal_answer_without_a_skeleton():
+    fake = FakeBackend()
+    answer = run(run_sot(MATH, fake, render, SoTOptions(mode="auto")))
+    assert answer.path == NORMAL and answer.route.decision.rule == "math"
+    assert [r.tag.role for r in fake.requests] == [PLAIN]
+    assert fake.requests[0].prompt == render([{"role": "user", "content": MATH}])
+    assert answer.answer == "A normal answer." and answer.skeleton is None
+
+
+def test_auto_sends_a_list_question_to_sot_and_off_never_does():
+    assert run(run_sot(QUESTION, FakeBackend(), render, SoTOptions(mode="auto"))).path == SOT
+    assert run(run_sot(QUESTION, FakeBackend(), render, SoTOptions(mode="off"))).path == NORMAL
+
+
+def test_short_answer_cap_routes_normal_in_auto_but_caps_every_generation_in_on():
+    assert run(run_sot(QUESTION, FakeBackend(), render, SoTOptions(max_new_tokens=50))).path == NORMAL
+    fake = FakeBackend()
+    run(run_sot(QUESTION, fake, render, SoTOptions(mode="on", max_new_tokens=7)))
+    assert {r.max_new_tokens for r in fake.requests} == {7}
+
+
+@pytest.mark.parametrize(
+    "skeleton, outcome",
+    [("", "error"), ("   \n  ", "error"), (" Just one point", "direct"), ("!!! ??? ###", "error")],
+    ids=["no-skeleton", "blank", "one-point", "symbols"],
+)
+def test_unusable_skeleton_falls_back_to_a_normal_answer_and_counts_the_skeleton(skeleton, outcome):
+    fake = FakeBackend(skeleton)
+    answer = run(run_sot(QUESTION, fake, render, options()))
+    assert answer.path == NORMAL and answer.skeleton.parse.outcome == outcome
+    assert answer.reason.startswith(f"skeleton {outcome}")
+    assert [r.tag.role for r in fake.requests] == [SKELETON, PLAIN]
+    assert answer.completion_tokens == answer.skeleton.result.completion_tokens + answer.normal.result.completion_tokens
+
+
+def test_sixty_points_are_capped_to_max_points():
+    skeleton = " Point 1\n" + "\n".join(f"{i}. Point {i}" for i in range(2, 61))
+    fake = FakeBackend(skeleton)
+    answer = run(run_sot(QUESTION, fake, render, options(max_points=10)))
+    assert len(fake.of_role(BRANCH)) == 10
+    assert any("kept the first 10 of 60" in note for note in answer.skeleton.parse.notes)
+    assert [line.split(".")[0] for line in answer.answer.split("\n")] == [str(i) for i in range(1, 11)]
+
+
+def test_empty_and_duplicate_points_are_dropped():
+    fake = FakeBackend(" Sleep well\n2.\n3. Sleep well\n4. Eat well\n5. -")
+    answer = run(run_sot(QUESTION, fake, render, options()))
+    assert answer.branches.plan.points == ("Sleep well", "Eat well")
+    assert {r.tag.n for r in fake.of_role(BRANCH)} == {2}
+
+
+def test_a_branch_that_never_ends_stops_at_its_budget():
+    fake = FakeBackend(endless=True)
+    answer = run(run_sot(QUESTION, fake, render, options(default_branch_tokens=48, min_branch_tokens=16)))
+    assert {r.max_new_tokens for r in fake.of_role(BRANCH)} == {48}
+    assert {b.result.completion_tokens for b in answer.branches.results} == {48}
+    assert answer.finish_reason == "length"
+    assert run(run_sot(QUESTION, FakeBackend(), render, options())).finish_reason == "stop"
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+def test_question_longer_than_the_context_is_a_clear_error_before_any_branch():
+    fake = FakeBackend(context_chars=2_000)
+    with pytest.raises(SoTPhaseError) as info:
+        run(run_sot("why? " * 1_000, fake, render, options()))
+    assert info.value.phase == "skeleton" and isinstance(info.value.cause, ValueError)
+    assert "longer than the context" in str(info.value)
+    assert fake.of_role(BRANCH) == []
+
+
+def test_a_failing_branch_cancels_the_running_ones_and_starts_no_more():
+    fake = FakeBackend(" One\n2. Two\n3. Three\n4. Four", gated=True, fail_point=1)
+
+    async def scenario():
+        task = asyncio.create_task(run_sot(QUESTION, fake, render, options(max_running=2)))
+        await spin_until(lambda: fake.running == {0, 1}, "two branches running")
+        fake.release(1)
+        with pytest.raises(SoTPhaseError) as info:
+            await asyncio.wait_for(task, 60)
+        return info.value
+
+    error = run(scenario())
+    assert error.phase == "branch 2" and "branch 1 broke" in str(error)
+    assert fake.cancelled == [0] and fake.running == set()
+    assert sorted(r.tag.point for r in fake.of_role(BRANCH)) == [0, 1]
+
+
+def test_cancelling_the_answer_mid_branch_leaves_no_branch_running():
+    fake = FakeBackend(" One\n2. Two\n3. Three", gated=True)
+
+    async def scenario():
+        task = asyncio.create_task(run_sot(QUESTION, fake, render, options(max_running=2)))
+        await spin_until(lambda: len(fake.running) == 2, "two branches running")
+        task.cancel()  # what a client disconnect does to the server's handler
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run(scenario())
+    assert sorted(fake.cancelled) == [0, 1] and fake.running == set()
+    assert sorted(r.tag.point for r in fake.of_role(BRANCH)) == [0, 1]  # point 3 never started
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"mode": "sometimes"}, {"max_new_tokens": 0}, {"max_new_tokens": True},
+     {"skeleton_logit_processor": ""}, {"config": {"max_points": 3}}],  # fmt: skip
+)
+def test_bad_options_are_value_errors(kwargs):
+    with pytest.raises(ValueError):
+        SoTOptions(**kwargs)
+
+
+# -- pure helpers --------------------------------------------------------------------------
+
+
+def test_format_point_pieces_join_to_the_merged_text():
+    points = ["Sleep", "Diet: eat well", "Move"]
+    expansions = {0: "1. Sleep\nGo to bed early.", 1: "Eat greens. 3. Move more", 2: ""}
+    merged = merge_answer(points, expansions)
+    assert "\n".join(format_point(p) for p in merged.points) == merged.text
+
+
+def test_shared_prefix():
+    assert shared_prefix(["abcX", "abcY", "abZ"]) == "ab"
+    assert shared_prefix(["same"]) == "same" and shared_prefix([]) == ""
+
+
+# -- the frontend program over a fake HTTP server ------------------------------------------------
+
+
+class FakeHTTP:
+    """Stands in for sglang's `http_request`: a /generate server answering by prompt text."""
+
+    def __init__(self, skeleton: str) -> None:
+        self.skeleton = skeleton
+        self.bodies: list[dict] = []
+        self.lock = threading.Lock()
+        self.running = 0
+        self.peak = 0
+        self.finished = 0
+        self.release = threading.Semaphore(0)
+
+    def __call__(self, url, json=None, **kwargs):
+        if url.endswith("/get_model_info"):
+            return _Response({"model_path": "fake-model"})
+        body = json
+        with self.lock:
+            self.bodies.append(body)
+        params = body["sampling_params"]
+        if params["max_new_tokens"] == 0:  # the fork's prefix commit
+            return _Response({"text": "", "meta_info": _meta(body, 0)})
+        role = params.get("custom_params", {}).get("specsot", {}).get("role")
+        if role == "branch":
+            with self.lock:
+                self.running += 1
+                self.peak = max(self.peak, self.running)
+            self.release.acquire(timeout=60)  # hang guard; the test releases branches
+            with self.lock:
+                self.running -= 1
+                self.finished += 1
+            point = params["custom_params"]["specsot"]["point"]
+            return _Response({"text": f"Expansion {point + 1}.", "meta_info": _meta(body, 2)})
+        text = self.skeleton if role == "skeleton" else "Normal answer."
+        return _Response({"text": text, "meta_info": _meta(body, len(text.split()))})
+
+
+class _Response:
+    def __init__(self, payload: dict) -> None:
+        self.payload = payload
+        self.status_code = 200
+
+    def json(self) -> dict:
+        return self.payload
+
+
+def _meta(body: dict, completion: int) -> dict:
+    return {"prompt_tokens": len(body["text"]), "completion_tokens": completion,
+            "finish_reason": {"type": "stop"}}  # fmt: skip
+
+
+@pytest.fixture
+def fake_http(monkeypatch):
+    import sglang.lang.backend.runtime_endpoint as runtime_endpoint
+
+    fake = FakeHTTP(" Plan the day\n2. Avoid distractions\n3. Take breaks\n4. Sleep")
+    monkeypatch.setattr(runtime_endpoint, "http_request", fake)
+    return fake
+
+
+def _wait(predicate) -> None:
+    for _ in range(SPIN_LIMIT):  # hang guard by count; assertions below catch what went wrong
+        if predicate():
+            return
+        time.sleep(0.001)
+
+
+def _release_branches(fake: FakeHTTP, total: int, slots: int) -> threading.Thread:
+    """Release branches one at a time, each only once every free slot has been filled."""
+
+    def run() -> None:
+        for k in range(total):
+            _wait(lambda: fake.running == min(slots, total - k))
+            fake.release.release()
+            _wait(lambda: fake.finished == k + 1)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_frontend_program_tags_every_generation_and_bounds_branches(fake_http):
+    from sglang_specsot.frontend import SoTEndpoint, answer_question
+
+    endpoint = SoTEndpoint("http://fake")
+    releaser = _release_branches(fake_http, total=4, slots=2)
+    config = SoTConfig(max_running=2, skeleton_max_tokens=30)
+    answer = answer_question(endpoint, QUESTION, render,
+                             SoTOptions(mode="on", config=config, skeleton_logit_processor="PROCESSOR"))  # fmt: skip
+    releaser.join(timeout=60)
+    assert answer.path == SOT
+    assert answer.answer.split("\n")[0] == "1. Plan the day. Expansion 1."
+    gens = [b for b in fake_http.bodies if b["sampling_params"]["max_new_tokens"] > 0]
+    tags = [b["sampling_params"]["custom_params"]["specsot"] for b in gens]
+    assert tags[0] == {"group": answer.group, "role": "skeleton"}
+    assert sorted(t["point"] for t in tags[1:]) == [0, 1, 2, 3]
+    assert {(t["role"], t["n"], t["group"]) for t in tags[1:]} == {("branch", 4, answer.group)}
+    assert gens[0]["custom_logit_processor"] == "PROCESSOR"
+    assert all("custom_logit_processor" not in b for b in gens[1:])
+    assert gens[0]["sampling_params"]["max_new_tokens"] == 30
+    # The fork committed the branches' shared prefix once, untagged, before any branch ran.
+    commits = [b for b in fake_http.bodies if b["sampling_params"]["max_new_tokens"] == 0]
+    assert len(commits) == 1 and "custom_params" not in commits[0]["sampling_params"]
+    assert all(b["text"].startswith(commits[0]["text"]) for b in gens[1:])
+    assert fake_http.peak == 2
+
+
+def test_frontend_program_answers_math_normally(fake_http):
+    from sglang_specsot.frontend import SoTEndpoint, answer_question
+
+    answer = answer_question(SoTEndpoint("http://fake"), MATH, render, SoTOptions(max_new_tokens=64))
+    assert answer.path == NORMAL and answer.answer == "Normal answer."
+    (body,) = fake_http.bodies
+    assert body["text"] == render([{"role": "user", "content": MATH}])
+    assert body["sampling_params"]["custom_params"]["specsot"]["role"] == "plain"
+    assert body["sampling_params"]["max_new_tokens"] == 64
