@@ -1,0 +1,89 @@
+"""The SoT frontend program on a real CPU server with SmolLM2-135M (float32, greedy)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_specsot.launch import ServerProcess
+from sglang_specsot.sot import SoTConfig
+from sglang_specsot.sot_runner import SoTOptions
+
+pytestmark = pytest.mark.integration
+
+COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--dtype", "float32",
+          "--max-total-tokens", "4096", "--sleep-on-idle", "--mem-fraction-static", "0.3"]  # fmt: skip
+SUITABLE = "How can I improve my time management skills?"
+MATH = "Solve for x: 3x + 10 = 5x - 10."
+MAX_TOKENS = 48
+# Small budgets keep the suite fast on two cores; router_min_answer_tokens=1 lets the rules,
+# not the short cap, decide the route.
+CONFIG = SoTConfig(skeleton_max_tokens=24, max_points=3, max_running=2, default_branch_tokens=16,
+                   min_branch_tokens=8, router_min_answer_tokens=1)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def server(smollm2_path):
+    with ServerProcess(smollm2_path, COMMON) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def endpoint(server):
+    from sglang_specsot.frontend import SoTEndpoint
+
+    return SoTEndpoint(server.base_url)
+
+
+@pytest.fixture(scope="module")
+def render(smollm2_path):
+    from sglang_specsot.frontend import chat_renderer
+
+    return chat_renderer(smollm2_path)
+
+
+def test_suitable_question_gives_a_plan_shaped_answer(endpoint, render):
+    from sglang_specsot.frontend import answer_question
+
+    answer = answer_question(endpoint, SUITABLE, render, SoTOptions("auto", CONFIG, MAX_TOKENS))
+    assert answer.path == "sot" and answer.route.decision.rule == "list_ask"
+    points = answer.branches.plan.points
+    assert 2 <= len(points) <= CONFIG.max_points
+    assert answer.skeleton.text.startswith("1.") and answer.skeleton.result.completion_tokens > 0
+    lines = answer.answer.split("\n")
+    assert len(lines) == len(points)
+    assert all(line.startswith(f"{i}. {point}") for i, (line, point) in enumerate(zip(lines, points), 1))
+    results = answer.branches.results
+    assert [b.index for b in results] == list(range(len(points)))
+    assert all(0 < b.result.completion_tokens <= CONFIG.default_branch_tokens for b in results)
+    assert answer.branches.peak_running <= CONFIG.max_running
+    assert answer.completion_tokens == answer.skeleton.result.completion_tokens + sum(
+        b.result.completion_tokens for b in results
+    )
+    trace = answer.trace()
+    assert [item["text"] for item in trace["branches"]["items"]] == [b.result.text for b in results]
+    assert trace["seconds"] >= trace["skeleton"]["seconds"] + trace["branches"]["seconds"] > 0
+
+
+def test_unsuitable_question_takes_the_normal_path(endpoint, render, server):
+    from sglang_specsot.frontend import answer_question
+
+    answer = answer_question(endpoint, MATH, render, SoTOptions("auto", CONFIG, MAX_TOKENS))
+    assert answer.path == "normal" and answer.route.decision.rule == "math"
+    assert answer.skeleton is None and answer.branches is None
+    # The normal path is exactly the model's own chat answer.
+    chat = server.post("/v1/chat/completions", {
+        "model": "default", "messages": [{"role": "user", "content": MATH}],
+        "temperature": 0, "max_tokens": MAX_TOKENS,
+    })  # fmt: skip
+    assert answer.answer == chat["choices"][0]["message"]["content"]
+    assert answer.completion_tokens == chat["usage"]["completion_tokens"]
+
+
+def test_unusable_skeleton_falls_back_to_the_normal_answer(endpoint, render):
+    from sglang_specsot.frontend import answer_question
+
+    # A one-token skeleton budget cannot hold two points: parse says "direct", answer normally.
+    config = SoTConfig(skeleton_max_tokens=1, router_min_answer_tokens=1)
+    answer = answer_question(endpoint, SUITABLE, render, SoTOptions("on", config, 16))
+    assert answer.path == "normal" and answer.skeleton.parse.outcome in ("direct", "error")
+    assert answer.normal.result.completion_tokens > 0 and answer.answer == answer.normal.result.text
