@@ -120,3 +120,29 @@ register_host_change(
         when=_cpu_only,
     )
 )
+
+
+def _last_loc_hook() -> Callable:
+    from sglang.srt.mem_cache.allocation import get_last_loc_torch
+
+    return get_last_loc_torch
+
+
+register_host_change(
+    HostChange(
+        name="last-loc-torch-on-cpu",
+        target="sglang.srt.mem_cache.allocation.get_last_loc",
+        hook_type="replace",
+        hook=_last_loc_hook,
+        why=(
+            "get_last_loc (sglang/srt/mem_cache/allocation.py:113-117) picks its Triton kernel "
+            "for every attention backend not named 'ascend' or 'torch_native', whatever the "
+            "platform; with --attention-backend specsot_cpu and --page-size > 1, speculative "
+            "decoding (alloc_for_spec_decode, :797) then launches Triton on the CPU and the "
+            "scheduler dies ('0 active drivers'). On CPU the torch version is always the right "
+            "one, and the patch returns it there before the name-based dispatch."
+        ),
+        patch="last-loc-platform-dispatch.diff",
+        when=_cpu_only,
+    )
+)

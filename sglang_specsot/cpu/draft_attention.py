@@ -21,18 +21,13 @@ import torch
 from sglang_specsot.cpu.attention import BACKEND_NAME, RowsAttn, SpecSoTCpuAttnBackend
 
 
-def draft_branch_starts(seq_len: int, topk: int, num_steps: int, page_size: int) -> list[int]:
-    """Column in `req_to_token` of each branch's first draft slot (cache_locs.py:262-292)."""
-    if page_size == 1 or topk == 1:
-        return [seq_len + t * num_steps for t in range(topk)]
-    last_page = seq_len % page_size
-    pages_per_branch = (last_page + num_steps + page_size - 1) // page_size
-    prefix_base = seq_len - last_page
-    return [prefix_base + t * pages_per_branch * page_size + last_page for t in range(topk)]
+def draft_branch_starts(seq_len: int, topk: int, num_steps: int) -> list[int]:
+    """Column in `req_to_token` of each branch's first draft slot (cache_locs.py:262-270)."""
+    return [seq_len + t * num_steps for t in range(topk)]
 
 
 def plan_draft_decode(
-    forward_batch, req_to_token: torch.Tensor, topk: int, num_steps: int, page_size: int
+    forward_batch, req_to_token: torch.Tensor, topk: int, num_steps: int
 ) -> list[list[RowsAttn]]:
     """One plan per draft step; row b * topk + t is request b's branch t."""
     seq_lens = forward_batch.seq_lens.tolist()
@@ -40,7 +35,7 @@ def plan_draft_decode(
     plans: list[list[RowsAttn]] = [[] for _ in range(num_steps - 1)]
     for b, (req, seq_len) in enumerate(zip(req_pool, seq_lens)):
         prefix = req_to_token[req, :seq_len]
-        for t, start in enumerate(draft_branch_starts(seq_len, topk, num_steps, page_size)):
+        for t, start in enumerate(draft_branch_starts(seq_len, topk, num_steps)):
             branch = req_to_token[req, start : start + num_steps - 1]
             slots = torch.cat((prefix, branch)).to(torch.int64)
             for step, plan in enumerate(plans):
@@ -71,9 +66,16 @@ class SpecSoTCpuMultiStepDraftBackend:
 
     def __init__(self, model_runner, topk: int, speculative_num_steps: int):
         _refuse_draft_window(model_runner)
+        page_size = getattr(model_runner, "page_size", None) or 1
+        if topk > 1 and page_size > 1:
+            # SGLang rejects this pair for any backend but flashinfer/fa3/triton already
+            # (arg_groups/speculative_hook.py:1271-1282): branches get page-aligned regions.
+            raise NotImplementedError(
+                f"{BACKEND_NAME}: --speculative-eagle-topk {topk} needs --page-size 1, "
+                f"got {page_size}"
+            )
         self.topk = topk
         self.speculative_num_steps = speculative_num_steps
-        self.page_size = getattr(model_runner, "page_size", None) or 1
         self.req_to_token_pool = model_runner.req_to_token_pool
         self.attn_backends: list[SpecSoTCpuDraftStepBackend] = [
             SpecSoTCpuDraftStepBackend(model_runner) for _ in range(speculative_num_steps - 1)
@@ -88,7 +90,6 @@ class SpecSoTCpuMultiStepDraftBackend:
                 self.req_to_token_pool.req_to_token,
                 self.topk,
                 self.speculative_num_steps,
-                self.page_size,
             )
         for backend, plan in zip(self.attn_backends, plans):
             backend.rows_plan = plan

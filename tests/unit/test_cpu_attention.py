@@ -322,6 +322,14 @@ def test_multi_step_draft_decode(bs, topk):
             assert_close(out[i : i + 1], want, torch.float32)
 
 
+def test_tree_draft_with_pages_is_refused():
+    world = make_world(75)
+    world.runner.page_size = 4
+    with pytest.raises(NotImplementedError, match="page-size 1"):
+        SpecSoTCpuMultiStepDraftBackend(world.runner, topk=2, speculative_num_steps=3)
+    assert SpecSoTCpuMultiStepDraftBackend(world.runner, topk=1, speculative_num_steps=3)
+
+
 def test_idle_batch():
     world = make_world(70)
     backend = SpecSoTCpuAttnBackend(world.runner)
@@ -376,8 +384,11 @@ try:
     other = "built"
 except ValueError as exc:
     other = str(exc)
+from sglang.srt.mem_cache import allocation
+req_to_token = torch.arange(12, dtype=torch.int32).view(3, 4)
+last_loc = allocation.get_last_loc(req_to_token, torch.tensor([2, 0]), torch.tensor([3, 0]))
 print(json.dumps({
-    "applied": applied,
+    "applied": applied, "last_loc": last_loc.tolist(),
     "sgl_kernel": sys.modules["sgl_kernel"].__name__ if "sgl_kernel" in sys.modules else None,
     "decode": type(decode).__name__, "steps": [type(b).__name__ for b in decode.attn_backends],
     "decode_stamp": decode.decode_attention_backend_str,
@@ -395,7 +406,9 @@ def test_host_change_wires_draft_backend_factory():
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert "draft-backend-factory-specsot-cpu" in result["applied"]
+    assert {"draft-backend-factory-specsot-cpu", "last-loc-torch-on-cpu"} <= set(result["applied"])
+    # get_last_loc answers on CPU (its Triton kernel would need a GPU driver): slot before prefix.
+    assert result["last_loc"] == [10, -1]
     assert result["decode"] == "SpecSoTCpuMultiStepDraftBackend"
     assert result["steps"] == ["SpecSoTCpuDraftStepBackend"] * 2
     assert result["decode_stamp"] == BACKEND_NAME
