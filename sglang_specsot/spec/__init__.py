@@ -1,0 +1,1 @@
+"""SGLang side of SPECSOT: the algorithm, its input types, drafters and the spec-V2 worker."""

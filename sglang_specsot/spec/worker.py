@@ -1,0 +1,223 @@
+"""The SPECSOT worker on SGLang's spec-V2 schema.
+
+One decode step reads like the algorithm:
+
+    verify_input = self.draft(batch)                      # SoT-context token tree
+    result = self.verify(batch, verify_input)             # one target forward, exact sampling
+    on_publish(result.new_seq_lens)                       # fence at verify end (FutureMap)
+    self.draft_extend(batch, result)                      # accepted tokens feed the drafter
+
+There is no verify_done barrier: the next iteration's seq_lens come through the FutureMap
+(`on_publish` here, `resolve_seq_lens_cpu` in the scheduler), and the next draft input
+(`SoTDraftInput.bonus_tokens`) through `FutureMap.stash`. The drafter's token history is
+updated by this worker itself at draft-extend, so it never depends on when the scheduler
+processes results (under overlap that is one iteration later).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from sglang_specsot.spec import adapter as sgl
+from sglang_specsot.spec.context_draft import ContextDrafter, DraftTree, pad_tree, tree_mask
+from sglang_specsot.spec.inputs import SoTDraftExtendInput, SoTDraftInput, SoTVerifyInput
+from sglang_specsot.spec.meta import PLAIN, SoTMeta, parse_sot_meta
+
+logger = logging.getLogger(__name__)
+
+
+class SpecSoTWorker(sgl.BaseSpecWorker):
+    """Speculative worker whose drafts come from the SoT context (prompt, skeleton, siblings)."""
+
+    def __init__(self, server_args, gpu_id: int, nccl_port: int, target_worker):
+        super().__init__()
+        self.server_args = server_args
+        self._target_worker = target_worker
+        self._draft_worker = None  # no draft model: BaseSpecWorker's defaults then skip it
+        self.model_runner = target_worker.model_runner
+        self.device = sgl.get_device().device
+        self.num_draft_tokens: int = sgl.get_spec().speculative_num_draft_tokens
+        self.drafter = ContextDrafter()
+        self._meta: dict[str, SoTMeta] = {}
+        self._decode_rids: set[str] = set()
+        self._warned: set[str] = set()
+
+    # -- what the scheduler asks of every spec worker -------------------------------------
+
+    @property
+    def draft_worker(self):
+        return None
+
+    def alloc_memory_pool(self, **kwargs) -> None:
+        # The target's pools exist by now (scheduler.py:1098-1111); we own no KV of our own.
+        self.req_to_token_pool, self.token_to_kv_pool_allocator = self._target_worker.get_memory_pool()
+
+    def clear_cache_pool(self) -> None:
+        self.drafter = ContextDrafter(self.drafter.config)
+        self._meta.clear()
+        self._decode_rids.clear()
+
+    def forward_batch_generation(
+        self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None
+    ):
+        if not batch.forward_mode.is_decode():
+            return self._forward_prefill(batch, on_publish, pp_proxy_tensors)
+        verify_input = self.draft(batch)
+        result = self.verify(batch, verify_input, pp_proxy_tensors)
+        if on_publish is not None:
+            on_publish(result.new_seq_lens)  # before draft-extend: the fence is at verify end
+        self.draft_extend(batch, result)
+        return result
+
+    # -- prefill ---------------------------------------------------------------------------
+
+    def _forward_prefill(self, batch, on_publish, pp_proxy_tensors):
+        result = self._target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors)
+        # Spec-V2 convention: seq_lens is the length before this iteration's sampled token.
+        result.new_seq_lens = batch.seq_lens
+        if on_publish is not None:
+            on_publish(result.new_seq_lens)
+        if batch.forward_mode.is_extend() and result.next_token_ids is not None:
+            self._start_requests(batch, result.next_token_ids)
+            result.next_draft_input = SoTDraftInput.from_bonus(result.next_token_ids)
+        return result
+
+    def _start_requests(self, batch, sampled: torch.Tensor) -> None:
+        sampled_ids = sampled.tolist()
+        for req, token in zip(batch.reqs, sampled_ids):
+            if getattr(req, "is_chunked", 0) > 0:
+                continue  # a middle chunk's sample is discarded by the scheduler
+            meta = self._read_meta(req)
+            history = list(req.origin_input_ids_unpadded) + list(req.output_ids) + [token]
+            self.drafter.start(req.rid, history, group=meta.group)
+
+    def _read_meta(self, req) -> SoTMeta:
+        meta, problem = parse_sot_meta(getattr(req.sampling_params, "custom_params", None))
+        if problem is not None and problem not in self._warned:
+            self._warned.add(problem)
+            logger.warning("SPECSOT: ignoring malformed SoT metadata (%s); drafting from the request alone", problem)
+        self._meta[req.rid] = meta
+        return meta
+
+    # -- draft -----------------------------------------------------------------------------
+
+    def draft(self, batch) -> SoTVerifyInput:
+        """Build one verify tree of exactly `num_draft_tokens` nodes per request."""
+        n = self.num_draft_tokens
+        trees = [self._tree_for(req, n) for req in batch.reqs]
+        bs = len(trees)
+        mask = torch.tensor([tree_mask(t, n) for t in trees], dtype=torch.bool).flatten()
+        tokens = torch.tensor([tok for t in trees for tok in t.tokens], dtype=torch.int64)
+        positions = torch.empty(bs * n, dtype=torch.int64)
+        links = [torch.full((bs, n), -1, dtype=torch.int64) for _ in range(3)]
+        mask, tokens, positions = (x.to(self.device) for x in (mask, tokens, positions))
+        links = [x.to(self.device) for x in links]
+        sgl.reconstruct_indices_from_tree_mask_func(mask, batch.seq_lens, positions, *links, bs, n)
+        return SoTVerifyInput(
+            draft_token=tokens, custom_mask=mask, positions=positions,
+            retrieve_index=links[0], retrieve_next_token=links[1], retrieve_next_sibling=links[2],
+            retrieve_cum_len=None, spec_steps=n - 1, topk=1, draft_token_num=n,
+            capture_hidden_mode=sgl.CaptureHiddenMode.NULL, seq_lens_sum=None, seq_lens_cpu=None,
+            sot_meta=tuple(self._meta.get(r.rid, PLAIN) for r in batch.reqs), tree_depth=n,
+            host_trees=tuple(trees),
+        )  # fmt: skip
+
+    def _tree_for(self, req, n: int) -> DraftTree:
+        if not self.drafter.has(req.rid):
+            # A request the worker never saw prefill (e.g. the worker's caches were
+            # cleared): restart from the committed tokens; the last one is the root.
+            meta = self._read_meta(req)
+            history = list(req.origin_input_ids_unpadded) + list(req.output_ids)
+            self.drafter.start(req.rid, history, group=meta.group)
+        tree = self.drafter.propose(req.rid, n)
+        return pad_tree(tree, n, filler=tree.tokens[0])
+
+    # -- verify ----------------------------------------------------------------------------
+
+    def verify(self, batch, verify_input: SoTVerifyInput, pp_proxy_tensors=None):
+        """One TARGET_VERIFY forward over every tree, then SGLang's exact tree sampling."""
+        n, bs = self.num_draft_tokens, len(batch.reqs)
+        fwd_stream = torch.get_device_module(self.device).current_stream()
+        sgl.record_stream_for_v2_verify(batch, None, fwd_stream)
+        batch.forward_mode = sgl.ForwardMode.TARGET_VERIFY
+        batch.input_ids = verify_input.draft_token
+        batch.out_cache_loc = sgl.assign_extend_cache_locs_func(
+            req_pool_indices=batch.req_pool_indices,
+            req_to_token=batch.req_to_token_pool.req_to_token,
+            start_offset=batch.seq_lens, end_offset=batch.seq_lens + n,
+            batch_size=bs, draft_token_num=n, device=self.device,
+        )  # fmt: skip
+        sgl.prepare_mamba_track_for_verify(batch)
+        batch.spec_info = verify_input
+        target = self._target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors, is_verify=True)
+        logits_output = target.logits_output
+        grammar_mask = self._grammar_mask(batch, verify_input) if batch.has_grammar else None
+        predict, accept_lens, accept_index = sgl.eagle_sample(
+            verify_input, batch, logits_output, grammar_mask,
+            watermark_state=self.model_runner.watermark_state,
+        )  # fmt: skip
+        new_seq_lens = batch.seq_lens + accept_lens
+        sgl.commit_mamba_states_after_verify(self._target_worker, batch, accept_lens, accept_index, n)
+        accept_tokens = predict[accept_index]  # (bs, n); rows past accept_lens are garbage
+        sgl.move_accept_tokens_to_target_kvcache(batch, accept_index, accept_lens - 1, self.token_to_kv_pool_allocator)
+        if batch.return_logprob:
+            sgl.compute_spec_logprobs(batch, logits_output, predict, accept_index=accept_index)
+        batch.forward_mode = sgl.ForwardMode.DECODE
+        rows = torch.arange(bs, device=accept_lens.device)
+        bonus = accept_tokens[rows, accept_lens.long() - 1]
+        return sgl.GenerationBatchResult(
+            logits_output=logits_output, next_token_ids=accept_tokens.flatten(),
+            can_run_cuda_graph=target.can_run_cuda_graph, accept_lens=accept_lens,
+            new_seq_lens=new_seq_lens, next_draft_input=SoTDraftInput.from_bonus(bonus),
+            speculative_num_draft_tokens=n,
+        )  # fmt: skip
+
+    def _grammar_mask(self, batch, verify_input: SoTVerifyInput):
+        # Built from the host trees: no device readback, and constrained requests stay
+        # constrained for every drafted token (spec_utils.build_grammar_vocab_mask).
+        next_token, next_sibling = _host_links(verify_input.host_trees, self.num_draft_tokens)
+        tree = sgl.GrammarTree.from_host(
+            next_token, next_sibling, verify_input.draft_token.cpu().view(len(batch.reqs), -1)
+        )
+        return sgl.build_grammar_vocab_mask(
+            reqs=batch.reqs, tree=tree, sampling_info=batch.sampling_info,
+            device=verify_input.retrieve_next_token.device, barrier=None,
+        )  # fmt: skip
+
+    # -- draft-extend ----------------------------------------------------------------------
+
+    def draft_extend(self, batch, result) -> None:
+        """Feed each request's accepted tokens to the drafter (and so to its SoT siblings)."""
+        n = self.num_draft_tokens
+        extend = SoTDraftExtendInput(
+            num_accept_tokens=result.accept_lens,
+            accept_tokens_cpu=result.next_token_ids.view(-1, n).cpu(),
+            rids=tuple(req.rid for req in batch.reqs),
+        )
+        lens = extend.num_accept_tokens.tolist()
+        for rid, row, k in zip(extend.rids, extend.accept_tokens_cpu.tolist(), lens):
+            if self.drafter.has(rid):
+                self.drafter.append(rid, row[:k])
+        current = set(extend.rids)
+        for rid in self._decode_rids - current:  # left the decode batch: finished or retracted
+            self.drafter.forget(rid)
+            self._meta.pop(rid, None)
+        self._decode_rids = current
+
+
+def _host_links(trees: tuple[DraftTree, ...], n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(first child, next sibling) per node, as SGLang's tree kernels lay them out."""
+    next_token = torch.full((len(trees), n), -1, dtype=torch.int64)
+    next_sibling = torch.full((len(trees), n), -1, dtype=torch.int64)
+    for b, tree in enumerate(trees):
+        last_child: dict[int, int] = {}
+        for node in range(1, tree.size):
+            parent = tree.parents[node]
+            if parent in last_child:
+                next_sibling[b, last_child[parent]] = node
+            else:
+                next_token[b, parent] = node
+            last_child[parent] = node
+    return next_token, next_sibling
