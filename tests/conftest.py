@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+# Every machine of this project is a CPU: run SGLang's CPU path in-process too, set before
+# anything imports SGLang (is_cpu() is read at import time all over SGLang). Tests of the
+# import hook's behaviour without it run in subprocesses with their own environment.
+os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
 
 
 def _fetch(name: str) -> str:

@@ -43,6 +43,7 @@ class SpecSoTWorker(sgl.BaseSpecWorker):
         self._meta: dict[str, SoTMeta] = {}
         self._decode_rids: set[str] = set()
         self._warned: set[str] = set()
+        self._loop_logged = False
 
     # -- what the scheduler asks of every spec worker -------------------------------------
 
@@ -62,6 +63,7 @@ class SpecSoTWorker(sgl.BaseSpecWorker):
     def forward_batch_generation(
         self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None
     ):
+        self._log_event_loop(on_publish)
         if not batch.forward_mode.is_decode():
             return self._forward_prefill(batch, on_publish, pp_proxy_tensors)
         verify_input = self.draft(batch)
@@ -70,6 +72,14 @@ class SpecSoTWorker(sgl.BaseSpecWorker):
             on_publish(result.new_seq_lens)  # before draft-extend: the fence is at verify end
         self.draft_extend(batch, result)
         return result
+
+    def _log_event_loop(self, on_publish) -> None:
+        # Only the overlap event loop passes on_publish (scheduler.py:4690); the sync loop
+        # does not (:4827). Logged once, so users and tests can see which loop drives us.
+        if not self._loop_logged:
+            self._loop_logged = True
+            loop = "overlap (event_loop_overlap)" if on_publish is not None else "synchronous"
+            logger.info("SPECSOT worker driven by the %s scheduler loop", loop)
 
     # -- prefill ---------------------------------------------------------------------------
 

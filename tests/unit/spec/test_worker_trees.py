@@ -1,0 +1,46 @@
+"""Our host-side tree encoding agrees with SGLang's reconstruct_indices_from_tree_mask."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from sglang_specsot.spec.adapter import reconstruct_indices_from_tree_mask_func
+from sglang_specsot.spec.context_draft import DraftTree, pad_tree, tree_mask
+from sglang_specsot.spec.worker import _host_links
+
+
+def _random_tree(rng: random.Random, n: int) -> DraftTree:
+    size = rng.randrange(1, n + 1)
+    parents = [-1] + [rng.randrange(i) for i in range(1, size)]
+    # BFS order: sort nodes by depth, keeping parents before children.
+    depth = [0] * size
+    for i in range(1, size):
+        depth[i] = depth[parents[i]] + 1
+    order = sorted(range(size), key=lambda i: (depth[i], i))
+    new = {old: k for k, old in enumerate(order)}
+    tree = DraftTree(
+        tokens=tuple(rng.randrange(100) for _ in order),
+        parents=tuple(-1 if o == 0 else new[parents[o]] for o in order),
+    )
+    return pad_tree(tree, n, filler=0)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_links_and_positions_match_sglang(seed):
+    rng = random.Random(seed)
+    n, bs = rng.choice([2, 4, 8]), rng.randrange(1, 5)
+    trees = [_random_tree(rng, n) for _ in range(bs)]
+    mask = torch.tensor([tree_mask(t, n) for t in trees], dtype=torch.bool).flatten()
+    seq_lens = torch.tensor([rng.randrange(1, 50) for _ in range(bs)])
+    positions = torch.empty(bs * n, dtype=torch.int64)
+    links = [torch.full((bs, n), -1, dtype=torch.int64) for _ in range(3)]
+    reconstruct_indices_from_tree_mask_func(mask, seq_lens, positions, *links, bs, n)
+    next_token, next_sibling = _host_links(tuple(trees), n)
+    assert torch.equal(links[1], next_token)
+    assert torch.equal(links[2], next_sibling)
+    want = [int(seq_lens[b]) + t.depth(i) for b, t in enumerate(trees) for i in range(n)]
+    assert positions.tolist() == want
+    assert links[0].tolist() == [[b * n + i for i in range(n)] for b in range(bs)]
