@@ -1,0 +1,96 @@
+"""`python -m sglang_specsot.models` (also `specsot-models`): fetch, list and build test models.
+
+stdout carries only the answer (a directory, or the list); progress and errors go to stderr, so
+`MODEL=$(python -m sglang_specsot.models fetch smollm2-135m)` works in scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from sglang_specsot.models.fetcher import FetchError, fetch, fetched_path
+from sglang_specsot.models.registry import MODELS, get_spec, model_dir, models_root
+from sglang_specsot.models.tiny import TinySpec, build_tiny_model
+
+PROG = "python -m sglang_specsot.models"
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    for spec in MODELS.values():
+        state = "fetched" if fetched_path(spec.name) else "not fetched"
+        print(f"{spec.name:<20} {spec.hf_name:<38} {spec.gguf_bytes / 2**20:6.0f} MiB GGUF  {state}")
+    print(f"checkpoints live under {models_root()}", file=sys.stderr)
+    return 0
+
+
+def _cmd_path(args: argparse.Namespace) -> int:
+    path = fetched_path(args.name)
+    if path is None:
+        print(f"{args.name} is not fetched (expected in {model_dir(get_spec(args.name))}); "
+              f"run: {PROG} fetch {args.name}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
+def _cmd_fetch(args: argparse.Namespace) -> int:
+    print(fetch(args.name))
+    return 0
+
+
+def _cmd_tiny(args: argparse.Namespace) -> int:
+    spec = TinySpec(vocab_size=args.vocab_size, hidden_size=args.hidden, num_layers=args.layers,
+                    num_heads=args.heads, num_kv_heads=args.kv_heads, seed=args.seed, dtype=args.dtype,
+                    init_std=args.init_std)
+    print(build_tiny_model(args.out, spec))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="the models that can be fetched").set_defaults(run=_cmd_list)
+    for name, run, text in (("fetch", _cmd_fetch, "download, verify and convert; prints the directory"),
+                            ("path", _cmd_path, "print the directory of a fetched model")):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("name", help=f"one of: {', '.join(MODELS)}")
+        cmd.set_defaults(run=run)
+    _add_tiny(sub)
+    return parser
+
+
+def _add_tiny(sub) -> None:
+    defaults = TinySpec()
+    tiny = sub.add_parser("tiny", help="build a tiny random-weight Llama with a trained BPE tokenizer")
+    tiny.add_argument("--out", type=Path, required=True, help="directory to write (must not exist or be empty)")
+    tiny.add_argument("--vocab-size", type=int, default=defaults.vocab_size)
+    tiny.add_argument("--hidden", type=int, default=defaults.hidden_size)
+    tiny.add_argument("--layers", type=int, default=defaults.num_layers)
+    tiny.add_argument("--heads", type=int, default=defaults.num_heads)
+    tiny.add_argument("--kv-heads", type=int, default=defaults.num_kv_heads)
+    tiny.add_argument("--seed", type=int, default=defaults.seed)
+    tiny.add_argument("--init-std", type=float, default=defaults.init_std, help="std of the random weights")
+    tiny.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default=defaults.dtype)
+    tiny.set_defaults(run=_cmd_tiny)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[specsot-models] %(message)s")
+    try:
+        return args.run(args)
+    except (FetchError, ValueError, OSError) as exc:
+        # Bad input, no network, a checksum or a full disk: one line the user can act on.
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; temporary files were removed and the caches hold only finished work",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
