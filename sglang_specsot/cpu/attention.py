@@ -165,8 +165,8 @@ class SpecSoTCpuAttnBackend(TorchNativeAttnBackend):
         super().init_forward_metadata(forward_batch)
         mode = forward_batch.forward_mode
         req_to_token = self.req_to_token_pool.req_to_token
-        if mode.is_idle() or mode.is_decode():
-            self.rows_plan = None  # decode is torch_native's
+        if mode.is_idle() or mode.is_decode() or forward_batch.encoder_lens is not None:
+            self.rows_plan = None  # torch_native's: decode, and encoder-decoder models
         elif mode.is_target_verify():
             self.rows_plan = plan_target_verify(forward_batch, req_to_token)
         else:
@@ -180,6 +180,7 @@ class SpecSoTCpuAttnBackend(TorchNativeAttnBackend):
                 f"{BACKEND_NAME}: {forward_batch.forward_mode.name} with cross-attention, "
                 "encoder-only or sliding-window layers is not supported"
             )
+        assert self.rows_plan is not None, "forward_extend before init_forward_metadata"
         if save_kv_cache and k is not None and v is not None:
             self._write_kv(layer, forward_batch, k, v)
         return self.attend_rows(q, layer, self.rows_plan)
