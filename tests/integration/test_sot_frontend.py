@@ -14,6 +14,7 @@ COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--dtype", "f
           "--max-total-tokens", "4096", "--sleep-on-idle", "--mem-fraction-static", "0.3"]  # fmt: skip
 SUITABLE = "How can I improve my time management skills?"
 MATH = "Solve for x: 3x + 10 = 5x - 10."
+SPECSOT = ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens", "6"]
 MAX_TOKENS = 48
 # Small budgets keep the suite fast on two cores; router_min_answer_tokens=1 lets the rules,
 # not the short cap, decide the route.
@@ -41,10 +42,15 @@ def render(smollm2_path):
     return chat_renderer(smollm2_path)
 
 
-def test_suitable_question_gives_a_plan_shaped_answer(endpoint, render):
+@pytest.fixture(scope="module")
+def sot_answer(endpoint, render):
     from sglang_specsot.frontend import answer_question
 
-    answer = answer_question(endpoint, SUITABLE, render, SoTOptions("auto", CONFIG, MAX_TOKENS))
+    return answer_question(endpoint, SUITABLE, render, SoTOptions("auto", CONFIG, MAX_TOKENS))
+
+
+def test_suitable_question_gives_a_plan_shaped_answer(sot_answer):
+    answer = sot_answer
     assert answer.path == "sot" and answer.route.decision.rule == "list_ask"
     points = answer.branches.plan.points
     assert 2 <= len(points) <= CONFIG.max_points
@@ -87,3 +93,15 @@ def test_unusable_skeleton_falls_back_to_the_normal_answer(endpoint, render):
     answer = answer_question(endpoint, SUITABLE, render, SoTOptions("on", config, 16))
     assert answer.path == "normal" and answer.skeleton.parse.outcome in ("direct", "error")
     assert answer.normal.result.completion_tokens > 0 and answer.answer == answer.normal.result.text
+
+
+def test_same_greedy_answer_on_a_specsot_server(smollm2_path, render, sot_answer):
+    from sglang_specsot.frontend import SoTEndpoint, answer_question
+
+    # Speculation is lossless, so the whole program (skeleton, every branch) must not change.
+    with ServerProcess(smollm2_path, COMMON + SPECSOT) as server:
+        endpoint = SoTEndpoint(server.base_url)
+        answer = answer_question(endpoint, SUITABLE, render, SoTOptions("auto", CONFIG, MAX_TOKENS))
+    assert answer.skeleton.text == sot_answer.skeleton.text
+    assert [b.result.text for b in answer.branches.results] == [b.result.text for b in sot_answer.branches.results]
+    assert answer.answer == sot_answer.answer

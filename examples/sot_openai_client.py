@@ -1,0 +1,105 @@
+"""Ask a CPU SGLang server for a Skeleton-of-Thought answer with the plain OpenAI client: the
+request opts in with `extra_body={"specsot": {...}}`; the server runs skeleton -> branches ->
+merge and returns one chat completion. Shows the non-streamed reply with its per-phase trace
+(`metadata.specsot`), then the same question streamed (skeleton as reasoning_content first,
+then whole points in order), then the model's normal answer as the baseline.
+
+    .venv/bin/python examples/sot_openai_client.py [--question-id 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from openai import OpenAI
+
+from sglang_specsot.launch import ServerProcess
+
+MODEL = "smollm2-135m"
+QUESTION_ID = 1
+VICUNA = Path(__file__).resolve().parents[2] / "shared" / "data" / "vicuna80.jsonl"
+SERVER_ARGS = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--dtype", "float32",
+               "--max-total-tokens", "8192", "--sleep-on-idle", "--mem-fraction-static", "0.3"]  # fmt: skip
+MAX_TOKENS = 256
+SPECSOT = {"mode": "auto", "config": {"skeleton_max_tokens": 64, "max_points": 5, "max_running": 3,
+                                      "default_branch_tokens": 64, "router_min_answer_tokens": 1}}  # fmt: skip
+
+
+def fetch(name: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "sglang_specsot.models", "fetch", name],
+                         check=True, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    return out.stdout.strip().splitlines()[-1]
+
+
+def question(qid: int) -> str:
+    rows = [json.loads(line) for line in VICUNA.read_text().splitlines() if line.strip()]
+    return next(row["question"] for row in rows if row["id"] == qid)
+
+
+def ask(client: OpenAI, text: str, **kwargs):
+    return client.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": text}],
+        temperature=0, max_tokens=MAX_TOKENS, **kwargs,
+    )  # fmt: skip
+
+
+def show_reply(reply, seconds: float) -> None:
+    message, trace = reply.choices[0].message, (reply.model_extra.get("metadata") or {}).get("specsot")
+    print(f"\n=== SoT, not streamed: {seconds:.1f} s, usage {reply.usage.prompt_tokens} prompt + "
+          f"{reply.usage.completion_tokens} completion tokens ===")  # fmt: skip
+    print(f"path {trace['path']}: {trace['reason']}")
+    if "skeleton" in trace:
+        sk = trace["skeleton"]
+        print(f"skeleton ({sk['seconds']:.1f} s, {sk['completion_tokens']} tokens, {sk['outcome']}): {sk['points']}")
+    if "branches" in trace:
+        br = trace["branches"]
+        print(f"branches: {len(br['items'])} in {br['seconds']:.1f} s, start order {br['start_order']}")
+    reasoning = getattr(message, "reasoning_content", None) or (message.model_extra or {}).get("reasoning_content")
+    print(f"skeleton (reasoning_content):\n  {reasoning}\n\n{message.content}")
+
+
+def stream(client: OpenAI, text: str) -> None:
+    print("\n=== SoT, streamed ===")
+    started, first = time.perf_counter(), {}
+    for chunk in ask(client, text, stream=True, extra_body={"specsot": SPECSOT}):
+        for choice in chunk.choices:
+            delta = choice.delta.model_extra or {}
+            for kind, piece in (("skeleton", delta.get("reasoning_content")), ("answer", choice.delta.content)):
+                if piece:
+                    if kind not in first:
+                        first[kind] = time.perf_counter() - started
+                        print(f"\n[{kind}]\n", end="")
+                    print(piece, end="", flush=True)
+    print(f"\n[first skeleton text after {first.get('skeleton', 0):.1f} s, first point after "
+          f"{first.get('answer', 0):.1f} s, done after {time.perf_counter() - started:.1f} s]")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--question-id", type=int, default=QUESTION_ID)
+    parser.add_argument("--model", default=MODEL)
+    args = parser.parse_args()
+
+    model_path, text = fetch(args.model), question(args.question_id)
+    print(f"starting SGLang on CPU: {args.model}", flush=True)
+    with ServerProcess(model_path, SERVER_ARGS) as server:
+        client = OpenAI(base_url=server.base_url + "/v1", api_key="none")
+        print(f"question {args.question_id}: {text}", flush=True)
+        started = time.perf_counter()
+        reply = ask(client, text, extra_body={"specsot": SPECSOT})
+        show_reply(reply, time.perf_counter() - started)
+        stream(client, text)
+        started = time.perf_counter()
+        normal = ask(client, text)  # no "specsot" field: SGLang's own answer
+        seconds = time.perf_counter() - started
+    print(f"\n=== normal answer (baseline): {seconds:.1f} s, {normal.usage.completion_tokens} tokens ===")
+    print(normal.choices[0].message.content)
+
+
+if __name__ == "__main__":
+    main()
