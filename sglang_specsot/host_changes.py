@@ -7,12 +7,19 @@ tests/unit/test_patches.py). Entries whose `when` is false in this process are s
 
 `HookRegistry.apply_hooks` logs and swallows failures, so `apply_host_changes` re-checks
 that every applied target is really wrapped and raises otherwise.
+
+The one exception to HookRegistry is hook type "bind": it fills a module-level name that SGLang
+sets to None on this platform (a kernel it has no implementation for). HookRegistry cannot
+patch a None: its propagation (hook_registry.py:320-347) rewrites every module attribute that
+`is` the original, and an SGLang CPU process has thousands of None globals.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import pkgutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -25,7 +32,7 @@ class HostChange:
 
     name: str
     target: str  # dotted path, as HookRegistry.register takes it
-    hook_type: str  # "before" | "after" | "around" | "replace"
+    hook_type: str  # "before" | "after" | "around" | "replace" | "bind" (see module doc)
     hook: Callable[[], Callable]  # returns the hook callable (lazy: may import torch/SGLang)
     why: str  # what SGLang does at file:line and why no public seam served
     patch: str  # file name under patches/
@@ -72,6 +79,19 @@ def _resolve(target: str):
     return getattr(owner, attr)
 
 
+def _bind_unset_name(target: str, value: object) -> None:
+    """Set `target`, None on this platform, in its module and in every loaded SGLang module
+    that imported that None under the same name (`from module import name`)."""
+    module_name, attr = target.rsplit(".", 1)
+    module = importlib.import_module(module_name)
+    assert getattr(module, attr) is None, f"bind only fills a None name; {target} is set"
+    for mod in [module, *list(sys.modules.values())]:
+        name = getattr(mod, "__name__", None)
+        is_importer = isinstance(name, str) and name.startswith("sglang.")
+        if mod is module or (is_importer and vars(mod).get(attr, False) is None):
+            setattr(mod, attr, value)
+
+
 def apply_host_changes() -> list[str]:
     """Register every applicable change with HookRegistry, apply, and verify. Idempotent."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
@@ -80,6 +100,12 @@ def apply_host_changes() -> list[str]:
     originals = {}
     for change in pending:
         originals[change.name] = _resolve(change.target)
+        if change.hook_type == "bind":
+            _bind_unset_name(change.target, change.hook())
+            continue
+        assert originals[change.name] is not None, (
+            f"host change {change.name!r}: {change.target} is None here; use hook_type 'bind'"
+        )
         HookRegistry.register(change.target, change.hook(), HookType(change.hook_type))
     HookRegistry.apply_hooks()
     for change in pending:
@@ -143,6 +169,82 @@ register_host_change(
             "one, and the patch returns it there before the name-based dispatch."
         ),
         patch="last-loc-platform-dispatch.diff",
+        when=_cpu_only,
+    )
+)
+
+
+# --- Lossless sampling in speculative verify on CPU (sglang_specsot/cpu/sampling.py) ----------
+# One upstream diff, four entries: the torch ops fill the names SGLang leaves None on CPU
+# (binds first, so eagle_utils imported by the last entry already sees them), then CPU verify
+# stops forcing greedy.
+
+_SAMPLING_PATCH = "cpu-sampling-verify.diff"
+_SAMPLING_WHY = (
+    "eagle_sample (sglang/srt/speculative/eagle_utils.py:641) commits the target argmax whenever "
+    "_verify_uses_greedy (:485-500) sees is_cpu, because on CPU "
+    "{name} is None ({where}); speculative decoding on CPU thus changes the output "
+    "distribution of every request with temperature > 0. No platform seam supplies the op; "
+    "this fills the name with the torch version in sglang_specsot/cpu/sampling.py."
+)
+
+
+def _sampling_op(name: str) -> Callable[[], Callable]:
+    def hook() -> Callable:
+        from sglang_specsot.cpu import sampling
+
+        return getattr(sampling, name)
+
+    return hook
+
+
+for _module, _name, _where in [
+    (
+        "sglang.kernels.ops.speculative.verify_sampling",
+        "tree_speculative_sampling_target_only",
+        "sglang/kernels/ops/speculative/verify_sampling.py:31-32; the JIT-CUDA kernel is "
+        "kernels/ops/speculative/sampling.py:33",
+    ),
+    ("sglang.kernels.ops.sampling.renorm", "top_k_renorm_prob", "renorm.py:33-35"),
+    ("sglang.kernels.ops.sampling.renorm", "top_p_renorm_prob", "renorm.py:33-35"),
+]:
+    register_host_change(
+        HostChange(
+            name=f"cpu-{_name.replace('_', '-')}",
+            target=f"{_module}.{_name}",
+            hook_type="bind",
+            hook=_sampling_op(_name),
+            why=_SAMPLING_WHY.format(name=_name, where=_where),
+            patch=_SAMPLING_PATCH,
+            when=_cpu_only,
+        )
+    )
+del _module, _name, _where
+
+
+def _verify_uses_greedy_hook() -> Callable:
+    def verify_uses_greedy_on_cpu(original: Callable, **flags: bool) -> bool:
+        # CPU now has the target-only sampler; only rejection sampling (a Triton kernel,
+        # reject_sampling.py) still has no CPU version, so that alone keeps CPU greedy.
+        flags["is_cpu"] = flags["is_cpu"] and flags["use_rejection_sampling"]
+        return original(**flags)
+
+    return verify_uses_greedy_on_cpu
+
+
+register_host_change(
+    HostChange(
+        name="cpu-verify-sampling",
+        target="sglang.srt.speculative.eagle_utils._verify_uses_greedy",
+        hook_type="around",
+        hook=_verify_uses_greedy_hook,
+        why=(
+            "_verify_uses_greedy (sglang/srt/speculative/eagle_utils.py:485-500) returns True for "
+            "is_cpu, so eagle_sample (:641) verifies greedily on CPU even for temperature > 0. "
+            "With the entries above the sampling branch (:712-785) has its ops on CPU; the hook "
+            "drops is_cpu from the predicate unless rejection sampling (Triton only) is on."
+        ),
+        patch=_SAMPLING_PATCH,
         when=_cpu_only,
     )
 )
