@@ -1,9 +1,10 @@
 """The phases of one Skeleton-of-Thought answer, run against any generation backend.
 
-route -> skeleton -> parse -> plan -> branches -> merge, one frozen dataclass per phase. The
-async `run_sot` drives a `SoTBackend` (the server's TokenizerManager, or a fake in tests); the
-frontend program builds the very same requests with the helpers here, so both send the model
-identical prompts and budgets. No SGLang import: the pure core plus asyncio.
+route -> skeleton -> parse -> plan -> branches -> merge, one frozen dataclass per phase
+(`sot_phases`). The async `run_sot` drives a `SoTBackend` (the server's TokenizerManager, or
+a fake in tests); the frontend program builds the very same requests with the helpers here,
+so both send the model identical prompts and budgets. No SGLang import: the pure core plus
+asyncio.
 """
 
 from __future__ import annotations
@@ -18,23 +19,33 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
-from sglang_specsot.sot.merge import (
-    MergedAnswer,
-    MergedPoint,
-    clean_expansion,
-    format_point,
-    merge_answer,
-)
+from sglang_specsot.sot.merge import MergedPoint, clean_expansion, format_point, merge_answer
 from sglang_specsot.sot.planner import BranchPlan, plan_branches
 from sglang_specsot.sot.prompts import expansion_prompt, skeleton_prompt
 from sglang_specsot.sot.router import RouteDecision, route_question
-from sglang_specsot.sot.skeleton import SkeletonParse, parse_skeleton
+from sglang_specsot.sot.skeleton import parse_skeleton
+from sglang_specsot.sot_phases import (  # noqa: F401 (re-exported: callers import them from here)
+    BRANCH,
+    NORMAL,
+    PLAIN,
+    SKELETON,
+    SOT,
+    BranchesPhase,
+    BranchResult,
+    GenRequest,
+    GenResult,
+    MergePhase,
+    NormalPhase,
+    RoutePhase,
+    SkeletonPhase,
+    SoTAnswer,
+    SoTPhaseError,
+    SoTTag,
+)
 
 logger = logging.getLogger(__name__)
 
 MODES = ("auto", "on", "off")
-SKELETON, BRANCH, PLAIN = "skeleton", "branch", "plain"
-SOT, NORMAL = "sot", "normal"
 # Channels of streamed text: the skeleton (the plan) and the answer itself.
 SKELETON_CHANNEL, ANSWER_CHANNEL = "skeleton", "answer"
 
@@ -69,43 +80,6 @@ class SoTOptions:
             )
 
 
-@dataclass(frozen=True, slots=True)
-class SoTTag:
-    """Metadata a SPECSOT server reads from `sampling_params.custom_params` to group siblings."""
-
-    group: str  # one id per answer, shared by its skeleton and branches
-    role: str  # "skeleton" | "branch" | "plain"
-    point: int | None = None  # 0-based skeleton index of a branch
-    n: int | None = None  # number of branches of the answer
-
-    def custom_params(self) -> dict[str, dict[str, str | int]]:
-        tag: dict[str, str | int] = {"group": self.group, "role": self.role}
-        if self.point is not None:
-            tag["point"] = self.point
-        if self.n is not None:
-            tag["n"] = self.n
-        return {"specsot": tag}
-
-
-@dataclass(frozen=True, slots=True)
-class GenRequest:
-    """One generation the runner needs: prompt text (assistant pre-fill included) and budget."""
-
-    prompt: str
-    max_new_tokens: int | None  # None only for the plain answer: the backend's own default
-    tag: SoTTag
-    prefill: str = ""  # the tail of `prompt` that pre-fills the assistant turn
-    logit_processor: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class GenResult:
-    """What a backend returns for one GenRequest."""
-
-    text: str  # generated text only (no prompt, no pre-fill)
-    prompt_tokens: int
-    completion_tokens: int
-    finish_reason: str  # "stop" | "length" | "abort"
 
 
 class SoTBackend(Protocol):
@@ -120,111 +94,6 @@ class SoTBackend(Protocol):
     ) -> GenResult: ...
 
 
-class SoTPhaseError(RuntimeError):
-    """A generation of one phase failed; `cause` is the backend's exception."""
-
-    def __init__(self, phase: str, cause: BaseException) -> None:
-        super().__init__(f"SoT {phase} failed: {cause}")
-        self.phase = phase
-        self.cause = cause
-
-
-# -- phase results ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class RoutePhase:
-    decision: RouteDecision
-    seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class SkeletonPhase:
-    request: GenRequest
-    result: GenResult
-    parse: SkeletonParse
-    seconds: float  # generation
-    parse_seconds: float
-
-    @property
-    def text(self) -> str:
-        """The skeleton as the model wrote it, its pre-filled start included."""
-        return self.request.prefill + self.result.text
-
-
-@dataclass(frozen=True, slots=True)
-class BranchResult:
-    index: int  # 0-based skeleton position
-    point: str
-    request: GenRequest
-    result: GenResult
-    started: float  # seconds after the branch phase began
-    finished: float
-
-
-@dataclass(frozen=True, slots=True)
-class BranchesPhase:
-    plan: BranchPlan
-    results: tuple[BranchResult, ...]  # skeleton order
-    start_order: tuple[int, ...]  # skeleton indices in the order their branches started
-    peak_running: int  # most branches running at once (never above plan.max_running)
-    seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class MergePhase:
-    merged: MergedAnswer
-    seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class NormalPhase:
-    request: GenRequest
-    result: GenResult
-    seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class SoTAnswer:
-    """The whole answer with every phase that ran; `path` says whether SoT answered."""
-
-    group: str
-    path: str  # "sot" | "normal"
-    reason: str  # why this path: the router's reason, or the skeleton parse's
-    answer: str
-    route: RoutePhase
-    skeleton: SkeletonPhase | None = None  # None when the router chose a normal answer
-    branches: BranchesPhase | None = None  # set exactly when path == "sot"
-    merge: MergePhase | None = None
-    normal: NormalPhase | None = None  # set exactly when path == "normal"
-    seconds: float = 0.0
-
-    @property
-    def results(self) -> tuple[GenResult, ...]:
-        """Every generation of this answer (skeleton, branches, normal answer)."""
-        out = [self.skeleton.result] if self.skeleton else []
-        out += [b.result for b in self.branches.results] if self.branches else []
-        out += [self.normal.result] if self.normal else []
-        return tuple(out)
-
-    @property
-    def prompt_tokens(self) -> int:
-        return sum(r.prompt_tokens for r in self.results)
-
-    @property
-    def completion_tokens(self) -> int:
-        return sum(r.completion_tokens for r in self.results)
-
-    @property
-    def finish_reason(self) -> str:
-        """"length" when a branch or the normal answer was cut by its budget, else "stop"."""
-        parts = [b.result for b in self.branches.results] if self.branches else []
-        parts += [self.normal.result] if self.normal else []
-        return "length" if any(r.finish_reason == "length" for r in parts) else "stop"
-
-    def trace(self) -> dict:
-        """A JSON-safe summary of every phase, with per-phase seconds."""
-        return _trace(self)
 
 
 # -- request builders (shared with the frontend program) -----------------------------------
@@ -480,66 +349,3 @@ def assemble_answer(
     text = merge.merged.text if merge is not None else normal.result.text
     seconds = time.perf_counter() - started
     return SoTAnswer(group, path, reason, text, route, skeleton, branches, merge, normal, seconds)
-
-
-# -- trace ---------------------------------------------------------------------------------
-
-
-def _gen_trace(result: GenResult) -> dict:
-    return {
-        "prompt_tokens": result.prompt_tokens,
-        "completion_tokens": result.completion_tokens,
-        "finish_reason": result.finish_reason,
-    }
-
-
-def _trace(answer: SoTAnswer) -> dict:
-    trace: dict = {
-        "group": answer.group,
-        "path": answer.path,
-        "reason": answer.reason,
-        "seconds": answer.seconds,
-        "usage": {"prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens},
-        "route": {"use_sot": answer.route.decision.use_sot, "rule": answer.route.decision.rule,
-                  "seconds": answer.route.seconds},
-    }  # fmt: skip
-    if answer.skeleton is not None:
-        trace["skeleton"] = _skeleton_trace(answer.skeleton)
-    if answer.branches is not None:
-        trace["branches"] = _branches_trace(answer.branches)
-    if answer.merge is not None:
-        trace["merge"] = {"seconds": answer.merge.seconds,
-                          "empty_points": list(answer.merge.merged.empty_points)}  # fmt: skip
-    if answer.normal is not None:
-        trace["normal"] = {"seconds": answer.normal.seconds, **_gen_trace(answer.normal.result)}
-    return trace
-
-
-def _skeleton_trace(skeleton: SkeletonPhase) -> dict:
-    parse = skeleton.parse
-    return {
-        "text": skeleton.text,
-        "outcome": parse.outcome,
-        "reason": parse.reason,
-        "points": list(parse.texts),
-        "notes": list(parse.notes),
-        "seconds": skeleton.seconds,
-        "parse_seconds": skeleton.parse_seconds,
-        **_gen_trace(skeleton.result),
-    }
-
-
-def _branches_trace(branches: BranchesPhase) -> dict:
-    return {
-        "seconds": branches.seconds,
-        "max_running": branches.plan.max_running,
-        "peak_running": branches.peak_running,
-        "start_order": list(branches.start_order),
-        "dropped_points": list(branches.plan.dropped_points),
-        "items": [
-            {"index": b.index, "point": b.point, "text": b.result.text, "started": b.started,
-             "finished": b.finished, "max_new_tokens": b.request.max_new_tokens,
-             **_gen_trace(b.result)}
-            for b in branches.results
-        ],
-    }  # fmt: skip

@@ -527,3 +527,13 @@ def test_install_is_a_no_op_outside_the_http_server():
 
     assert install_sot_server() is False
     assert HOOK_TARGET not in HookRegistry._hooks
+
+
+def test_runner_imports_neither_sglang_nor_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, sglang_specsot.sot_runner; "
+            "print(sorted(m for m in ('sglang', 'torch', 'transformers') if m in sys.modules))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

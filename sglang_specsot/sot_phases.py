@@ -1,0 +1,230 @@
+"""What flows between the phases of one SoT answer: requests, results, one dataclass per phase.
+
+Filled by `sot_runner.run_sot` (server) and the frontend program alike; `SoTAnswer.trace()`
+is the JSON summary both report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sglang_specsot.sot.merge import MergedAnswer
+from sglang_specsot.sot.planner import BranchPlan
+from sglang_specsot.sot.router import RouteDecision
+from sglang_specsot.sot.skeleton import SkeletonParse
+
+SKELETON, BRANCH, PLAIN = "skeleton", "branch", "plain"
+SOT, NORMAL = "sot", "normal"
+
+
+@dataclass(frozen=True, slots=True)
+class SoTTag:
+    """Metadata a SPECSOT server reads from `sampling_params.custom_params` to group siblings."""
+
+    group: str  # one id per answer, shared by its skeleton and branches
+    role: str  # "skeleton" | "branch" | "plain"
+    point: int | None = None  # 0-based skeleton index of a branch
+    n: int | None = None  # number of branches of the answer
+
+    def custom_params(self) -> dict[str, dict[str, str | int]]:
+        tag: dict[str, str | int] = {"group": self.group, "role": self.role}
+        if self.point is not None:
+            tag["point"] = self.point
+        if self.n is not None:
+            tag["n"] = self.n
+        return {"specsot": tag}
+
+
+@dataclass(frozen=True, slots=True)
+class GenRequest:
+    """One generation the runner needs: prompt text (assistant pre-fill included) and budget."""
+
+    prompt: str
+    max_new_tokens: int | None  # None only for the plain answer: the backend's own default
+    tag: SoTTag
+    prefill: str = ""  # the tail of `prompt` that pre-fills the assistant turn
+    logit_processor: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GenResult:
+    """What a backend returns for one GenRequest."""
+
+    text: str  # generated text only (no prompt, no pre-fill)
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str  # "stop" | "length" | "abort"
+
+
+
+
+class SoTPhaseError(RuntimeError):
+    """A generation of one phase failed; `cause` is the backend's exception."""
+
+    def __init__(self, phase: str, cause: BaseException) -> None:
+        super().__init__(f"SoT {phase} failed: {cause}")
+        self.phase = phase
+        self.cause = cause
+
+
+# -- phase results ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePhase:
+    decision: RouteDecision
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class SkeletonPhase:
+    request: GenRequest
+    result: GenResult
+    parse: SkeletonParse
+    seconds: float  # generation
+    parse_seconds: float
+
+    @property
+    def text(self) -> str:
+        """The skeleton as the model wrote it, its pre-filled start included."""
+        return self.request.prefill + self.result.text
+
+
+@dataclass(frozen=True, slots=True)
+class BranchResult:
+    index: int  # 0-based skeleton position
+    point: str
+    request: GenRequest
+    result: GenResult
+    started: float  # seconds after the branch phase began
+    finished: float
+
+
+@dataclass(frozen=True, slots=True)
+class BranchesPhase:
+    plan: BranchPlan
+    results: tuple[BranchResult, ...]  # skeleton order
+    start_order: tuple[int, ...]  # skeleton indices in the order their branches started
+    peak_running: int  # most branches running at once (never above plan.max_running)
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class MergePhase:
+    merged: MergedAnswer
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class NormalPhase:
+    request: GenRequest
+    result: GenResult
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class SoTAnswer:
+    """The whole answer with every phase that ran; `path` says whether SoT answered."""
+
+    group: str
+    path: str  # "sot" | "normal"
+    reason: str  # why this path: the router's reason, or the skeleton parse's
+    answer: str
+    route: RoutePhase
+    skeleton: SkeletonPhase | None = None  # None when the router chose a normal answer
+    branches: BranchesPhase | None = None  # set exactly when path == "sot"
+    merge: MergePhase | None = None
+    normal: NormalPhase | None = None  # set exactly when path == "normal"
+    seconds: float = 0.0
+
+    @property
+    def results(self) -> tuple[GenResult, ...]:
+        """Every generation of this answer (skeleton, branches, normal answer)."""
+        out = [self.skeleton.result] if self.skeleton else []
+        out += [b.result for b in self.branches.results] if self.branches else []
+        out += [self.normal.result] if self.normal else []
+        return tuple(out)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(r.prompt_tokens for r in self.results)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(r.completion_tokens for r in self.results)
+
+    @property
+    def finish_reason(self) -> str:
+        """"length" when a branch or the normal answer was cut by its budget, else "stop"."""
+        parts = [b.result for b in self.branches.results] if self.branches else []
+        parts += [self.normal.result] if self.normal else []
+        return "length" if any(r.finish_reason == "length" for r in parts) else "stop"
+
+    def trace(self) -> dict:
+        """A JSON-safe summary of every phase, with per-phase seconds."""
+        return _trace(self)
+
+
+
+
+# -- trace ---------------------------------------------------------------------------------
+
+
+def _gen_trace(result: GenResult) -> dict:
+    return {
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "finish_reason": result.finish_reason,
+    }
+
+
+def _trace(answer: SoTAnswer) -> dict:
+    trace: dict = {
+        "group": answer.group,
+        "path": answer.path,
+        "reason": answer.reason,
+        "seconds": answer.seconds,
+        "usage": {"prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens},
+        "route": {"use_sot": answer.route.decision.use_sot, "rule": answer.route.decision.rule,
+                  "seconds": answer.route.seconds},
+    }  # fmt: skip
+    if answer.skeleton is not None:
+        trace["skeleton"] = _skeleton_trace(answer.skeleton)
+    if answer.branches is not None:
+        trace["branches"] = _branches_trace(answer.branches)
+    if answer.merge is not None:
+        trace["merge"] = {"seconds": answer.merge.seconds,
+                          "empty_points": list(answer.merge.merged.empty_points)}  # fmt: skip
+    if answer.normal is not None:
+        trace["normal"] = {"seconds": answer.normal.seconds, **_gen_trace(answer.normal.result)}
+    return trace
+
+
+def _skeleton_trace(skeleton: SkeletonPhase) -> dict:
+    parse = skeleton.parse
+    return {
+        "text": skeleton.text,
+        "outcome": parse.outcome,
+        "reason": parse.reason,
+        "points": list(parse.texts),
+        "notes": list(parse.notes),
+        "seconds": skeleton.seconds,
+        "parse_seconds": skeleton.parse_seconds,
+        **_gen_trace(skeleton.result),
+    }
+
+
+def _branches_trace(branches: BranchesPhase) -> dict:
+    return {
+        "seconds": branches.seconds,
+        "max_running": branches.plan.max_running,
+        "peak_running": branches.peak_running,
+        "start_order": list(branches.start_order),
+        "dropped_points": list(branches.plan.dropped_points),
+        "items": [
+            {"index": b.index, "point": b.point, "text": b.result.text, "started": b.started,
+             "finished": b.finished, "max_new_tokens": b.request.max_new_tokens,
+             **_gen_trace(b.result)}
+            for b in branches.results
+        ],
+    }  # fmt: skip
