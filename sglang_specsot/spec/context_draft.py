@@ -214,11 +214,14 @@ def tree_mask(tree: DraftTree, size: int) -> list[list[bool]]:
 
 
 def pad_tree(tree: DraftTree, size: int, filler: int) -> DraftTree:
-    """Pad to exactly `size` nodes with leaf children of the root.
+    """Pad to exactly `size` nodes with a chain of `filler` tokens below the last node.
 
     Verify needs the same node count for every request. A filler is verified like any draft,
-    so accepting it is still exact; it only costs a slot.
+    so accepting it is still exact. It hangs in a chain (each filler the only child of its
+    parent) because tree sampling assumes the siblings of a node carry distinct tokens: the
+    last BFS node is a leaf, so no filler ever gets a sibling, and BFS order is kept.
     """
     assert tree.size <= size, f"tree of {tree.size} nodes does not fit {size}"
     extra = size - tree.size
-    return DraftTree(tree.tokens + (filler,) * extra, tree.parents + (0,) * extra)
+    parents = tuple(range(tree.size - 1, size - 1))[:extra]
+    return DraftTree(tree.tokens + (filler,) * extra, tree.parents + parents)

@@ -114,9 +114,15 @@ class SpecSoTWorker(sgl.BaseSpecWorker):
     # -- draft -----------------------------------------------------------------------------
 
     def draft(self, batch) -> SoTVerifyInput:
-        """Build one verify tree of exactly `num_draft_tokens` nodes per request."""
-        n = self.num_draft_tokens
-        trees = [self._tree_for(req, n) for req in batch.reqs]
+        """Build one verify tree per request, all padded to this step's widest tree.
+
+        The width varies per step (at most `num_draft_tokens`): when the context offers no
+        draft for any request, the verify forward is a one-token decode, so SPECSOT costs
+        about what plain decoding costs where the context does not help.
+        """
+        trees = [self._tree_for(req, self.num_draft_tokens) for req in batch.reqs]
+        n = max(t.size for t in trees)
+        trees = [pad_tree(t, n, filler=t.tokens[0]) for t in trees]
         bs = len(trees)
         mask = torch.tensor([tree_mask(t, n) for t in trees], dtype=torch.bool).flatten()
         tokens = torch.tensor([tok for t in trees for tok in t.tokens], dtype=torch.int64)
@@ -141,14 +147,13 @@ class SpecSoTWorker(sgl.BaseSpecWorker):
             meta = self._read_meta(req)
             history = list(req.origin_input_ids_unpadded) + list(req.output_ids)
             self.drafter.start(req.rid, history, group=meta.group)
-        tree = self.drafter.propose(req.rid, n)
-        return pad_tree(tree, n, filler=tree.tokens[0])
+        return self.drafter.propose(req.rid, n)
 
     # -- verify ----------------------------------------------------------------------------
 
     def verify(self, batch, verify_input: SoTVerifyInput, pp_proxy_tensors=None):
         """One TARGET_VERIFY forward over every tree, then SGLang's exact tree sampling."""
-        n, bs = self.num_draft_tokens, len(batch.reqs)
+        n, bs = verify_input.draft_token_num, len(batch.reqs)
         fwd_stream = torch.get_device_module(self.device).current_stream()
         sgl.record_stream_for_v2_verify(batch, None, fwd_stream)
         batch.forward_mode = sgl.ForwardMode.TARGET_VERIFY
@@ -181,13 +186,13 @@ class SpecSoTWorker(sgl.BaseSpecWorker):
             logits_output=logits_output, next_token_ids=accept_tokens.flatten(),
             can_run_cuda_graph=target.can_run_cuda_graph, accept_lens=accept_lens,
             new_seq_lens=new_seq_lens, next_draft_input=SoTDraftInput.from_bonus(bonus),
-            speculative_num_draft_tokens=n,
+            speculative_num_draft_tokens=n,  # this step's row stride of next_token_ids
         )  # fmt: skip
 
     def _grammar_mask(self, batch, verify_input: SoTVerifyInput):
         # Built from the host trees: no device readback, and constrained requests stay
         # constrained for every drafted token (spec_utils.build_grammar_vocab_mask).
-        next_token, next_sibling = _host_links(verify_input.host_trees, self.num_draft_tokens)
+        next_token, next_sibling = _host_links(verify_input.host_trees, verify_input.draft_token_num)
         tree = sgl.GrammarTree.from_host(
             next_token, next_sibling, verify_input.draft_token.cpu().view(len(batch.reqs), -1)
         )
@@ -200,7 +205,7 @@ class SpecSoTWorker(sgl.BaseSpecWorker):
 
     def draft_extend(self, batch, result) -> None:
         """Feed each request's accepted tokens to the drafter (and so to its SoT siblings)."""
-        n = self.num_draft_tokens
+        n = result.speculative_num_draft_tokens
         extend = SoTDraftExtendInput(
             num_accept_tokens=result.accept_lens,
             accept_tokens_cpu=result.next_token_ids.view(-1, n).cpu(),

@@ -88,11 +88,27 @@ def test_tree_mask_is_ancestor_or_self():
         assert {j for j, v in enumerate(row) if v} == expect[i]
 
 
-def test_pad_tree_adds_root_leaves():
-    tree = pad_tree(DraftTree((7, 1), (-1, 0)), 4, filler=7)
-    assert tree.tokens == (7, 1, 7, 7) and tree.parents == (-1, 0, 0, 0)
+def test_pad_tree_hangs_a_chain_below_the_last_node():
+    tree = pad_tree(DraftTree((7, 1, 2), (-1, 0, 0)), 5, filler=7)
+    assert tree.tokens == (7, 1, 2, 7, 7) and tree.parents == (-1, 0, 0, 2, 3)
+    assert pad_tree(DraftTree((7,), (-1,)), 3, filler=7).parents == (-1, 0, 1)
     with pytest.raises(AssertionError):
         pad_tree(tree, 3, filler=0)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_padded_trees_keep_sibling_tokens_distinct(seed):
+    # Tree sampling is lossless only if the children of a node carry distinct tokens.
+    rng = random.Random(seed)
+    drafter = ContextDrafter()
+    drafter.start("r", [rng.randrange(3) for _ in range(40)])
+    tree = pad_tree(drafter.propose("r", 6), 10, filler=drafter.tokens("r")[-1])
+    children = {}
+    for node in range(1, tree.size):
+        children.setdefault(tree.parents[node], []).append(tree.tokens[node])
+    assert all(len(set(c)) == len(c) for c in children.values()), children
+    depths = [tree.depth(i) for i in range(tree.size)]
+    assert depths == sorted(depths)
 
 
 @pytest.mark.parametrize("kwargs", [dict(min_ngram=0), dict(min_ngram=3, max_ngram=2), dict(max_ngram=17), dict(paths_per_source=0)])

@@ -1,0 +1,137 @@
+"""Speculative decoding on this CPU, side by side: plain, NGRAM, STANDALONE and SPECSOT.
+
+All servers run at once (idle ones sleep) and are measured in alternating rounds on the same
+prompts, so machine drift hits every configuration alike. Two prompt sets:
+  vicuna   - Vicuna questions, one request each (batch 1)
+  branches - SoT branch prompts: every point of one skeleton expanded in one batch, tagged
+             as one SoT group (what the SoT program sends)
+Prints accept length, output tokens/s and the ratio to plain decoding for each.
+
+    .venv/bin/python examples/bench_speculative.py --model smollm2-135m
+    .venv/bin/python examples/bench_speculative.py --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from transformers import AutoTokenizer
+
+from sglang_specsot.launch import ServerProcess
+from sglang_specsot.sot import expansion_prompt
+
+VICUNA = Path(__file__).resolve().parents[2] / "shared" / "data" / "vicuna80.jsonl"
+COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-tokens", "16384",
+          "--sleep-on-idle", "--mem-fraction-static", "0.2"]  # fmt: skip
+SKELETON = ["Set clear goals", "Prioritize tasks", "Avoid distractions", "Take short breaks"]
+SEED = 0
+
+
+def fetch(name: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "sglang_specsot.models", "fetch", name],
+                         check=True, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    return out.stdout.strip().splitlines()[-1]
+
+
+def configs(draft_path: str | None, num_draft: int) -> dict[str, list[str]]:
+    out = {
+        "plain": [],
+        "NGRAM": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(num_draft)],
+        "SPECSOT": ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens", str(num_draft)],
+    }
+    if draft_path:
+        out["STANDALONE"] = ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", draft_path,
+                             "--speculative-num-steps", "4", "--speculative-eagle-topk", "1",
+                             "--speculative-num-draft-tokens", "5"]  # fmt: skip
+    return out
+
+
+def workloads(tokenizer, n_questions: int) -> dict[str, list[tuple[list[str], dict | None]]]:
+    """Each workload: a list of (batch of prompts, SoT tag factory or None)."""
+    chat = lambda msgs: tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)  # noqa: E731
+    rows = [json.loads(line) for line in VICUNA.read_text().splitlines()]
+    questions = [r["question"] for r in rows if r["sot_suitable"]][:n_questions]
+    vicuna = [([chat([{"role": "user", "content": q}])], None) for q in questions]
+    branches = [
+        ([expansion_prompt(q, SKELETON, i).render(chat) for i in range(len(SKELETON))], {"n": len(SKELETON)})
+        for q in questions
+    ]
+    return {"vicuna": vicuna, "branches": branches}
+
+
+def run_batch(server: ServerProcess, prompts: list[str], tag: dict | None, max_new: int) -> tuple[int, float, list]:
+    params = [{"temperature": 0, "max_new_tokens": max_new} for _ in prompts]
+    if tag is not None:
+        group = uuid.uuid4().hex
+        for i, p in enumerate(params):
+            p["custom_params"] = {"specsot": {"group": group, "role": "branch", "point": i, "n": tag["n"]}}
+    t0 = time.perf_counter()
+    out = server.post("/generate", {"text": prompts, "sampling_params": params})
+    elapsed = time.perf_counter() - t0
+    out = out if isinstance(out, list) else [out]
+    tokens = sum(o["meta_info"]["completion_tokens"] for o in out)
+    return tokens, elapsed, [o["meta_info"].get("spec_accept_length") for o in out]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--draft", default=None, help="draft model for STANDALONE (same tokenizer)")
+    parser.add_argument("--questions", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--num-draft-tokens", type=int, default=6)
+    parser.add_argument("--dtype", default="bfloat16")
+    args = parser.parse_args()
+
+    model = fetch(args.model)
+    draft = fetch(args.draft) if args.draft else None
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    loads = workloads(tokenizer, args.questions)
+    servers = {name: ServerProcess(model, COMMON + ["--dtype", args.dtype] + extra,
+                                   log_path=Path(f"/tmp/bench-{name}.log"))  # fmt: skip
+               for name, extra in configs(draft, args.num_draft_tokens).items()}
+    stats = {(c, w): {"tokens": 0, "seconds": 0.0, "accept": []} for c in servers for w in loads}
+    try:
+        for name, server in servers.items():
+            print(f"starting {name} ...", flush=True)
+            server.start()
+            run_batch(server, loads["vicuna"][0][0], None, 8)  # warm-up
+        for r in range(args.rounds):
+            for w, batches in loads.items():
+                for prompts, tag in batches:
+                    for name, server in servers.items():  # interleaved: same prompt, every config
+                        tokens, secs, accept = run_batch(server, prompts, tag, args.max_new_tokens)
+                        s = stats[(name, w)]
+                        s["tokens"] += tokens
+                        s["seconds"] += secs
+                        s["accept"] += [a for a in accept if a]
+            print(f"round {r + 1}/{args.rounds} done", flush=True)
+    finally:
+        for server in servers.values():
+            server.stop()
+    report(stats, list(servers), list(loads), args)
+
+
+def report(stats: dict, names: list[str], loads: list[str], args) -> None:
+    print(f"\nmodel {args.model}, draft {args.draft}, {args.questions} questions x {args.rounds} rounds, "
+          f"{args.max_new_tokens} new tokens, dtype {args.dtype}")  # fmt: skip
+    print(f"{'workload':10} {'config':11} {'accept len':>10} {'tok/s':>8} {'vs plain':>9}")
+    for w in loads:
+        base = stats[("plain", w)]["tokens"] / stats[("plain", w)]["seconds"]
+        for name in names:
+            s = stats[(name, w)]
+            rate = s["tokens"] / s["seconds"]
+            acc = f"{statistics.mean(s['accept']):.2f}" if s["accept"] else "-"
+            print(f"{w:10} {name:11} {acc:>10} {rate:8.2f} {rate / base:8.2f}x")
+
+
+if __name__ == "__main__":
+    main()
