@@ -1,11 +1,16 @@
 """Start a CPU SGLang server on a fetched model, ask one question, print the answer and stats.
 
-    .venv/bin/python examples/serve_and_ask.py --model smollm2-135m --algorithm NGRAM
+By default: a SPECSOT server on SmolLM2-135M answering a Vicuna question with server-side
+Skeleton-of-Thought (the request opts in with the top-level "specsot" field).
+
+    .venv/bin/python examples/serve_and_ask.py                       # SPECSOT + SoT
+    .venv/bin/python examples/serve_and_ask.py --algorithm NGRAM --no-sot
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import time
@@ -16,7 +21,11 @@ DEFAULT_QUESTION = "How can I improve my time management skills?"
 ALGORITHM_ARGS = {
     "NONE": [],
     "NGRAM": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "6"],
+    "SPECSOT": ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens", "6"],
 }
+# Small-model settings: a short skeleton, short branches, three running at once.
+SOT_FIELD = {"mode": "auto", "config": {"skeleton_max_tokens": 64, "max_points": 5, "max_running": 3,
+                                        "default_branch_tokens": 96, "router_min_answer_tokens": 1}}  # fmt: skip
 
 
 def fetch(name: str) -> str:
@@ -28,7 +37,8 @@ def fetch(name: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--algorithm", default="NGRAM", choices=sorted(ALGORITHM_ARGS))
+    parser.add_argument("--algorithm", default="SPECSOT", choices=sorted(ALGORITHM_ARGS))
+    parser.add_argument("--no-sot", action="store_true", help="ask for a normal answer")
     parser.add_argument("--question", default=DEFAULT_QUESTION)
     parser.add_argument("--max-tokens", type=int, default=256)
     args = parser.parse_args()
@@ -40,13 +50,22 @@ def main() -> None:
     with ServerProcess(model_path, server_args) as server:
         print(f"server up at {server.base_url}; asking: {args.question}", flush=True)
         t0 = time.perf_counter()
-        reply = server.post("/v1/chat/completions", {
+        request = {
             "model": "default", "temperature": 0, "max_tokens": args.max_tokens,
             "messages": [{"role": "user", "content": args.question}],
-        })  # fmt: skip
+        }  # fmt: skip
+        if not args.no_sot:
+            request["specsot"] = SOT_FIELD
+        reply = server.post("/v1/chat/completions", request)
         elapsed = time.perf_counter() - t0
         tokens = reply["usage"]["completion_tokens"]
-        print("\n" + reply["choices"][0]["message"]["content"].strip() + "\n")
+        message = reply["choices"][0]["message"]
+        if message.get("reasoning_content"):
+            print("\nskeleton:\n" + message["reasoning_content"].strip())
+        print("\n" + message["content"].strip() + "\n")
+        trace = (reply.get("metadata") or {}).get("specsot")
+        if trace:
+            print("SoT trace:", json.dumps(trace, indent=None)[:600])
         info = server.get("/server_info")["internal_states"][0]
         accept = info.get("avg_spec_accept_length")
         print(f"{tokens} tokens in {elapsed:.1f} s ({tokens / elapsed:.1f} tok/s)"
