@@ -1,6 +1,6 @@
 """Start a CPU SGLang server on a fetched model, ask one question, print the answer and stats.
 
-By default: a SPECSOT server on SmolLM2-135M answering a Vicuna question with server-side
+By default: a SPECSOT server on Qwen2.5-Coder-0.5B-Instruct answering a Vicuna question with server-side
 Skeleton-of-Thought (the request opts in with the top-level "specsot" field).
 
     .venv/bin/python examples/serve_and_ask.py                       # SPECSOT + SoT
@@ -36,7 +36,7 @@ def fetch(name: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--algorithm", default="SPECSOT", choices=sorted(ALGORITHM_ARGS))
     parser.add_argument("--no-sot", action="store_true", help="ask for a normal answer")
     parser.add_argument("--question", default=DEFAULT_QUESTION)
