@@ -8,6 +8,7 @@ sibling branches of one SoT group draft from each other; malformed SoT metadata 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -78,7 +79,10 @@ def plain_ids(smollm2_path, prompts) -> list[list[int]]:
 def specsot_server(request, smollm2_path, tmp_path_factory):
     extra = [] if request.param == "overlap" else ["--disable-overlap-schedule"]
     log = tmp_path_factory.mktemp("specsot") / "server.log"
-    with ServerProcess(smollm2_path, COMMON + SPECSOT + extra, log_path=log) as server:
+    # Strict: SGLang's idle memory check (scheduler.py:5288-5310, run whenever the scheduler
+    # is idle) raises on a leaked KV slot or request row instead of logging a warning.
+    env = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}
+    with ServerProcess(smollm2_path, COMMON + SPECSOT + extra, env=env, log_path=log) as server:
         server.mode = request.param
         yield server
 
@@ -119,3 +123,15 @@ def test_malformed_metadata_is_served_unchanged(specsot_server, prompts, plain_i
     got = _generate(specsot_server, prompts[:2], bad)
     assert [r["output_ids"] for r in got] == plain_ids[:2]
     assert "ignoring malformed SoT metadata" in specsot_server.log_path.read_text()
+
+
+def test_no_kv_slot_leaked_when_idle(specsot_server):
+    """Runs last for each server: after every request above, the idle check found no leak."""
+    time.sleep(3)  # let the scheduler reach on_idle and run its memory check
+    assert specsot_server.proc.poll() is None, specsot_server.log_tail()
+    log = specsot_server.log_path.read_text()
+    for needle in ("memory leak detected", "double free", "use-after-free"):
+        assert needle not in log, needle
+    out = _generate(specsot_server, ["<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"])
+    assert out[0]["meta_info"]["completion_tokens"] > 0
+
