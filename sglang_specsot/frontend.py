@@ -18,6 +18,7 @@ Frontend pitfalls handled here:
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -94,15 +95,54 @@ def answer_question(
     *,
     temperature: float = 0.0,
     group: str | None = None,
+    constrain_skeleton: bool | None = None,
 ) -> SoTAnswer:
     """Answer one question with `sot_program`; `render` defaults to the server model's template
-    (read from the server's model path, so the client must be able to load that tokenizer)."""
+    (read from the server's model path, so the client must be able to load that tokenizer).
+
+    `constrain_skeleton`: keep the skeleton in the numbered-points format with
+    `skeleton_constraint` (unless `options` brings its own processor). None: when the server
+    can run it (see `_with_skeleton_constraint`); True: always (an error if it cannot).
+    """
     render = render or chat_renderer(endpoint.get_model_name())
+    options = _with_skeleton_constraint(endpoint, question, options, constrain_skeleton)
     state = sot_program.run(
         question=question, render=render, options=options, group=group or new_group(),
         backend=endpoint, temperature=temperature, max_new_tokens=DEFAULT_MAX_NEW_TOKENS,
     )  # fmt: skip
     return state.ret_value
+
+
+def _with_skeleton_constraint(
+    endpoint: SoTEndpoint, question: str, options: SoTOptions, wanted: bool | None
+) -> SoTOptions:
+    """`options` with the skeleton constraint added where it is wanted and can run.
+
+    By default (None) only on a server started with --enable-custom-logit-processor whose
+    processors see each request's current output: SPECSOT (verify hands them every tree
+    node's history), or overlap scheduling off. SGLang's plain overlap scheduler samples
+    before the previous token reaches `req.output_ids` (tp_worker.py:718-745), which would
+    put the format one token behind; pass True there if SGLANG_ENABLE_DELAY_SAMPLE=1 is set.
+    """
+    if wanted is False or options.skeleton_logit_processor is not None:
+        return options
+    if not route_phase(question, options).decision.use_sot:
+        return options  # no skeleton to constrain: spare the /server_info round trip
+    info = endpoint.get_server_info()
+    if not info.get("enable_custom_logit_processor"):
+        if wanted:
+            raise ValueError(
+                "constrain_skeleton=True needs a server that runs custom logit processors; "
+                "start it with --enable-custom-logit-processor"
+            )
+        return options
+    current = info.get("disable_overlap_schedule") or info.get("speculative_algorithm") == "SPECSOT"
+    if wanted is None and not current:
+        return options
+    from sglang_specsot.skeleton_constraint import skeleton_processor_for
+
+    processor = skeleton_processor_for(endpoint.get_model_name(), options.config)
+    return dataclasses.replace(options, skeleton_logit_processor=processor)
 
 
 @sgl.function

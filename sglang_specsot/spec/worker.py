@@ -168,6 +168,17 @@ class SpecSoTWorker(sgl.BaseSpecWorker):
         batch.spec_info = verify_input
         target = self._target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors, is_verify=True)
         logits_output = target.logits_output
+        if batch.sampling_info.has_custom_logit_processor:
+            # SGLang's EAGLE verify skips custom processors; here each tree node's row gets
+            # its request's processor, seeing the history up to that node (the drafter's
+            # history is current even when the scheduler's output_ids lag under overlap).
+            from sglang_specsot.spec.verify_processors import apply_verify_processors
+
+            histories = [self.drafter.tokens(req.rid) for req in batch.reqs]
+            apply_verify_processors(
+                logits_output.next_token_logits, batch.sampling_info, batch.reqs,
+                verify_input.host_trees, histories,
+            )  # fmt: skip
         grammar_mask = self._grammar_mask(batch, verify_input) if batch.has_grammar else None
         predict, accept_lens, accept_index = sgl.eagle_sample(
             verify_input, batch, logits_output, grammar_mask,
