@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -25,6 +23,7 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from sglang_specsot.launch import ServerProcess
+from sglang_specsot.models import fetch as fetch_model
 from sglang_specsot.sot import expansion_prompt
 
 VICUNA = Path(__file__).resolve().parents[2] / "shared" / "data" / "vicuna80.jsonl"
@@ -35,9 +34,8 @@ SEED = 0
 
 
 def fetch(name: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "sglang_specsot.models", "fetch", name],
-                         check=True, stdout=subprocess.PIPE, text=True)  # fmt: skip
-    return out.stdout.strip().splitlines()[-1]
+    """The fetched checkpoint directory of `name` (downloads and converts it the first time)."""
+    return str(fetch_model(name))
 
 
 def configs(draft_path: str | None, num_draft: int) -> dict[str, list[str]]:

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
 
 from sglang_specsot.launch import ServerProcess
+from sglang_specsot.models import fetch as fetch_model
 
 DEFAULT_QUESTION = "How can I improve my time management skills?"
 ALGORITHM_ARGS = {
@@ -29,9 +28,8 @@ SOT_FIELD = {"mode": "auto", "config": {"skeleton_max_tokens": 64, "max_points":
 
 
 def fetch(name: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "sglang_specsot.models", "fetch", name],
-                         check=True, stdout=subprocess.PIPE, text=True)  # fmt: skip
-    return out.stdout.strip().splitlines()[-1]
+    """The fetched checkpoint directory of `name` (downloads and converts it the first time)."""
+    return str(fetch_model(name))
 
 
 def main() -> None:

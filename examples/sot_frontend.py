@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from sglang_specsot.launch import ServerProcess
+from sglang_specsot.models import fetch as fetch_model
 from sglang_specsot.sot import SoTConfig
 from sglang_specsot.sot_runner import SoTAnswer, SoTOptions
 
@@ -31,9 +30,8 @@ TEMPERATURE = 0.0  # greedy: the run is deterministic
 
 
 def fetch(name: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "sglang_specsot.models", "fetch", name],
-                         check=True, stdout=subprocess.PIPE, text=True)  # fmt: skip
-    return out.stdout.strip().splitlines()[-1]
+    """The fetched checkpoint directory of `name` (downloads and converts it the first time)."""
+    return str(fetch_model(name))
 
 
 def question(qid: int) -> str:

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from openai import OpenAI
 
 from sglang_specsot.launch import ServerProcess
+from sglang_specsot.models import fetch as fetch_model
 
 MODEL = "smollm2-135m"
 QUESTION_ID = 1
@@ -31,9 +30,8 @@ SPECSOT = {"mode": "auto", "config": {"skeleton_max_tokens": 64, "max_points": 5
 
 
 def fetch(name: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "sglang_specsot.models", "fetch", name],
-                         check=True, stdout=subprocess.PIPE, text=True)  # fmt: skip
-    return out.stdout.strip().splitlines()[-1]
+    """The fetched checkpoint directory of `name` (downloads and converts it the first time)."""
+    return str(fetch_model(name))
 
 
 def question(qid: int) -> str:
