@@ -35,6 +35,15 @@ class DraftTree:
             node, d = self.parents[node], d + 1
         return d
 
+    def leaf_paths(self) -> list[list[int]]:
+        """Token paths from below the root to each leaf, in node order."""
+        has_child = set(self.parents[1:])
+        return [
+            [self.tokens[n] for n in self.ancestors_or_self(leaf)[1:]]
+            for leaf in range(1, self.size)
+            if leaf not in has_child
+        ]
+
     def ancestors_or_self(self, node: int) -> list[int]:
         chain = []
         while node != -1:
@@ -186,12 +195,24 @@ class ContextDrafter:
 
     # -- drafting --------------------------------------------------------------------------
 
-    def propose(self, rid: str, num_nodes: int) -> DraftTree:
-        """A tree of at most `num_nodes` nodes rooted at the request's last token."""
+    def propose(self, rid: str, num_nodes: int, seed: DraftTree | None = None) -> DraftTree:
+        """A tree of at most `num_nodes` nodes rooted at the request's last token.
+
+        `seed` (e.g. a draft model's tree for this request, same root) goes in first, whole;
+        context candidates fill what is left of the budget, sharing the seed's nodes where
+        they agree.
+        """
         own = self._seqs[rid]
         assert own.tokens, f"request {rid} has no tokens to draft from"
         trie = _Trie(budget=num_nodes - 1)
         trie.add_node(own.tokens[-1], -1)
+        if seed is not None:
+            assert seed.tokens[0] == own.tokens[-1], (
+                f"request {rid}: seed tree root {seed.tokens[0]} is not the last token {own.tokens[-1]}"
+            )
+            assert seed.size <= num_nodes, f"seed of {seed.size} nodes exceeds {num_nodes}"
+            for path in seed.leaf_paths():
+                trie.insert_path(path)
         sources = [own] + [self._seqs[s] for s in self.siblings(rid)]
         cfg = self.config
         for k in range(min(cfg.max_ngram, len(own.tokens)), cfg.min_ngram - 1, -1):

@@ -115,3 +115,30 @@ def test_padded_trees_keep_sibling_tokens_distinct(seed):
 def test_config_rejects_bad_values(kwargs):
     with pytest.raises(ValueError, match="got"):
         ContextDraftConfig(**kwargs)
+
+
+def test_seed_tree_goes_in_whole_and_context_fills_the_rest():
+    drafter = ContextDrafter()
+    drafter.start("a", [5, 6, 7, 8, 5, 6])  # the context proposes 7, 8, 5, 6 after "5 6"
+    # A draft model's chain from the root 6: 9, 9 (disagrees with the context at once).
+    seed = DraftTree(tokens=(6, 9, 9), parents=(-1, 0, 1))
+    tree = drafter.propose("a", 6, seed=seed)
+    assert tree.size == 6
+    paths = tree.leaf_paths()
+    assert [9, 9] in paths  # the seed survives whole
+    assert [7, 8, 5] in paths  # the context fills the remaining 3 nodes
+
+
+def test_seed_and_context_share_agreeing_nodes():
+    drafter = ContextDrafter()
+    drafter.start("a", [5, 6, 7, 8, 5, 6])
+    seed = DraftTree(tokens=(6, 7, 8), parents=(-1, 0, 1))
+    tree = drafter.propose("a", 5, seed=seed)
+    assert tree.leaf_paths() == [[7, 8, 5, 6]]
+
+
+def test_seed_with_another_root_is_a_broken_invariant():
+    drafter = ContextDrafter()
+    drafter.start("a", [1, 2, 3])
+    with pytest.raises(AssertionError, match="seed tree root"):
+        drafter.propose("a", 4, seed=DraftTree(tokens=(9, 1), parents=(-1, 0)))
