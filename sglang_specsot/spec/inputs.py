@@ -29,8 +29,9 @@ _RELAYED = ("bonus_tokens", "topk_p", "topk_index", "hidden_states", "draft_prob
 class SoTDraftInput(EagleDraftInput):
     """State relayed between iterations (through FutureMap under overlap).
 
-    Context drafting needs only `bonus_tokens` (relayed by FutureMap.stash); the draft tokens
-    themselves come from host-side token history, so `topk_p` / `topk_index` stay None.
+    Context drafting needs only `bonus_tokens` (relayed by FutureMap.stash); its draft tokens
+    come from host-side token history, so `topk_p` / `topk_index` stay None. With a draft
+    model they carry the top-k its last draft-extend proposed for the first draft step.
     """
 
     capture_hidden_mode: CaptureHiddenMode = CaptureHiddenMode.NULL
@@ -38,6 +39,11 @@ class SoTDraftInput(EagleDraftInput):
     @classmethod
     def from_bonus(cls, bonus_tokens: torch.Tensor) -> SoTDraftInput:
         return cls(bonus_tokens=bonus_tokens)
+
+    @classmethod
+    def from_eagle(cls, first: EagleDraftInput) -> SoTDraftInput:
+        """SGLang's draft input after a draft model's extend, as ours (same fields)."""
+        return cls(**{name: getattr(first, name) for name in _RELAYED})
 
     @classmethod
     def create_idle_input(cls, device, *args, **kwargs) -> SoTDraftInput:

@@ -95,13 +95,16 @@ class SpecSoTWorker(sgl.BaseSpecWorker):
         return result
 
     def _start_requests(self, batch, sampled: torch.Tensor) -> None:
-        sampled_ids = sampled.tolist()
-        for req, token in zip(batch.reqs, sampled_ids):
+        for req, token in zip(batch.reqs, sampled.tolist()):
             if getattr(req, "is_chunked", 0) > 0:
                 continue  # a middle chunk's sample is discarded by the scheduler
-            meta = self._read_meta(req)
-            history = list(req.origin_input_ids_unpadded) + list(req.output_ids) + [token]
-            self.drafter.start(req.rid, history, group=meta.group)
+            self._restart(req, [token])
+
+    def _restart(self, req, extra_tokens: list[int]) -> None:
+        """(Re)start the drafter's history of `req`: its committed tokens plus `extra_tokens`."""
+        meta = self._read_meta(req)
+        history = list(req.origin_input_ids_unpadded) + list(req.output_ids) + extra_tokens
+        self.drafter.start(req.rid, history, group=meta.group)
 
     def _read_meta(self, req) -> SoTMeta:
         meta, problem = parse_sot_meta(getattr(req.sampling_params, "custom_params", None))
@@ -114,16 +117,30 @@ class SpecSoTWorker(sgl.BaseSpecWorker):
     # -- draft -----------------------------------------------------------------------------
 
     def draft(self, batch) -> SoTVerifyInput:
-        """Build one verify tree per request, all padded to this step's widest tree.
+        """One verify tree per request, all padded to one width (the verify window)."""
+        trees = self._draft_trees(batch)
+        n = self._verify_width(trees)
+        return self._verify_input(batch, [pad_tree(t, n, filler=t.tokens[0]) for t in trees])
 
-        The width varies per step (at most `num_draft_tokens`): when the context offers no
-        draft for any request, the verify forward is a one-token decode, so SPECSOT costs
-        about what plain decoding costs where the context does not help.
-        """
-        trees = [self._tree_for(req, self.num_draft_tokens) for req in batch.reqs]
-        n = max(t.size for t in trees)
-        trees = [pad_tree(t, n, filler=t.tokens[0]) for t in trees]
-        bs = len(trees)
+    def _draft_trees(self, batch) -> list[DraftTree]:
+        return [self._context_tree(req, self.num_draft_tokens) for req in batch.reqs]
+
+    def _verify_width(self, trees: list[DraftTree]) -> int:
+        # The widest tree of the step, at most `num_draft_tokens`: when the context offers
+        # no draft for any request, the verify forward is a one-token decode, so SPECSOT
+        # costs about what plain decoding costs where the context does not help.
+        return max(t.size for t in trees)
+
+    def _context_tree(self, req, n: int, seed: DraftTree | None = None) -> DraftTree:
+        if not self.drafter.has(req.rid):
+            # A request the worker never saw prefill (e.g. the worker's caches were
+            # cleared): restart from the committed tokens; the last one is the root.
+            self._restart(req, [])
+        return self.drafter.propose(req.rid, n, seed=seed)
+
+    def _verify_input(self, batch, trees: list[DraftTree]) -> SoTVerifyInput:
+        """SGLang's verify input for equal-size host trees (links rebuilt from the mask)."""
+        n, bs = trees[0].size, len(trees)
         mask = torch.tensor([tree_mask(t, n) for t in trees], dtype=torch.bool).flatten()
         tokens = torch.tensor([tok for t in trees for tok in t.tokens], dtype=torch.int64)
         positions = torch.empty(bs * n, dtype=torch.int64)
@@ -139,15 +156,6 @@ class SpecSoTWorker(sgl.BaseSpecWorker):
             sot_meta=tuple(self._meta.get(r.rid, PLAIN) for r in batch.reqs), tree_depth=n,
             host_trees=tuple(trees),
         )  # fmt: skip
-
-    def _tree_for(self, req, n: int) -> DraftTree:
-        if not self.drafter.has(req.rid):
-            # A request the worker never saw prefill (e.g. the worker's caches were
-            # cleared): restart from the committed tokens; the last one is the root.
-            meta = self._read_meta(req)
-            history = list(req.origin_input_ids_unpadded) + list(req.output_ids)
-            self.drafter.start(req.rid, history, group=meta.group)
-        return self.drafter.propose(req.rid, n)
 
     # -- verify ----------------------------------------------------------------------------
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
 
 from sglang_specsot.spec.algorithm import NAME, SpecSoTAlgo, apply_defaults, register_specsot
+from sglang_specsot.spec.model_draft import model_tree_size
 
 
 def _args(**over):
     base = dict(
-        speculative_draft_model_path=None, speculative_num_draft_tokens=None,
+        model_path="/target", speculative_draft_model_path=None, speculative_num_draft_tokens=None,
         speculative_eagle_topk=None, speculative_num_steps=None, page_size=None,
         max_running_requests=None, enable_mixed_chunk=True, device="cpu",
         disable_decode_cuda_graph=False,
@@ -43,7 +45,6 @@ def test_user_values_kept():
 @pytest.mark.parametrize(
     ("over", "flag"),
     [
-        (dict(speculative_draft_model_path="/m"), "--speculative-draft-model-path"),
         (dict(speculative_num_draft_tokens=1), "--speculative-num-draft-tokens"),
         (dict(speculative_num_draft_tokens=65), "--speculative-num-draft-tokens"),
         (dict(speculative_eagle_topk=4), "--speculative-eagle-topk"),
@@ -64,5 +65,65 @@ def test_register_is_idempotent_and_resolves():
     algo = SpeculativeAlgorithm.from_string("specsot")
     assert isinstance(algo, SpecSoTAlgo) and algo.name == NAME and algo.supports_overlap
     assert algo.is_speculative() and not (algo.is_eagle() or algo.is_standalone() or algo.is_ngram())
+    # Outside a scheduler no config is published: context drafting's identity.
     assert not algo.need_topk() and not algo.carries_draft_hidden_states() and not algo.has_draft_kv()
+    assert not algo.supports_grammar_overlap()
     assert algo.get_platform_worker_cls() is None
+
+
+def _draft_args(tmp_path, target_vocab=100, draft_vocab=100, **over):
+    for name, vocab in (("target", target_vocab), ("draft", draft_vocab)):
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / "config.json").write_text(json.dumps({"vocab_size": vocab}))
+    return _args(model_path=str(tmp_path / "target"), speculative_draft_model_path=str(tmp_path / "draft"), **over)
+
+
+def test_draft_model_defaults_leave_room_for_context_nodes(tmp_path):
+    sa = _draft_args(tmp_path)
+    apply_defaults(sa)
+    # A 4-step chain (5 nodes incl. the root) plus 3 SoT-context nodes.
+    assert (sa.speculative_num_steps, sa.speculative_eagle_topk, sa.speculative_num_draft_tokens) == (4, 1, 8)
+    assert model_tree_size(4, 1, 8) == 5
+
+
+def test_draft_model_tree_configuration(tmp_path):
+    sa = _draft_args(tmp_path, speculative_num_steps=3, speculative_eagle_topk=4)
+    apply_defaults(sa)
+    assert sa.speculative_num_draft_tokens == 1 + 3 * 4 + 3
+    # An explicit window narrower than the tree: the model fills all of it.
+    assert model_tree_size(3, 4, 8) == 8
+
+
+@pytest.mark.parametrize(
+    ("over", "flag"),
+    [
+        (dict(speculative_num_steps=4, speculative_num_draft_tokens=4), "--speculative-num-draft-tokens"),
+        (dict(speculative_eagle_topk=11), "--speculative-eagle-topk"),
+        (dict(speculative_num_steps=0), "--speculative-num-steps"),
+        (dict(speculative_num_draft_tokens=65), "--speculative-num-draft-tokens"),
+        (dict(page_size=4), "--page-size"),
+    ],
+)
+def test_impossible_draft_model_combinations_name_the_flag(tmp_path, over, flag):
+    with pytest.raises(ValueError, match=f"SPECSOT: {flag}=.*; "):
+        apply_defaults(_draft_args(tmp_path, **over))
+
+
+def test_draft_model_with_another_vocabulary_is_refused_at_launch(tmp_path):
+    with pytest.raises(ValueError, match="--speculative-draft-model-path=.*vocab_size is 50 but the target's is 100"):
+        apply_defaults(_draft_args(tmp_path, draft_vocab=50))
+
+
+def test_topk_is_refused_without_a_draft_model():
+    with pytest.raises(ValueError, match="--speculative-eagle-topk=4.*--speculative-draft-model-path"):
+        apply_defaults(_args(speculative_eagle_topk=4))
+
+
+def test_worker_class_follows_the_draft_model_flag():
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    register_specsot()
+    algo = SpeculativeAlgorithm.from_string("SPECSOT")
+    plain = algo.factory(SimpleNamespace(speculative_draft_model_path=None))
+    model = algo.factory(SimpleNamespace(speculative_draft_model_path="/m"))
+    assert (plain.__name__, model.__name__) == ("SpecSoTWorker", "SpecSoTModelWorker")

@@ -49,3 +49,17 @@ def test_types_reuse_eagle_members():
     )  # fmt: skip
     assert verify.is_verify_input() and verify.max_tree_depth == 4 and verify.tree_topk == -1
     assert verify.num_tokens_per_req == 4
+
+
+def test_from_eagle_keeps_a_draft_models_top_k():
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+    first = EagleDraftInput(
+        topk_p=torch.tensor([[0.9], [0.5]]), topk_index=torch.tensor([[7], [8]]),
+        bonus_tokens=torch.tensor([3, 4]),
+    )  # fmt: skip
+    ours = SoTDraftInput.from_eagle(first)
+    assert isinstance(ours, SoTDraftInput) and ours.hidden_states is None
+    assert torch.equal(ours.topk_index, first.topk_index) and torch.equal(ours.bonus_tokens, first.bonus_tokens)
+    ours.filter_batch(torch.tensor([1]))
+    assert ours.topk_index.tolist() == [[8]] and ours.bonus_tokens.tolist() == [4]

@@ -44,3 +44,17 @@ def test_links_and_positions_match_sglang(seed):
     want = [int(seq_lens[b]) + t.depth(i) for b, t in enumerate(trees) for i in range(n)]
     assert positions.tolist() == want
     assert links[0].tolist() == [[b * n + i for i in range(n)] for b in range(bs)]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_draft_model_trees_round_trip_through_sglang_links(seed):
+    # A draft model's tree arrives in SGLang's (first child, next sibling) layout; reading
+    # it back must give the same tree, in BFS order, whatever the branching.
+    from sglang_specsot.spec.model_draft import trees_from_links
+
+    rng = random.Random(seed)
+    n, bs = rng.choice([2, 5, 8]), rng.randrange(1, 5)
+    trees = [_random_tree(rng, n) for _ in range(bs)]
+    next_token, next_sibling = _host_links(tuple(trees), n)
+    tokens = torch.tensor([t.tokens for t in trees], dtype=torch.int64)
+    assert trees_from_links(tokens, next_token, next_sibling) == trees

@@ -1,0 +1,113 @@
+"""Drafting with a separate draft model (`--speculative-draft-model-path`), SGLang's way.
+
+`SoTDraftModel` subclasses SGLang's `StandaloneDraftWorker` (the draft side of STANDALONE):
+its own `TpModelWorker` for the draft LM sharing the target's `req_to_token_pool` and slot
+allocator, multi-step draft decode (a chain for top-k 1, a tree for top-k > 1) and
+draft-extend over the verify window. What it adds is the seam SPECSOT needs: the draft tree
+comes back as host `DraftTree`s, so the SoT-context candidates can be merged into it before
+one verify, and draft-extend runs over a verify window that may be wider than the draft
+model's own tree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from sglang_specsot.spec import adapter as sgl
+from sglang_specsot.spec.context_draft import DraftTree
+
+
+def model_tree_size(num_steps: int, topk: int, num_draft_tokens: int) -> int:
+    """Nodes (incl. the root) the draft model proposes per request; the rest of the verify
+    window (`num_draft_tokens` in all) is for SoT-context candidates."""
+    return min(num_draft_tokens, 1 + num_steps * topk)
+
+
+class SoTDraftModel(sgl.StandaloneDraftWorker):
+    """SGLang's standalone draft worker, drafting `model_tree_size` nodes per request."""
+
+    def __init__(self, server_args, gpu_id: int, nccl_port: int, target_worker):
+        spec = sgl.get_spec()
+        self.tree_size = model_tree_size(
+            spec.speculative_num_steps, spec.speculative_eagle_topk, spec.speculative_num_draft_tokens
+        )
+        self.verify_width = spec.speculative_num_draft_tokens
+        super().__init__(server_args, gpu_id, nccl_port, target_worker)
+        # SGLang reads speculative_num_draft_tokens both as the draft tree size (draft,
+        # organize_draft_results) and as the draft-extend window (= the verify window).
+        # Between steps it holds the window, so draft-extend graphs are captured for it;
+        # draft_trees() switches to the tree size for the duration of a draft, the way
+        # SGLang's own adaptive speculation rewrites it (eagle_worker_v2.py:1937).
+        self.speculative_num_draft_tokens = self.verify_width
+        # Per-decode KV reservation: the window, or every draft-step slot if more.
+        sgl.EagleDraftInput.ALLOC_LEN_PER_DECODE = max(self.speculative_num_steps * self.topk, self.verify_width)
+
+    def _rebuild_topk1_chain_buffers(self) -> None:
+        # SGLang's chain fast path assumes tree size == steps + 1; it holds for the draft
+        # tree, which is all the chain buffers describe.
+        with self._drafting():
+            super()._rebuild_topk1_chain_buffers()
+
+    @contextlib.contextmanager
+    def _drafting(self):
+        window = getattr(self, "speculative_num_draft_tokens", self.verify_width)
+        self.speculative_num_draft_tokens = self.tree_size
+        try:
+            yield
+        finally:
+            self.speculative_num_draft_tokens = window
+
+    def draft_trees(self, batch) -> list[DraftTree]:
+        """Run the draft model's steps from `batch.spec_info` (top-k of the last extend)."""
+        with self._drafting(), sgl.draft_model_context(self.parallel_layout):
+            verify_input = self.draft(batch)
+        bs = len(batch.reqs)
+        return trees_from_links(
+            verify_input.draft_token.view(bs, -1).cpu(),
+            verify_input.retrieve_next_token.cpu(),
+            verify_input.retrieve_next_sibling.cpu(),
+        )
+
+    def extend_after_prefill(self, batch, next_token_ids: torch.Tensor):
+        """Draft-extend over the prompt; returns SGLang's draft input (top-k for step one)."""
+        with sgl.draft_model_context(self.parallel_layout):
+            return self._draft_extend_for_prefill(batch, None, next_token_ids)
+
+    def extend_after_verify(self, batch, result) -> None:
+        """Draft-extend over this step's verify window; fills `result.next_draft_input`."""
+        assert result.speculative_num_draft_tokens == self.verify_width, (
+            f"verify window {result.speculative_num_draft_tokens} != draft-extend window {self.verify_width}"
+        )
+        with sgl.draft_model_context(self.parallel_layout):
+            self._draft_extend_for_decode(batch, result)
+
+
+def trees_from_links(
+    tokens: torch.Tensor, next_token: torch.Tensor, next_sibling: torch.Tensor
+) -> list[DraftTree]:
+    """Host `DraftTree`s from SGLang's tree layout (build_tree_kernel_efficient's output).
+
+    shapes: tokens, next_token, next_sibling (bs, n) int64; node 0 is the root; a node's
+    first child is `next_token[node]`, that child's next sibling `next_sibling[child]`.
+    """
+    trees = []
+    for row_tokens, row_next, row_sibling in zip(tokens.tolist(), next_token.tolist(), next_sibling.tolist()):
+        order, parent_of, queue = [0], {0: -1}, [0]
+        while queue:  # BFS, so parents precede children as verify requires
+            node = queue.pop(0)
+            child = row_next[node]
+            while child != -1:
+                parent_of[child] = node
+                order.append(child)
+                queue.append(child)
+                child = row_sibling[child]
+        new_id = {old: new for new, old in enumerate(order)}
+        trees.append(
+            DraftTree(
+                tokens=tuple(row_tokens[o] for o in order),
+                parents=tuple(-1 if o == 0 else new_id[parent_of[o]] for o in order),
+            )
+        )
+    return trees

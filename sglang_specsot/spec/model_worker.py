@@ -1,0 +1,104 @@
+"""The SPECSOT worker with a draft model: the draft model's tree and the SoT context, merged.
+
+Same step as `SpecSoTWorker` (draft -> verify -> on_publish -> draft-extend); what changes:
+
+- draft: the draft model (`SoTDraftModel`, SGLang's standalone draft worker) proposes its
+  chain or tree from the top-k its last draft-extend left in `batch.spec_info`; the SoT
+  context (prompt, skeleton, siblings) fills the rest of the verify window;
+- draft-extend: after the context history is updated, the draft model runs over the verify
+  window and leaves the next step's top-k in `next_draft_input`, which the scheduler relays
+  through `FutureMap.stash` (`SpecSoTAlgo.need_topk()` is True in this mode).
+
+The verify window is always `--speculative-num-draft-tokens` wide here: the draft model
+fills it every step, and its draft-extend runs over a fixed window.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sglang_specsot.spec import adapter as sgl
+from sglang_specsot.spec.context_draft import DraftTree
+from sglang_specsot.spec.inputs import SoTDraftInput
+from sglang_specsot.spec.model_draft import SoTDraftModel
+from sglang_specsot.spec.worker import SpecSoTWorker
+
+logger = logging.getLogger(__name__)
+
+
+class SpecSoTModelWorker(SpecSoTWorker):
+    """SPECSOT drafting from a draft model and the SoT context, verified as one tree."""
+
+    def __init__(self, server_args, gpu_id: int, nccl_port: int, target_worker):
+        super().__init__(server_args, gpu_id, nccl_port, target_worker)
+        self._draft_worker = SoTDraftModel(server_args, gpu_id, nccl_port, target_worker)
+        check_vocab_compatible(target_worker, self._draft_worker)
+        logger.info(
+            "SPECSOT drafts with %s: %d-node %s per request, up to %d SoT-context nodes more",
+            sgl.get_spec().speculative_draft_model_path, self._draft_worker.tree_size,
+            "chain" if self._draft_worker.topk == 1 else "tree",
+            self.num_draft_tokens - self._draft_worker.tree_size,
+        )  # fmt: skip
+
+    # -- what the scheduler asks of a spec worker with a draft model ----------------------
+
+    @property
+    def draft_worker(self) -> SoTDraftModel:
+        return self._draft_worker
+
+    def alloc_memory_pool(self, **kwargs) -> None:
+        # The draft model gets its own KV tensors on the shared slot ids (as STANDALONE).
+        sgl.BaseSpecWorker.alloc_memory_pool(self, **kwargs)
+
+    @property
+    def last_shared_read_runner(self):
+        # draft-extend, on the draft runner, is the step's last shared-buffer read
+        # (base_spec_worker.py:249; as EAGLEWorkerV2.last_shared_read_runner).
+        return self._draft_worker.draft_runner
+
+    @property
+    def spec_v2_attn_backends(self) -> tuple:
+        dw = self._draft_worker
+        extend = dw.draft_extend_attn_backend or dw.draft_runner.attn_backend
+        return (self._target_worker.model_runner.attn_backend, dw.draft_attn_backend, extend)
+
+    # -- prefill ---------------------------------------------------------------------------
+
+    def _forward_prefill(self, batch, on_publish, pp_proxy_tensors):
+        result = super()._forward_prefill(batch, on_publish, pp_proxy_tensors)
+        if batch.forward_mode.is_extend() and result.next_token_ids is not None:
+            first = self._draft_worker.extend_after_prefill(batch, result.next_token_ids)
+            result.next_draft_input = SoTDraftInput.from_eagle(first)
+        return result
+
+    # -- draft / draft-extend --------------------------------------------------------------
+
+    def _draft_trees(self, batch) -> list[DraftTree]:
+        seeds = self._draft_worker.draft_trees(batch)
+        return [self._context_tree(req, self.num_draft_tokens, seed) for req, seed in zip(batch.reqs, seeds)]
+
+    def _verify_width(self, trees: list[DraftTree]) -> int:
+        return self.num_draft_tokens  # the draft-extend window is fixed
+
+    def draft_extend(self, batch, result) -> None:
+        super().draft_extend(batch, result)  # the context history first (host side)
+        self._draft_worker.extend_after_verify(batch, result)
+
+
+def check_vocab_compatible(target_worker, draft: SoTDraftModel) -> None:
+    """The draft must speak the target's token ids: same vocab size and the same mapping."""
+    target_size = target_worker.model_runner.model_config.vocab_size
+    draft_size = draft.draft_runner.model_config.vocab_size
+    fix = "use a draft model with the target's tokenizer, or drop --speculative-draft-model-path to draft from the SoT context alone"
+    if target_size != draft_size:
+        raise ValueError(
+            f"SPECSOT: --speculative-draft-model-path={sgl.get_spec().speculative_draft_model_path!r} has "
+            f"vocab_size={draft_size}, the target has vocab_size={target_size}; {fix}"
+        )
+    target_tok, draft_tok = target_worker.tokenizer, draft.draft_worker.tokenizer
+    if target_tok is not None and draft_tok is not None and target_tok.get_vocab() != draft_tok.get_vocab():
+        raise ValueError(
+            f"SPECSOT: --speculative-draft-model-path={sgl.get_spec().speculative_draft_model_path!r} "
+            f"maps tokens to other ids than the target (same vocab_size {target_size}); {fix}"
+        )
+
