@@ -49,6 +49,16 @@ def _cmd_tiny(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_truncate(args: argparse.Namespace) -> int:
+    from sglang_specsot.models.truncate import truncate_model
+
+    src = fetched_path(args.source) if args.source in MODELS else Path(args.source)
+    if src is None:
+        raise ValueError(f"{args.source} is not fetched; run: {PROG} fetch {args.source}")
+    print(truncate_model(src, args.out, args.layers))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -59,6 +69,11 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("name", help=f"one of: {', '.join(MODELS)}")
         cmd.set_defaults(run=run)
     _add_tiny(sub)
+    cut = sub.add_parser("truncate", help="a draft model: the first --layers decoder layers of a model")
+    cut.add_argument("source", help=f"a fetched model ({', '.join(MODELS)}) or a checkpoint directory")
+    cut.add_argument("--layers", type=int, required=True, help="decoder layers to keep")
+    cut.add_argument("--out", type=Path, required=True, help="directory to write (must not exist or be empty)")
+    cut.set_defaults(run=_cmd_truncate)
     return parser
 
 
