@@ -1,14 +1,23 @@
-"""Draft tokens from the SoT context: the request's own prompt and output, and its siblings'.
+"""Draft tokens from the SoT context: the request's own prompt and output, its siblings', and
+a corpus of finished requests.
 
 A SoT branch's prompt holds the question and the whole skeleton, and its siblings are writing
 about the same question in the same voice at the same time, so their text is the best cheap
-predictor of what this branch writes next. No second model is needed.
+predictor of what this branch writes next. Siblings decode in lockstep, though, so none is
+far ahead of the others; finished requests (earlier groups, earlier answers) supply the
+model's habitual phrasing, as SGLang's NGRAM corpus does. No second model is needed.
+
+Every earlier occurrence of the request's recent tokens votes for the tokens that followed it,
+weighted by how long the match is; the votes form a trie, and the tree drafted is the
+best-scoring subtree that fits the node budget.
 
 Plain Python (no torch, no SGLang): the worker turns a `DraftTree` into SGLang tensors.
 """
 
 from __future__ import annotations
 
+import bisect
+import heapq
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -53,10 +62,15 @@ class DraftTree:
 
 
 class TokenIndex:
-    """A growing token sequence with an n-gram -> end-positions index, updated per token."""
+    """A growing token sequence with an n-gram -> end-positions index, updated per token.
 
-    def __init__(self, max_ngram: int):
-        self.max_ngram = max_ngram
+    Only n-grams up to `key_len` are indexed; longer matches are measured by comparing
+    backwards from a short key's occurrence, so the index stays small however long the
+    matches we score.
+    """
+
+    def __init__(self, key_len: int):
+        self.key_len = key_len
         self.tokens: list[int] = []
         self._where: dict[tuple[int, ...], list[int]] = {}
 
@@ -64,19 +78,44 @@ class TokenIndex:
         for t in new_tokens:
             self.tokens.append(t)
             end = len(self.tokens)
-            for k in range(1, min(self.max_ngram, end) + 1):
+            for k in range(1, min(self.key_len, end) + 1):
                 self._where.setdefault(tuple(self.tokens[end - k : end]), []).append(end)
 
-    def continuations(self, key: tuple[int, ...], length: int, limit: int) -> list[list[int]]:
-        """Up to `limit` non-empty continuations of `key`, newest occurrence first."""
-        out: list[list[int]] = []
-        for end in reversed(self._where.get(key, ())):
-            cont = self.tokens[end : end + length]
-            if cont:
-                out.append(cont)
+    def matches(self, suffix: list[int], min_len: int, max_len: int, limit: int) -> list[tuple[int, int]]:
+        """(end, match length) of up to `limit` earlier occurrences of the tail of `suffix`
+        that have a continuation.
+
+        Keys are tried longest first, newest occurrence first, so short (weak) matches only
+        fill what long ones leave and the cost is bounded however frequent a token is. A
+        match length is the common tail of `suffix` and `tokens[:end]`, capped at `max_len`.
+        """
+        out: list[tuple[int, int]] = []
+        seen: set[int] = set()
+        size, toks = len(self.tokens), self.tokens
+        for k in range(min(self.key_len, len(suffix), max_len), min_len - 1, -1):
+            for end in reversed(self._where.get(tuple(suffix[-k:]), ())):
                 if len(out) == limit:
-                    break
+                    return out
+                if end >= size or end in seen:
+                    continue  # no continuation yet, or already found with a longer key
+                seen.add(end)
+                out.append((end, _common_tail(toks, end, suffix, k, max_len)))
         return out
+
+
+def _common_tail(toks: list[int], end: int, suffix: list[int], known: int, cap: int) -> int:
+    """Length (at most `cap`) of the common tail of `toks[:end]` and `suffix`, whose last
+    `known` tokens are known to agree; binary search on slice equality, which runs in C."""
+    lo, hi = known, min(cap, end, len(suffix))
+    if lo >= hi or toks[end - lo - 1] != suffix[-lo - 1]:
+        return lo  # the common case, without building slices
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if toks[end - mid : end] == suffix[len(suffix) - mid :]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 @dataclass
@@ -122,26 +161,133 @@ class _Trie:
         return DraftTree(tokens, parents)
 
 
+class _Votes:
+    """A trie of candidate continuations, each node carrying the summed weight of the
+    occurrences whose continuation passes through it (the root is node 0)."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = [-1]
+        self.weight: list[float] = [0.0]
+        self.depth: list[int] = [0]
+        self.children: list[dict[int, int]] = [{}]
+
+    def add(self, path: tuple[int, ...], weight: float) -> None:
+        node = 0
+        for t in path:
+            nxt = self.children[node].get(t)
+            if nxt is None:
+                nxt = len(self.tokens)
+                self.tokens.append(t)
+                self.weight.append(0.0)
+                self.depth.append(self.depth[node] + 1)
+                self.children.append({})
+                self.children[node][t] = nxt
+            self.weight[nxt] += weight
+            node = nxt
+
+    def best_first(self, decay: float):
+        """(parent, node) pairs by falling score weight * decay**depth; parents come first.
+
+        Under a model where a node is right with probability proportional to its weight, and
+        each step deeper is right with probability `decay` given its parent, the first k pairs
+        are the k-node tree with the most expected accepted tokens. A child never outscores
+        its parent (its weight is part of the parent's), so the prefix is always a tree.
+        """
+        heap = [(-self.weight[c] * decay, c, 0) for c in self.children[0].values()]
+        heapq.heapify(heap)
+        while heap:
+            _, node, parent = heapq.heappop(heap)
+            yield parent, node
+            for c in self.children[node].values():
+                heapq.heappush(heap, (-self.weight[c] * decay ** self.depth[c], c, node))
+
+
+_CORPUS_PROMPT_TAIL = 16  # prompt tokens kept before a request's output in the corpus
+
+
+class _Corpus:
+    """Finished requests' output, one index over all of them, kept up to a token budget.
+
+    SGLang's NGRAM keeps such a corpus over every request; answers to similar prompts repeat
+    the model's phrasing (and a repeated prompt repeats its answer). One shared index keeps
+    the drafting cost independent of how many requests it holds. Two generations give a soft
+    eviction: when the newer one is full it becomes the older one and the oldest is dropped.
+    """
+
+    SEPARATOR = -1  # between requests: matches nothing, so no match crosses a boundary
+
+    def __init__(self, key_len: int, max_tokens: int):
+        self.key_len, self.max_tokens = key_len, max_tokens
+        self.generations: list[tuple[TokenIndex, list[int], list[str]]] = []  # newest last
+        self._rotate()
+
+    def _rotate(self) -> None:
+        # Each generation: its index, where each request's span starts, and whose span it is.
+        self.generations = self.generations[-1:] + [(TokenIndex(self.key_len), [], [])]
+
+    def add(self, tokens: list[int], owner: str) -> None:
+        """Append one request's tokens (a request longer than a generation fills one alone)."""
+        if self.max_tokens == 0 or not tokens:
+            return
+        index, starts, owners = self.generations[-1]
+        if index.tokens and len(index.tokens) + len(tokens) > self.max_tokens // 2:
+            self._rotate()
+            index, starts, owners = self.generations[-1]
+        starts.append(len(index.tokens))
+        owners.append(owner)
+        index.extend(list(tokens) + [self.SEPARATOR])
+
+    def matches(self, suffix: list[int], skip_owner: str, min_len: int, max_len: int, limit: int):
+        """(index, end, match length) as `TokenIndex.matches` per generation, leaving out
+        `skip_owner`'s spans (the asking request's group, whose members vote as siblings)."""
+        for index, starts, owners in self.generations:
+            for end, length in index.matches(suffix, min_len, max_len, limit):
+                if owners[bisect.bisect_right(starts, end - 1) - 1] != skip_owner:
+                    yield index, end, length
+
+
 @dataclass(frozen=True)
 class ContextDraftConfig:
-    """How hard the context drafter looks; validated once."""
+    """How the context drafter scores what it finds; validated once.
 
-    max_ngram: int = 4  # longest suffix matched
-    min_ngram: int = 1  # shortest suffix matched
-    paths_per_source: int = 2  # continuations taken per (source, n-gram length)
+    Every earlier occurrence of the request's recent tokens (in its own prompt and output, its
+    SoT siblings', and finished requests') votes for the tokens that followed it. A vote weighs
+    more the longer the match (a long shared context predicts much better than one shared
+    token). The defaults were chosen with `examples/simulate_context_draft.py`; accept length
+    is flat around them (match_power 1..3, depth_decay 0.5..0.8, source weights 0.25..2).
+    """
+
+    min_ngram: int = 1  # shortest match that may vote
+    max_ngram: int = 32  # matches longer than this weigh as this
+    key_len: int = 3  # n-grams indexed; longer matches are measured by comparison
+    per_source: int = 8  # occurrences taken per source (a corpus generation counts as one)
+    match_power: float = 2.0  # a vote weighs match_length ** match_power
+    depth_decay: float = 0.8  # expected chance a drafted token is right given its parent is
+    sibling_weight: float = 1.0  # vote factor for a SoT sibling's tokens
+    corpus_weight: float = 0.5  # vote factor for finished requests' tokens
+    corpus_tokens: int = 1 << 17  # finished requests' tokens kept as a shared corpus (0: none)
 
     def __post_init__(self) -> None:
-        if not 1 <= self.min_ngram <= self.max_ngram <= 16:
+        if not 1 <= self.min_ngram <= self.max_ngram <= 256:
             raise ValueError(
-                f"context drafting needs 1 <= min_ngram <= max_ngram <= 16, got "
+                f"context drafting needs 1 <= min_ngram <= max_ngram <= 256, got "
                 f"min_ngram={self.min_ngram}, max_ngram={self.max_ngram}"
             )
-        if self.paths_per_source < 1:
-            raise ValueError(f"paths_per_source must be >= 1, got {self.paths_per_source}")
+        if not 1 <= self.key_len <= 8:
+            raise ValueError(f"key_len must be in 1..8, got {self.key_len}")
+        if self.per_source < 1:
+            raise ValueError(f"per_source must be >= 1, got {self.per_source}")
+        if not 0.0 < self.depth_decay <= 1.0:
+            raise ValueError(f"depth_decay must be in (0, 1], got {self.depth_decay}")
+        for name in ("match_power", "sibling_weight", "corpus_weight"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.corpus_tokens < 0:
+            raise ValueError(f"corpus_tokens must be >= 0, got {self.corpus_tokens}")
 
 
 class ContextDrafter:
-    """Proposes draft trees for requests from their own and their SoT siblings' tokens."""
+    """Proposes draft trees for requests from their own, their SoT siblings' and finished requests' tokens."""
 
     def __init__(self, config: ContextDraftConfig | None = None, max_groups: int = 1024):
         self.config = config or ContextDraftConfig()
@@ -150,6 +296,8 @@ class ContextDrafter:
         self._group_of: dict[str, str] = {}
         # group id -> member rids, oldest group first; finished members stay as context.
         self._groups: OrderedDict[str, list[str]] = OrderedDict()
+        self._corpus = _Corpus(self.config.key_len, self.config.corpus_tokens)
+        self._output_from: dict[str, int] = {}  # rid -> where its tokens enter the corpus
 
     # -- bookkeeping -----------------------------------------------------------------------
 
@@ -158,10 +306,13 @@ class ContextDrafter:
 
     def start(self, rid: str, tokens: list[int], group: str | None = None) -> None:
         """(Re)start a request with its committed tokens (prompt plus any output)."""
-        self.forget(rid)
-        index = TokenIndex(self.config.max_ngram)
+        self._discard(rid)  # a restart's earlier tokens are a prefix of `tokens`: not corpus
+        index = TokenIndex(self.config.key_len)
         index.extend(list(tokens))
         self._seqs[rid] = index
+        # Its output joins the corpus with a little prompt before it, so that the first
+        # tokens of a later answer can match the prompt's closing tokens (the chat template).
+        self._output_from[rid] = max(0, len(tokens) - 1 - _CORPUS_PROMPT_TAIL)
         if group is not None:
             self._join_group(rid, group)
 
@@ -172,9 +323,20 @@ class ContextDrafter:
         return self._seqs[rid].tokens
 
     def forget(self, rid: str) -> None:
-        """Drop a request that left without a group (grouped ones stay as sibling context)."""
-        if rid in self._seqs and rid not in self._group_of:
+        """A request left: its output joins the corpus; grouped ones stay as sibling context."""
+        index = self._seqs.get(rid)
+        if index is None:
+            return
+        start = self._output_from.pop(rid, None)
+        if start is not None:
+            self._corpus.add(index.tokens[start:], owner=self._group_of.get(rid, rid))
+        if rid not in self._group_of:
             del self._seqs[rid]
+
+    def _discard(self, rid: str) -> None:
+        self._output_from.pop(rid, None)
+        if rid not in self._group_of:
+            self._seqs.pop(rid, None)
 
     def _join_group(self, rid: str, group: str) -> None:
         self._group_of[rid] = group
@@ -186,6 +348,7 @@ class ContextDrafter:
             for old in old_members:
                 self._group_of.pop(old, None)
                 self._seqs.pop(old, None)
+                self._output_from.pop(old, None)
 
     def siblings(self, rid: str) -> list[str]:
         group = self._group_of.get(rid)
@@ -193,36 +356,68 @@ class ContextDrafter:
             return []
         return [r for r in self._groups.get(group, ()) if r != rid and r in self._seqs]
 
+    def _sources(self, rid: str) -> list[tuple[TokenIndex, float]]:
+        """The request's own index and its siblings', with their vote factors."""
+        out = [(self._seqs[rid], 1.0)]
+        if self.config.sibling_weight > 0:
+            out += [(self._seqs[s], self.config.sibling_weight) for s in self.siblings(rid)]
+        return out
+
     # -- drafting --------------------------------------------------------------------------
 
     def propose(self, rid: str, num_nodes: int, seed: DraftTree | None = None) -> DraftTree:
         """A tree of at most `num_nodes` nodes rooted at the request's last token.
 
         `seed` (e.g. a draft model's tree for this request, same root) goes in first, whole;
-        context candidates fill what is left of the budget, sharing the seed's nodes where
-        they agree.
+        context candidates fill what is left of the budget, best score first, sharing the
+        seed's nodes where they agree.
         """
         own = self._seqs[rid]
         assert own.tokens, f"request {rid} has no tokens to draft from"
-        trie = _Trie(budget=num_nodes - 1)
-        trie.add_node(own.tokens[-1], -1)
+        tree = _Trie(budget=num_nodes - 1)
+        tree.add_node(own.tokens[-1], -1)
         if seed is not None:
             assert seed.tokens[0] == own.tokens[-1], (
                 f"request {rid}: seed tree root {seed.tokens[0]} is not the last token {own.tokens[-1]}"
             )
             assert seed.size <= num_nodes, f"seed of {seed.size} nodes exceeds {num_nodes}"
             for path in seed.leaf_paths():
-                trie.insert_path(path)
-        sources = [own] + [self._seqs[s] for s in self.siblings(rid)]
+                tree.insert_path(path)
+        if tree.full:
+            return tree.to_bfs_tree()
+        votes = self._votes(rid, depth=num_nodes - 1)
+        placed = {0: 0}  # vote-trie node -> tree node
+        for parent, node in votes.best_first(self.config.depth_decay):
+            token, at = votes.tokens[node], placed[parent]
+            child = tree.children[at].get(token)
+            if child is None:
+                if tree.full:
+                    break
+                child = tree.add_node(token, at)
+            placed[node] = child
+        return tree.to_bfs_tree()
+
+    def _votes(self, rid: str, depth: int) -> _Votes:
+        """Each match of the request's recent tokens votes for the `depth` tokens after it."""
         cfg = self.config
-        for k in range(min(cfg.max_ngram, len(own.tokens)), cfg.min_ngram - 1, -1):
-            key = tuple(own.tokens[-k:])
-            for source in sources:
-                for path in source.continuations(key, num_nodes - 1, cfg.paths_per_source):
-                    trie.insert_path(path)
-                    if trie.full:
-                        return trie.to_bfs_tree()
-        return trie.to_bfs_tree()
+        suffix = self._seqs[rid].tokens[-cfg.max_ngram :]
+        ballots: dict[tuple[int, ...], float] = {}  # equal continuations are counted once, summed
+        for source, factor in self._sources(rid):
+            for end, length in source.matches(suffix, cfg.min_ngram, cfg.max_ngram, cfg.per_source):
+                path = tuple(source.tokens[end : end + depth])
+                ballots[path] = ballots.get(path, 0.0) + factor * length**cfg.match_power
+        if cfg.corpus_weight > 0:
+            # The own group's finished members are already voting as siblings.
+            mine = self._group_of.get(rid, rid)
+            for index, end, length in self._corpus.matches(suffix, mine, cfg.min_ngram, cfg.max_ngram, cfg.per_source):
+                path = tuple(index.tokens[end : end + depth])
+                if _Corpus.SEPARATOR in path:
+                    path = path[: path.index(_Corpus.SEPARATOR)]
+                ballots[path] = ballots.get(path, 0.0) + cfg.corpus_weight * length**cfg.match_power
+        votes = _Votes()
+        for path, weight in ballots.items():
+            votes.add(path, weight)
+        return votes
 
 
 def tree_mask(tree: DraftTree, size: int) -> list[list[bool]]:

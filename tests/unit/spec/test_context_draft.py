@@ -16,14 +16,24 @@ from sglang_specsot.spec.context_draft import (
 )
 
 
-def test_token_index_finds_newest_continuations_first():
-    index = TokenIndex(max_ngram=3)
-    index.extend([1, 2, 3, 9, 1, 2, 4, 5])
-    assert index.continuations((1, 2), length=2, limit=5) == [[4, 5], [3, 9]]
-    assert index.continuations((1, 2), length=2, limit=1) == [[4, 5]]
-    assert index.continuations((7,), length=2, limit=5) == []
-    # The suffix itself has no continuation yet and is not offered.
-    assert index.continuations((4, 5), length=2, limit=5) == []
+def test_token_index_matches_longest_keys_first_then_newest():
+    index = TokenIndex(key_len=2)
+    index.extend([1, 2, 3, 9, 1, 2, 4, 5, 7, 2])
+    # Tail "1 2": the two "1 2" ends (newest first), then the other "2" end. The suffix's
+    # own end (10) has no continuation yet and is not offered.
+    assert index.matches([1, 2], min_len=1, max_len=8, limit=5) == [(6, 2), (2, 2)]
+    assert index.matches([7, 2], min_len=1, max_len=8, limit=5) == [(6, 1), (2, 1)]
+    assert index.matches([1, 2], min_len=1, max_len=8, limit=1) == [(6, 2)]
+    assert index.matches([8], min_len=1, max_len=8, limit=5) == []
+    assert index.matches([7, 2], min_len=2, max_len=8, limit=5) == []  # only 1-gram matches
+
+
+def test_token_index_measures_matches_longer_than_its_keys():
+    index = TokenIndex(key_len=2)
+    index.extend([5, 6, 7, 8, 1, 0, 6, 7, 8, 2])
+    # "5 6 7 8" matches 4 tokens at end 4, "0 6 7 8" only 3 at end 9 (the key is 2 long).
+    assert index.matches([5, 6, 7, 8], min_len=1, max_len=8, limit=5) == [(9, 3), (4, 4)]
+    assert index.matches([5, 6, 7, 8], min_len=1, max_len=3, limit=5) == [(9, 3), (4, 3)]
 
 
 def test_own_repetition_is_drafted():
@@ -64,7 +74,7 @@ def test_forget_drops_ungrouped_requests():
 @pytest.mark.parametrize("seed", range(20))
 def test_random_trees_respect_budget_and_order(seed):
     rng = random.Random(seed)
-    drafter = ContextDrafter(ContextDraftConfig(max_ngram=3, paths_per_source=3))
+    drafter = ContextDrafter(ContextDraftConfig(max_ngram=3, per_source=3))
     for i in range(3):
         drafter.start(f"r{i}", [rng.randrange(6) for _ in range(rng.randrange(1, 60))], group="g")
     for n in (1, 2, 5, 8, 16):
@@ -111,7 +121,14 @@ def test_padded_trees_keep_sibling_tokens_distinct(seed):
     assert depths == sorted(depths)
 
 
-@pytest.mark.parametrize("kwargs", [dict(min_ngram=0), dict(min_ngram=3, max_ngram=2), dict(max_ngram=17), dict(paths_per_source=0)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(min_ngram=0), dict(min_ngram=3, max_ngram=2), dict(max_ngram=257), dict(key_len=0),
+        dict(per_source=0), dict(depth_decay=0.0), dict(depth_decay=1.5), dict(match_power=-1.0),
+        dict(sibling_weight=-1.0), dict(corpus_weight=-0.5), dict(corpus_tokens=-1),
+    ],
+)  # fmt: skip
 def test_config_rejects_bad_values(kwargs):
     with pytest.raises(ValueError, match="got"):
         ContextDraftConfig(**kwargs)
@@ -142,3 +159,92 @@ def test_seed_with_another_root_is_a_broken_invariant():
     drafter.start("a", [1, 2, 3])
     with pytest.raises(AssertionError, match="seed tree root"):
         drafter.propose("a", 4, seed=DraftTree(tokens=(9, 1), parents=(-1, 0)))
+
+
+# -- scoring: which candidates win the node budget ------------------------------------------
+
+
+def test_a_long_match_outvotes_a_frequent_short_one():
+    drafter = ContextDrafter()
+    # After "4": 20 four times (matching only "4"), 10 once (after "1 2 3 4", matching 4 tokens).
+    drafter.start("a", [1, 2, 3, 4, 10, 0, 4, 20, 0, 4, 20, 0, 4, 20, 0, 4, 20, 0, 1, 2, 3, 4])
+    assert drafter.propose("a", 2).tokens == (4, 10)
+
+
+def test_agreement_outvotes_recency_at_equal_match_length():
+    drafter = ContextDrafter()
+    # After "5": 7 three times, 8 once and most recently; every match is one token long.
+    drafter.start("a", [1, 5, 7, 2, 5, 7, 3, 5, 7, 4, 5, 8, 9, 5])
+    assert drafter.propose("a", 2).tokens == (5, 7)
+    # The runner-up at depth 1 beats every depth-2 node below 7 (each has a third of its votes).
+    assert drafter.propose("a", 3).tokens == (5, 7, 8)
+
+
+def test_a_strong_match_gets_the_whole_chain_before_weak_branches():
+    drafter = ContextDrafter()
+    drafter.start("a", [1, 2, 3, 4, 5, 6, 7, 8, 30, 4, 40, 31, 4, 41, 1, 2, 3, 4])
+    tree = drafter.propose("a", 6)
+    assert tree.leaf_paths() == [[5, 6, 7, 8, 30]]
+
+
+# -- the corpus of finished requests ---------------------------------------------------------
+
+
+def test_finished_requests_feed_other_requests_through_the_corpus():
+    drafter = ContextDrafter()
+    drafter.start("a", [1, 2, 3, 50, 51, 52, 53])
+    drafter.start("b", [9, 2, 3, 50])
+    assert drafter.propose("b", 4).tokens == (50,)  # "a" is running in no group of b's
+    drafter.forget("a")  # finished: no longer a request, but its text stays in the corpus
+    assert not drafter.has("a")
+    assert drafter.propose("b", 4).tokens == (50, 51, 52, 53)
+    off = ContextDrafter(ContextDraftConfig(corpus_tokens=0))
+    off.start("a", [1, 2, 3, 50, 51, 52, 53])
+    off.forget("a")
+    off.start("b", [9, 2, 3, 50])
+    assert off.propose("b", 4).tokens == (50,)
+
+
+def test_corpus_matches_never_cross_a_request_boundary():
+    drafter = ContextDrafter()
+    for rid, tokens in (("a", [1, 2, 3]), ("c", [7, 8])):
+        drafter.start(rid, tokens)
+        drafter.forget(rid)
+    drafter.start("b", [5, 3])
+    assert drafter.propose("b", 4).tokens == (3,)  # "a" ended at 3; "7" is another request
+    drafter.start("d", [5, 2])
+    assert drafter.propose("d", 4).tokens == (2, 3)
+
+
+def test_corpus_keeps_two_generations_within_its_token_budget():
+    drafter = ContextDrafter(ContextDraftConfig(corpus_tokens=8))  # two generations of 4
+    for rid, tokens in (("a", [1, 2]), ("b", [3, 4]), ("c", [5, 6])):
+        drafter.start(rid, tokens)
+        drafter.forget(rid)
+    drafter.start("q1", [9, 1])
+    drafter.start("q3", [9, 3])
+    drafter.start("q5", [9, 5])
+    assert drafter.propose("q1", 3).tokens == (1,)  # "a" was evicted with the oldest generation
+    assert drafter.propose("q3", 3).tokens == (3, 4)
+    assert drafter.propose("q5", 3).tokens == (5, 6)
+
+
+def test_a_restart_does_not_put_the_partial_output_in_the_corpus():
+    drafter = ContextDrafter()
+    drafter.start("a", [1, 2, 3])
+    drafter.start("a", [1, 2, 3, 4])  # e.g. retracted and prefilled again
+    drafter.start("z", [8, 3])
+    assert drafter.propose("z", 3).tokens == (3,)
+    drafter.forget("a")
+    assert drafter.propose("z", 3).tokens == (3, 4)
+
+
+def test_own_group_members_in_the_corpus_vote_once_as_siblings():
+    # b1 finishes: it stays a sibling of b2 and enters the corpus, where b2 must skip it.
+    # Votes (match_power 1): b2's own "8 5 6" -> 70 weighs 3, b1's "5 6" -> 60 weighs 2, and
+    # would weigh 4 if counted twice.
+    drafter = ContextDrafter(ContextDraftConfig(corpus_weight=1.0, match_power=1.0))
+    drafter.start("b1", [5, 6, 60], group="g")
+    drafter.forget("b1")
+    drafter.start("b2", [8, 5, 6, 70, 8, 5, 6], group="g")
+    assert drafter.propose("b2", 2).tokens == (6, 70)
