@@ -5,7 +5,10 @@ prompts, so machine drift hits every configuration alike. Two prompt sets:
   vicuna   - Vicuna questions, one request each (batch 1)
   branches - SoT branch prompts: every point of one skeleton expanded in one batch, tagged
              as one SoT group (what the SoT program sends)
-Prints accept length, output tokens/s and the ratio to plain decoding for each.
+Configurations: plain decoding, NGRAM and SPECSOT-ctx (SoT-context drafting, no second model);
+with --draft also STANDALONE and SPECSOT with that draft model, both with a --steps chain
+(SPECSOT adds up to 3 SoT-context nodes to it). Prints accept length, output tokens/s and
+the ratio to plain decoding for each.
 
     .venv/bin/python examples/bench_speculative.py --model smollm2-135m
     .venv/bin/python examples/bench_speculative.py --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b
@@ -28,7 +31,7 @@ from sglang_specsot.sot import expansion_prompt
 
 VICUNA = Path(__file__).resolve().parents[2] / "shared" / "data" / "vicuna80.jsonl"
 COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-tokens", "16384",
-          "--sleep-on-idle", "--mem-fraction-static", "0.2"]  # fmt: skip
+          "--sleep-on-idle", "--mem-fraction-static", "0.6"]  # fmt: skip
 SKELETON = ["Set clear goals", "Prioritize tasks", "Avoid distractions", "Take short breaks"]
 SEED = 0
 
@@ -38,16 +41,21 @@ def fetch(name: str) -> str:
     return str(fetch_model(name))
 
 
-def configs(draft_path: str | None, num_draft: int) -> dict[str, list[str]]:
+def configs(draft_path: str | None, num_draft: int, steps: int) -> dict[str, list[str]]:
+    """Plain, NGRAM and SPECSOT from the SoT context alone; with a draft model also
+    STANDALONE and SPECSOT with that draft, both drafting a `steps`-token chain."""
     out = {
         "plain": [],
         "NGRAM": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(num_draft)],
-        "SPECSOT": ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens", str(num_draft)],
+        "SPECSOT-ctx": ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens", str(num_draft)],
     }
     if draft_path:
-        out["STANDALONE"] = ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", draft_path,
-                             "--speculative-num-steps", "4", "--speculative-eagle-topk", "1",
-                             "--speculative-num-draft-tokens", "5"]  # fmt: skip
+        chain = ["--speculative-draft-model-path", draft_path, "--speculative-num-steps", str(steps),
+                 "--speculative-eagle-topk", "1"]  # fmt: skip
+        out["STANDALONE"] = ["--speculative-algorithm", "STANDALONE", *chain,
+                             "--speculative-num-draft-tokens", str(steps + 1)]  # fmt: skip
+        # The draft model's chain plus SoT-context nodes (SPECSOT's default window).
+        out["SPECSOT"] = ["--speculative-algorithm", "SPECSOT", *chain]
     return out
 
 
@@ -81,21 +89,24 @@ def run_batch(server: ServerProcess, prompts: list[str], tag: dict | None, max_n
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--draft", default=None, help="draft model for STANDALONE (same tokenizer)")
+    parser.add_argument("--draft", default=None, help="draft model (a fetched name or a directory; same tokenizer)")
     parser.add_argument("--questions", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--num-draft-tokens", type=int, default=6)
+    parser.add_argument("--num-draft-tokens", type=int, default=6, help="verify window of NGRAM and SPECSOT-ctx")
+    parser.add_argument("--steps", type=int, default=4, help="draft-model chain length (STANDALONE, SPECSOT)")
+    parser.add_argument("--only", default=None, help="comma-separated configs to run (default: all)")
     parser.add_argument("--dtype", default="bfloat16")
     args = parser.parse_args()
 
     model = fetch(args.model)
-    draft = fetch(args.draft) if args.draft else None
+    draft = (args.draft if Path(args.draft).is_dir() else fetch(args.draft)) if args.draft else None
     tokenizer = AutoTokenizer.from_pretrained(model)
     loads = workloads(tokenizer, args.questions)
     servers = {name: ServerProcess(model, COMMON + ["--dtype", args.dtype] + extra,
                                    log_path=Path(f"/tmp/bench-{name}.log"))  # fmt: skip
-               for name, extra in configs(draft, args.num_draft_tokens).items()}
+               for name, extra in configs(draft, args.num_draft_tokens, args.steps).items()
+               if args.only is None or name == "plain" or name in args.only.split(",")}
     stats = {(c, w): {"tokens": 0, "seconds": 0.0, "accept": []} for c in servers for w in loads}
     try:
         for name, server in servers.items():

@@ -32,6 +32,11 @@ def smollm2_path() -> str:
 
 
 @pytest.fixture(scope="session")
+def qwen05_path() -> str:
+    return _fetch("qwen2.5-coder-0.5b")
+
+
+@pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory) -> str:
     from sglang_specsot.models.tiny import build_tiny_model
 

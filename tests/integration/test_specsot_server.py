@@ -105,7 +105,7 @@ def test_the_expected_scheduler_loop_drives_the_worker(specsot_server):
 
 def test_siblings_draft_from_each_other(specsot_server, tokenizer):
     # The same branch prompt twice, one after the other: in one SoT group the second copy
-    # drafts from the first's finished text, so nearly every draft is accepted.
+    # drafts from its sibling's finished text, so nearly every draft is accepted.
     prompt = _chat(tokenizer, [{"role": "user", "content": "Describe a quiet morning by the lake."}])
 
     def accept(group: str, point: int) -> float:
@@ -115,7 +115,11 @@ def test_siblings_draft_from_each_other(specsot_server, tokenizer):
     first = accept(f"g-{specsot_server.mode}", 0)
     sibling = accept(f"g-{specsot_server.mode}", 1)
     stranger = accept(f"h-{specsot_server.mode}", 0)
-    assert sibling > 2.5 and sibling > first + 1.0 and sibling > stranger + 1.0, (first, sibling, stranger)
+    assert sibling > 2.5 and sibling > first + 1.0, (first, sibling, stranger)
+    # A request of another group drafts from the finished text too, through the shared
+    # corpus of finished requests (as NGRAM's would); a live sibling's text reaching only
+    # its own group is the unit test test_sibling_output_is_drafted_only_within_the_group.
+    assert stranger > first + 1.0, (first, sibling, stranger)
 
 
 def test_malformed_metadata_is_served_unchanged(specsot_server, prompts, plain_ids):
