@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -41,21 +42,22 @@ def fetch(name: str) -> str:
     return str(fetch_model(name))
 
 
-def configs(draft_path: str | None, num_draft: int, steps: int) -> dict[str, list[str]]:
+def configs(draft_path: str | None, num_draft: int, steps: int, topk: int, model_tree: int) -> dict[str, list[str]]:
     """Plain, NGRAM and SPECSOT from the SoT context alone; with a draft model also
-    STANDALONE and SPECSOT with that draft, both drafting a `steps`-token chain."""
+    STANDALONE and SPECSOT, both drafting a `model_tree`-node tree (`steps` x `topk`) with it;
+    SPECSOT's verify window holds 3 SoT-context nodes more."""
     out = {
         "plain": [],
         "NGRAM": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(num_draft)],
         "SPECSOT-ctx": ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens", str(num_draft)],
     }
     if draft_path:
-        chain = ["--speculative-draft-model-path", draft_path, "--speculative-num-steps", str(steps),
-                 "--speculative-eagle-topk", "1"]  # fmt: skip
-        out["STANDALONE"] = ["--speculative-algorithm", "STANDALONE", *chain,
-                             "--speculative-num-draft-tokens", str(steps + 1)]  # fmt: skip
-        # The draft model's chain plus SoT-context nodes (SPECSOT's default window).
-        out["SPECSOT"] = ["--speculative-algorithm", "SPECSOT", *chain]
+        shape = ["--speculative-draft-model-path", draft_path, "--speculative-num-steps", str(steps),
+                 "--speculative-eagle-topk", str(topk)]  # fmt: skip
+        out["STANDALONE"] = ["--speculative-algorithm", "STANDALONE", *shape,
+                             "--speculative-num-draft-tokens", str(model_tree)]  # fmt: skip
+        out["SPECSOT"] = ["--speculative-algorithm", "SPECSOT", *shape,
+                          "--speculative-num-draft-tokens", str(model_tree + 3)]  # fmt: skip
     return out
 
 
@@ -94,44 +96,85 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--num-draft-tokens", type=int, default=6, help="verify window of NGRAM and SPECSOT-ctx")
-    parser.add_argument("--steps", type=int, default=4, help="draft-model chain length (STANDALONE, SPECSOT)")
+    parser.add_argument("--steps", type=int, default=4, help="draft-model steps (STANDALONE, SPECSOT)")
+    parser.add_argument("--topk", type=int, default=1, help="draft-model top-k: 1 = a chain, more = a tree")
+    parser.add_argument("--model-tree", type=int, default=None,
+                        help="draft-model tree nodes incl. the root (default 1 + steps x topk)")
     parser.add_argument("--only", default=None, help="comma-separated configs to run (default: all)")
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--one-at-a-time", action="store_true",
+                        help="one server alive at a time (a 1.5B target with a draft needs ~8 GB per server)")
     args = parser.parse_args()
 
     model = fetch(args.model)
     draft = (args.draft if Path(args.draft).is_dir() else fetch(args.draft)) if args.draft else None
     tokenizer = AutoTokenizer.from_pretrained(model)
     loads = workloads(tokenizer, args.questions)
+    logs = Path(tempfile.mkdtemp(prefix="bench-speculative-"))
     servers = {name: ServerProcess(model, COMMON + ["--dtype", args.dtype] + extra,
-                                   log_path=Path(f"/tmp/bench-{name}.log"))  # fmt: skip
-               for name, extra in configs(draft, args.num_draft_tokens, args.steps).items()
+                                   log_path=logs / f"{name}.log")  # fmt: skip
+               for name, extra in configs(draft, args.num_draft_tokens, args.steps, args.topk,
+                                     args.model_tree or 1 + args.steps * args.topk).items()
                if args.only is None or name == "plain" or name in args.only.split(",")}
     stats = {(c, w): {"tokens": 0, "seconds": 0.0, "accept": []} for c in servers for w in loads}
+    print(f"server logs in {logs}", flush=True)
+    run = run_one_at_a_time if args.one_at_a_time else run_interleaved
+    run(servers, loads, stats, args)
+    report(stats, list(servers), list(loads), args)
+
+
+def _measure(server, name, workload, prompts, tag, stats, max_new) -> None:
+    tokens, secs, accept = run_batch(server, prompts, tag, max_new)
+    s = stats[(name, workload)]
+    s["tokens"] += tokens
+    s["seconds"] += secs
+    s["accept"] += [a for a in accept if a]
+
+
+def _start(name, server, loads) -> None:
+    print(f"starting {name} ...", flush=True)
+    server.start()
+    run_batch(server, loads["vicuna"][0][0], None, 8)  # warm-up
+
+
+def run_interleaved(servers, loads, stats, args) -> None:
+    """Every server up at once; each prompt batch goes to every config in turn."""
     try:
         for name, server in servers.items():
-            print(f"starting {name} ...", flush=True)
-            server.start()
-            run_batch(server, loads["vicuna"][0][0], None, 8)  # warm-up
+            _start(name, server, loads)
         for r in range(args.rounds):
             for w, batches in loads.items():
                 for prompts, tag in batches:
                     for name, server in servers.items():  # interleaved: same prompt, every config
-                        tokens, secs, accept = run_batch(server, prompts, tag, args.max_new_tokens)
-                        s = stats[(name, w)]
-                        s["tokens"] += tokens
-                        s["seconds"] += secs
-                        s["accept"] += [a for a in accept if a]
+                        _measure(server, name, w, prompts, tag, stats, args.max_new_tokens)
             print(f"round {r + 1}/{args.rounds} done", flush=True)
     finally:
         for server in servers.values():
             server.stop()
-    report(stats, list(servers), list(loads), args)
+
+
+def run_one_at_a_time(servers, loads, stats, args) -> None:
+    """For models too big to keep every server in memory: per round, each config in turn
+    (the order rotating between rounds) on a fresh server, so no config's drafting corpus
+    has seen an earlier round's answers."""
+    names = list(servers)
+    for r in range(args.rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            server = servers[name]
+            try:
+                _start(name, server, loads)
+                for w, batches in loads.items():
+                    for prompts, tag in batches:
+                        _measure(server, name, w, prompts, tag, stats, args.max_new_tokens)
+            finally:
+                server.stop()
+                server.proc = None
+        print(f"round {r + 1}/{args.rounds} done", flush=True)
 
 
 def report(stats: dict, names: list[str], loads: list[str], args) -> None:
-    print(f"\nmodel {args.model}, draft {args.draft}, {args.questions} questions x {args.rounds} rounds, "
-          f"{args.max_new_tokens} new tokens, dtype {args.dtype}")  # fmt: skip
+    print(f"\nmodel {args.model}, draft {args.draft} ({args.steps} steps x top-{args.topk}), "
+          f"{args.questions} questions x {args.rounds} rounds, {args.max_new_tokens} new tokens, dtype {args.dtype}")  # fmt: skip
     print(f"{'workload':10} {'config':11} {'accept len':>10} {'tok/s':>8} {'vs plain':>9}")
     for w in loads:
         base = stats[("plain", w)]["tokens"] / stats[("plain", w)]["seconds"]
