@@ -19,46 +19,11 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from sglang_specsot.spec.draft_tree import DraftTree, TreeBuilder, pad_tree, tree_mask
 
-@dataclass(frozen=True)
-class DraftTree:
-    """One request's proposal: a token tree in BFS order; node 0 is the root (last token)."""
-
-    tokens: tuple[int, ...]
-    parents: tuple[int, ...]  # parents[0] == -1; parents[i] < i
-
-    def __post_init__(self) -> None:
-        assert len(self.tokens) == len(self.parents) >= 1, "a tree needs at least its root"
-        assert self.parents[0] == -1, "node 0 must be the root"
-        assert all(0 <= p < i for i, p in enumerate(self.parents) if i), "parents precede children"
-
-    @property
-    def size(self) -> int:
-        return len(self.tokens)
-
-    def depth(self, node: int) -> int:
-        d = 0
-        while self.parents[node] != -1:
-            node, d = self.parents[node], d + 1
-        return d
-
-    def leaf_paths(self) -> list[list[int]]:
-        """Token paths from below the root to each leaf, in node order."""
-        has_child = set(self.parents[1:])
-        return [
-            [self.tokens[n] for n in self.ancestors_or_self(leaf)[1:]]
-            for leaf in range(1, self.size)
-            if leaf not in has_child
-        ]
-
-    def ancestors_or_self(self, node: int) -> list[int]:
-        chain = []
-        while node != -1:
-            chain.append(node)
-            node = self.parents[node]
-        return chain[::-1]
+__all__ = ["ContextDraftConfig", "ContextDrafter", "DraftTree", "TokenIndex", "pad_tree", "tree_mask"]
 
 
 class TokenIndex:
@@ -116,49 +81,6 @@ def _common_tail(toks: list[int], end: int, suffix: list[int], known: int, cap: 
         else:
             hi = mid - 1
     return lo
-
-
-@dataclass
-class _Trie:
-    budget: int  # nodes allowed besides the root
-    tokens: list[int] = field(default_factory=list)
-    parents: list[int] = field(default_factory=list)
-    children: list[dict[int, int]] = field(default_factory=list)
-
-    def add_node(self, token: int, parent: int) -> int:
-        self.tokens.append(token)
-        self.parents.append(parent)
-        self.children.append({})
-        if parent >= 0:
-            self.children[parent][token] = len(self.tokens) - 1
-        return len(self.tokens) - 1
-
-    @property
-    def full(self) -> bool:
-        return len(self.tokens) - 1 >= self.budget
-
-    def insert_path(self, path: list[int]) -> None:
-        node = 0
-        for t in path:
-            nxt = self.children[node].get(t)
-            if nxt is None:
-                if self.full:
-                    return
-                nxt = self.add_node(t, node)
-            node = nxt
-
-    def to_bfs_tree(self) -> DraftTree:
-        # Insertion order is depth-first per path; verify wants parents before children,
-        # which BFS order guarantees.
-        order, queue = [], [0]
-        while queue:
-            node = queue.pop(0)
-            order.append(node)
-            queue.extend(self.children[node].values())
-        new_id = {old: new for new, old in enumerate(order)}
-        tokens = tuple(self.tokens[o] for o in order)
-        parents = tuple(-1 if o == 0 else new_id[self.parents[o]] for o in order)
-        return DraftTree(tokens, parents)
 
 
 class _Votes:
@@ -374,7 +296,7 @@ class ContextDrafter:
         """
         own = self._seqs[rid]
         assert own.tokens, f"request {rid} has no tokens to draft from"
-        tree = _Trie(budget=num_nodes - 1)
+        tree = TreeBuilder(budget=num_nodes - 1)
         tree.add_node(own.tokens[-1], -1)
         if seed is not None:
             assert seed.tokens[0] == own.tokens[-1], (
@@ -418,26 +340,3 @@ class ContextDrafter:
         for path, weight in ballots.items():
             votes.add(path, weight)
         return votes
-
-
-def tree_mask(tree: DraftTree, size: int) -> list[list[bool]]:
-    """`size` x `size` ancestor-or-self mask; rows past the tree see only themselves."""
-    mask = [[False] * size for _ in range(size)]
-    for i in range(size):
-        for j in tree.ancestors_or_self(i) if i < tree.size else [i]:
-            mask[i][j] = True
-    return mask
-
-
-def pad_tree(tree: DraftTree, size: int, filler: int) -> DraftTree:
-    """Pad to exactly `size` nodes with a chain of `filler` tokens below the last node.
-
-    Verify needs the same node count for every request. A filler is verified like any draft,
-    so accepting it is still exact. It hangs in a chain (each filler the only child of its
-    parent) because tree sampling assumes the siblings of a node carry distinct tokens: the
-    last BFS node is a leaf, so no filler ever gets a sibling, and BFS order is kept.
-    """
-    assert tree.size <= size, f"tree of {tree.size} nodes does not fit {size}"
-    extra = size - tree.size
-    parents = tuple(range(tree.size - 1, size - 1))[:extra]
-    return DraftTree(tree.tokens + (filler,) * extra, tree.parents + parents)

@@ -16,7 +16,7 @@ import contextlib
 import torch
 
 from sglang_specsot.spec import adapter as sgl
-from sglang_specsot.spec.context_draft import DraftTree
+from sglang_specsot.spec.draft_tree import DraftTree
 
 
 def model_tree_size(num_steps: int, topk: int, num_draft_tokens: int) -> int:

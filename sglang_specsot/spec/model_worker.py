@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 
 from sglang_specsot.spec import adapter as sgl
-from sglang_specsot.spec.context_draft import DraftTree
+from sglang_specsot.spec.draft_tree import DraftTree
 from sglang_specsot.spec.inputs import SoTDraftInput
 from sglang_specsot.spec.model_draft import SoTDraftModel
 from sglang_specsot.spec.worker import SpecSoTWorker

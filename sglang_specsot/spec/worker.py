@@ -21,7 +21,8 @@ import logging
 import torch
 
 from sglang_specsot.spec import adapter as sgl
-from sglang_specsot.spec.context_draft import ContextDrafter, DraftTree, pad_tree, tree_mask
+from sglang_specsot.spec.context_draft import ContextDrafter
+from sglang_specsot.spec.draft_tree import DraftTree, pad_tree, tree_mask
 from sglang_specsot.spec.inputs import SoTDraftExtendInput, SoTDraftInput, SoTVerifyInput
 from sglang_specsot.spec.meta import PLAIN, SoTMeta, parse_sot_meta
 

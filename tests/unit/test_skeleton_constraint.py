@@ -16,7 +16,7 @@ from sglang_specsot.skeleton_constraint import constraint_for, skeleton_processo
 from sglang_specsot.sot import SoTConfig, parse_skeleton
 from sglang_specsot.sot_runner import SoTOptions
 from sglang_specsot.sot.skeleton_format import Piece, SkeletonFormat, classify_piece
-from sglang_specsot.spec.context_draft import DraftTree
+from sglang_specsot.spec.draft_tree import DraftTree
 from sglang_specsot.spec.verify_processors import apply_verify_processors, node_output_ids
 
 CONFIG = SoTConfig(max_points=3, max_point_words=3, max_point_chars=24)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sglang_specsot.spec.adapter import reconstruct_indices_from_tree_mask_func
-from sglang_specsot.spec.context_draft import DraftTree, pad_tree, tree_mask
+from sglang_specsot.spec.draft_tree import DraftTree, pad_tree, tree_mask
 from sglang_specsot.spec.worker import _host_links
 
 
