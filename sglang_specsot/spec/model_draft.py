@@ -37,9 +37,9 @@ class SoTDraftModel(sgl.StandaloneDraftWorker):
         super().__init__(server_args, gpu_id, nccl_port, target_worker)
         # SGLang reads speculative_num_draft_tokens both as the draft tree size (draft,
         # organize_draft_results) and as the draft-extend window (= the verify window).
-        # Between steps it holds the window, so draft-extend graphs are captured for it;
-        # draft_trees() switches to the tree size for the duration of a draft, the way
-        # SGLang's own adaptive speculation rewrites it (eagle_worker_v2.py:1937).
+        # Between steps it holds the full window, so draft-extend graphs are captured for
+        # it; each stage sets its own width for its duration (_width), the way SGLang's
+        # own adaptive speculation rewrites it (eagle_worker_v2.py:1937).
         self.speculative_num_draft_tokens = self.verify_width
         # Per-decode KV reservation: the window, or every draft-step slot if more.
         sgl.EagleDraftInput.ALLOC_LEN_PER_DECODE = max(self.speculative_num_steps * self.topk, self.verify_width)
@@ -47,21 +47,29 @@ class SoTDraftModel(sgl.StandaloneDraftWorker):
     def _rebuild_topk1_chain_buffers(self) -> None:
         # SGLang's chain fast path assumes tree size == steps + 1; it holds for the draft
         # tree, which is all the chain buffers describe.
-        with self._drafting():
+        with self._width(self.tree_size):
             super()._rebuild_topk1_chain_buffers()
 
     @contextlib.contextmanager
-    def _drafting(self):
-        window = getattr(self, "speculative_num_draft_tokens", self.verify_width)
-        self.speculative_num_draft_tokens = self.tree_size
+    def _width(self, n: int):
+        """SGLang's `speculative_num_draft_tokens` set to `n` for the duration of one stage."""
+        saved = getattr(self, "speculative_num_draft_tokens", self.verify_width)
+        self.speculative_num_draft_tokens = n
         try:
             yield
         finally:
-            self.speculative_num_draft_tokens = window
+            self.speculative_num_draft_tokens = saved
+
+    @property
+    def fixed_window(self) -> bool:
+        """Whether draft-extend must always run over the full window: its CUDA graphs are
+        captured for that width (eagle_draft_extend_cuda_graph_runner.py:319 falls back to
+        eager otherwise). Without graphs (CPU) a step's window may be narrower."""
+        return self.cuda_graph_runner_for_draft_extend is not None
 
     def draft_trees(self, batch) -> list[DraftTree]:
         """Run the draft model's steps from `batch.spec_info` (top-k of the last extend)."""
-        with self._drafting(), sgl.draft_model_context(self.parallel_layout):
+        with self._width(self.tree_size), sgl.draft_model_context(self.parallel_layout):
             verify_input = self.draft(batch)
         bs = len(batch.reqs)
         return trees_from_links(
@@ -77,10 +85,11 @@ class SoTDraftModel(sgl.StandaloneDraftWorker):
 
     def extend_after_verify(self, batch, result) -> None:
         """Draft-extend over this step's verify window; fills `result.next_draft_input`."""
-        assert result.speculative_num_draft_tokens == self.verify_width, (
-            f"verify window {result.speculative_num_draft_tokens} != draft-extend window {self.verify_width}"
+        width = result.speculative_num_draft_tokens
+        assert self.tree_size <= width <= self.verify_width, (
+            f"verify window {width} outside [{self.tree_size}, {self.verify_width}]"
         )
-        with sgl.draft_model_context(self.parallel_layout):
+        with self._width(width), sgl.draft_model_context(self.parallel_layout):
             self._draft_extend_for_decode(batch, result)
 
 

@@ -9,8 +9,9 @@ Same step as `SpecSoTWorker` (draft -> verify -> on_publish -> draft-extend); wh
   window and leaves the next step's top-k in `next_draft_input`, which the scheduler relays
   through `FutureMap.stash` (`SpecSoTAlgo.need_topk()` is True in this mode).
 
-The verify window is always `--speculative-num-draft-tokens` wide here: the draft model
-fills it every step, and its draft-extend runs over a fixed window.
+The verify window is the draft model's tree plus the context nodes of this step (at most
+`--speculative-num-draft-tokens`); draft-extend runs over the same window. With draft-extend
+CUDA graphs the window stays at its full width, the width they were captured for.
 """
 
 from __future__ import annotations
@@ -78,7 +79,12 @@ class SpecSoTModelWorker(SpecSoTWorker):
         return [self._context_tree(req, self.num_draft_tokens, seed) for req, seed in zip(batch.reqs, seeds)]
 
     def _verify_width(self, trees: list[DraftTree]) -> int:
-        return self.num_draft_tokens  # the draft-extend window is fixed
+        # The model's tree is always full; context nodes widen the window only on steps
+        # where some request has them (a wider verify and draft-extend cost more), unless
+        # draft-extend graphs pin the width.
+        if self._draft_worker.fixed_window:
+            return self.num_draft_tokens
+        return max(t.size for t in trees)
 
     def draft_extend(self, batch, result) -> None:
         super().draft_extend(batch, result)  # the context history first (host side)
