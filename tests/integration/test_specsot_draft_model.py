@@ -8,27 +8,21 @@ no leaked slot; a draft model with another vocabulary is refused at launch with 
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer
 
 from sglang_specsot.launch import ServerProcess
-from sglang_specsot.sot import expansion_prompt
+from tests.integration.parity import STRICT_MEM_CHECK_ENV, assert_no_leak_when_idle, parity_prompts, run_batches
 
 pytestmark = pytest.mark.integration
 
-VICUNA = Path(__file__).resolve().parents[3] / "shared" / "data" / "vicuna80.jsonl"
 # SGLang counts the draft's weights against --mem-fraction-static too (is_standalone()).
 COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--dtype", "float32",
           "--max-total-tokens", "8192", "--sleep-on-idle", "--mem-fraction-static", "0.5"]  # fmt: skip
 MAX_NEW = 16
-BATCH_SIZES = [1, 2, 3, 4, 5, 6, 7, 8]  # cycled over the prompt list: every size appears
-POINTS = ["Set clear goals", "Prioritize tasks", "Avoid distractions", "Take short breaks"]
 DRAFT_LAYERS = 12  # of 24: agrees with the target often, not always
 CONFIGS = {
     # A 3-step chain (4 nodes) plus 2 SoT-context nodes in a 6-token verify window.
@@ -39,14 +33,6 @@ CONFIGS = {
     "tree-overlap": ["--speculative-num-steps", "2", "--speculative-eagle-topk", "2",
                      "--speculative-num-draft-tokens", "7"],  # fmt: skip
 }
-
-
-def _chunks(items: list, sizes: list[int]) -> list[list]:
-    out, i, k = [], 0, 0
-    while i < len(items):
-        out.append(items[i : i + sizes[k % len(sizes)]])
-        i, k = i + sizes[k % len(sizes)], k + 1
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -62,21 +48,11 @@ def draft_path(qwen05_path, tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def prompts(qwen05_path) -> list[str]:
-    """42 Vicuna questions and 8 SoT branch prompts, in Qwen's chat format."""
-    tokenizer = AutoTokenizer.from_pretrained(qwen05_path)
-    chat = lambda m: tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)  # noqa: E731
-    questions = [json.loads(line)["question"] for line in VICUNA.read_text().splitlines()][:42]
-    plain = [chat([{"role": "user", "content": q}]) for q in questions]
-    branch = [expansion_prompt(q, POINTS, i % len(POINTS)).render(chat) for i, q in enumerate(questions[:8])]
-    return plain + branch
+    return parity_prompts(AutoTokenizer.from_pretrained(qwen05_path))
 
 
 def _run(server, prompts) -> list[dict]:
-    out = []
-    for chunk in _chunks(prompts, BATCH_SIZES):
-        res = server.post("/generate", {"text": chunk, "sampling_params": {"temperature": 0, "max_new_tokens": MAX_NEW}})
-        out += res if isinstance(res, list) else [res]
-    return out
+    return run_batches(server, prompts, MAX_NEW)
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +65,7 @@ def plain_ids(qwen05_path, prompts) -> list[list[int]]:
 def draft_server(request, qwen05_path, draft_path, tmp_path_factory):
     log = tmp_path_factory.mktemp("specsot-draft") / "server.log"
     args = COMMON + ["--speculative-algorithm", "SPECSOT", "--speculative-draft-model-path", draft_path]
-    env = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}  # a leaked slot raises when idle
-    with ServerProcess(qwen05_path, args + CONFIGS[request.param], env=env, log_path=log) as server:
+    with ServerProcess(qwen05_path, args + CONFIGS[request.param], env=STRICT_MEM_CHECK_ENV, log_path=log) as server:
         server.config = request.param
         yield server
 
@@ -110,11 +85,7 @@ def test_greedy_parity_with_a_draft_model(draft_server, prompts, plain_ids):
 
 def test_no_kv_slot_leaked_when_idle(draft_server):
     """Runs last for each server: after the requests above, the idle check found no leak."""
-    time.sleep(3)  # let the scheduler reach on_idle and run its memory check
-    assert draft_server.proc.poll() is None, draft_server.log_tail()
-    log = draft_server.log_path.read_text()
-    for needle in ("memory leak detected", "double free", "use-after-free"):
-        assert needle not in log, needle
+    assert_no_leak_when_idle(draft_server)
 
 
 def test_draft_model_with_another_vocabulary_is_refused(smollm2_path, tiny_model_path, tmp_path):

@@ -7,33 +7,25 @@ sibling branches of one SoT group draft from each other; malformed SoT metadata 
 
 from __future__ import annotations
 
-import json
-import time
-from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer
 
 from sglang_specsot.launch import ServerProcess
-from sglang_specsot.sot import expansion_prompt
+from tests.integration.parity import (
+    STRICT_MEM_CHECK_ENV,
+    assert_no_leak_when_idle,
+    generate,
+    parity_prompts,
+    run_batches,
+)
 
 pytestmark = pytest.mark.integration
 
-VICUNA = Path(__file__).resolve().parents[3] / "shared" / "data" / "vicuna80.jsonl"
 COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--dtype", "float32",
           "--max-total-tokens", "8192", "--sleep-on-idle", "--mem-fraction-static", "0.3"]  # fmt: skip
 SPECSOT = ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens", "6"]
 MAX_NEW = 32
-BATCH_SIZES = [1, 2, 3, 4, 5, 6, 7, 8]  # cycled over the prompt list: every size appears
-POINTS = ["Set clear goals", "Prioritize tasks", "Avoid distractions", "Take short breaks"]
-
-
-def _chunks(items: list, sizes: list[int]) -> list[list]:
-    out, i, k = [], 0, 0
-    while i < len(items):
-        out.append(items[i : i + sizes[k % len(sizes)]])
-        i, k = i + sizes[k % len(sizes)], k + 1
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -47,26 +39,15 @@ def _chat(tokenizer, messages) -> str:
 
 @pytest.fixture(scope="module")
 def prompts(tokenizer) -> list[str]:
-    """42 Vicuna questions and 8 SoT branch prompts (the shape SoT sends)."""
-    questions = [json.loads(line)["question"] for line in VICUNA.read_text().splitlines()][:42]
-    plain = [_chat(tokenizer, [{"role": "user", "content": q}]) for q in questions]
-    branch = [
-        expansion_prompt(q, POINTS, i % len(POINTS)).render(lambda m: _chat(tokenizer, m))
-        for i, q in enumerate(questions[:8])
-    ]
-    return plain + branch
+    return parity_prompts(tokenizer)
 
 
 def _generate(server, texts, custom_params=None) -> list[dict]:
-    sampling = {"temperature": 0, "max_new_tokens": MAX_NEW}
-    if custom_params is not None:
-        sampling["custom_params"] = custom_params
-    out = server.post("/generate", {"text": texts, "sampling_params": sampling})
-    return out if isinstance(out, list) else [out]
+    return generate(server, texts, MAX_NEW, custom_params)
 
 
 def _run(server, prompts) -> list[dict]:
-    return [r for chunk in _chunks(prompts, BATCH_SIZES) for r in _generate(server, chunk)]
+    return run_batches(server, prompts, MAX_NEW)
 
 
 @pytest.fixture(scope="module")
@@ -79,10 +60,7 @@ def plain_ids(smollm2_path, prompts) -> list[list[int]]:
 def specsot_server(request, smollm2_path, tmp_path_factory):
     extra = [] if request.param == "overlap" else ["--disable-overlap-schedule"]
     log = tmp_path_factory.mktemp("specsot") / "server.log"
-    # Strict: SGLang's idle memory check (scheduler.py:5288-5310, run whenever the scheduler
-    # is idle) raises on a leaked KV slot or request row instead of logging a warning.
-    env = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}
-    with ServerProcess(smollm2_path, COMMON + SPECSOT + extra, env=env, log_path=log) as server:
+    with ServerProcess(smollm2_path, COMMON + SPECSOT + extra, env=STRICT_MEM_CHECK_ENV, log_path=log) as server:
         server.mode = request.param
         yield server
 
@@ -131,11 +109,7 @@ def test_malformed_metadata_is_served_unchanged(specsot_server, prompts, plain_i
 
 def test_no_kv_slot_leaked_when_idle(specsot_server):
     """Runs last for each server: after every request above, the idle check found no leak."""
-    time.sleep(3)  # let the scheduler reach on_idle and run its memory check
-    assert specsot_server.proc.poll() is None, specsot_server.log_tail()
-    log = specsot_server.log_path.read_text()
-    for needle in ("memory leak detected", "double free", "use-after-free"):
-        assert needle not in log, needle
+    assert_no_leak_when_idle(specsot_server)
     out = _generate(specsot_server, ["<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"])
     assert out[0]["meta_info"]["completion_tokens"] > 0
 

@@ -1,0 +1,58 @@
+"""The greedy-parity workload shared by the SPECSOT server tests: 50 prompts, batch sizes 1..8."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from sglang_specsot.sot import expansion_prompt
+
+VICUNA = Path(__file__).resolve().parents[3] / "shared" / "data" / "vicuna80.jsonl"
+BATCH_SIZES = [1, 2, 3, 4, 5, 6, 7, 8]  # cycled over the prompt list: every size appears
+POINTS = ["Set clear goals", "Prioritize tasks", "Avoid distractions", "Take short breaks"]
+
+
+def chunks(items: list, sizes: list[int] = BATCH_SIZES) -> list[list]:
+    """`items` cut into consecutive batches whose sizes cycle through `sizes`."""
+    out, i, k = [], 0, 0
+    while i < len(items):
+        out.append(items[i : i + sizes[k % len(sizes)]])
+        i, k = i + sizes[k % len(sizes)], k + 1
+    return out
+
+
+def parity_prompts(tokenizer) -> list[str]:
+    """42 Vicuna questions and 8 SoT branch prompts (the shape SoT sends), in `tokenizer`'s chat format."""
+    chat = lambda m: tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)  # noqa: E731
+    questions = [json.loads(line)["question"] for line in VICUNA.read_text().splitlines()][:42]
+    plain = [chat([{"role": "user", "content": q}]) for q in questions]
+    branch = [expansion_prompt(q, POINTS, i % len(POINTS)).render(chat) for i, q in enumerate(questions[:8])]
+    return plain + branch
+
+
+def generate(server, texts: list[str], max_new: int, custom_params: dict | None = None) -> list[dict]:
+    """Greedy `/generate` of one batch; always a list of results."""
+    sampling = {"temperature": 0, "max_new_tokens": max_new}
+    if custom_params is not None:
+        sampling["custom_params"] = custom_params
+    out = server.post("/generate", {"text": texts, "sampling_params": sampling})
+    return out if isinstance(out, list) else [out]
+
+
+def run_batches(server, prompts: list[str], max_new: int) -> list[dict]:
+    return [r for chunk in chunks(prompts) for r in generate(server, chunk, max_new)]
+
+
+# SGLang's strict idle memory check (scheduler.py:5288-5310, run whenever the scheduler is
+# idle) raises on a leaked KV slot or request row instead of logging a warning.
+STRICT_MEM_CHECK_ENV = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}
+
+
+def assert_no_leak_when_idle(server) -> None:
+    """After a server's requests: it is alive and its idle memory check reported nothing."""
+    time.sleep(3)  # let the scheduler reach on_idle and run its memory check
+    assert server.proc.poll() is None, server.log_tail()
+    log = server.log_path.read_text()
+    for needle in ("memory leak detected", "double free", "use-after-free"):
+        assert needle not in log, needle
