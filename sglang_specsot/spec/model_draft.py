@@ -16,7 +16,7 @@ import contextlib
 import torch
 
 from sglang_specsot.spec import adapter as sgl
-from sglang_specsot.spec.draft_tree import DraftTree
+from sglang_specsot.spec.draft_tree import DraftTree, TreeBuilder
 
 
 def model_tree_size(num_steps: int, topk: int, num_draft_tokens: int) -> int:
@@ -103,20 +103,13 @@ def trees_from_links(
     """
     trees = []
     for row_tokens, row_next, row_sibling in zip(tokens.tolist(), next_token.tolist(), next_sibling.tolist()):
-        order, parent_of, queue = [0], {0: -1}, [0]
-        while queue:  # BFS, so parents precede children as verify requires
-            node = queue.pop(0)
+        builder = TreeBuilder(budget=len(row_tokens) - 1)
+        stack = [(0, builder.add_node(row_tokens[0], -1))]  # (SGLang node, builder node)
+        while stack:
+            node, at = stack.pop()
             child = row_next[node]
             while child != -1:
-                parent_of[child] = node
-                order.append(child)
-                queue.append(child)
+                stack.append((child, builder.add_node(row_tokens[child], at)))
                 child = row_sibling[child]
-        new_id = {old: new for new, old in enumerate(order)}
-        trees.append(
-            DraftTree(
-                tokens=tuple(row_tokens[o] for o in order),
-                parents=tuple(-1 if o == 0 else new_id[parent_of[o]] for o in order),
-            )
-        )
+        trees.append(builder.to_bfs_tree())  # BFS: parents precede children, as verify needs
     return trees

@@ -40,6 +40,11 @@ def generate(server, texts: list[str], max_new: int, custom_params: dict | None 
     return out if isinstance(out, list) else [out]
 
 
+def mismatches(results: list[dict], expected_ids: list[list[int]]) -> list[int]:
+    """Indices of the prompts whose output ids differ from `expected_ids`."""
+    return [i for i, (r, ids) in enumerate(zip(results, expected_ids)) if r["output_ids"] != ids]
+
+
 def run_batches(server, prompts: list[str], max_new: int) -> list[dict]:
     return [r for chunk in chunks(prompts) for r in generate(server, chunk, max_new)]
 

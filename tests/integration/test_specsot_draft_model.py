@@ -15,7 +15,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from sglang_specsot.launch import ServerProcess
-from tests.integration.parity import STRICT_MEM_CHECK_ENV, assert_no_leak_when_idle, parity_prompts, run_batches
+from tests.integration.parity import STRICT_MEM_CHECK_ENV, assert_no_leak_when_idle, mismatches, parity_prompts, run_batches
 
 pytestmark = pytest.mark.integration
 
@@ -72,8 +72,7 @@ def draft_server(request, qwen05_path, draft_path, tmp_path_factory):
 
 def test_greedy_parity_with_a_draft_model(draft_server, prompts, plain_ids):
     results = _run(draft_server, prompts)
-    got = [r["output_ids"] for r in results]
-    bad = [i for i, (a, b) in enumerate(zip(got, plain_ids)) if a != b]
+    bad = mismatches(results, plain_ids)
     assert not bad, f"SPECSOT ({draft_server.config}) differs from plain decoding on prompts {bad}"
     accept = [r["meta_info"]["spec_accept_length"] for r in results]
     assert sum(accept) / len(accept) > 1.3, accept

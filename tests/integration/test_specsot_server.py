@@ -16,6 +16,7 @@ from tests.integration.parity import (
     STRICT_MEM_CHECK_ENV,
     assert_no_leak_when_idle,
     generate,
+    mismatches,
     parity_prompts,
     run_batches,
 )
@@ -67,8 +68,7 @@ def specsot_server(request, smollm2_path, tmp_path_factory):
 
 def test_greedy_parity_and_accept_length(specsot_server, prompts, plain_ids):
     results = _run(specsot_server, prompts)
-    got = [r["output_ids"] for r in results]
-    bad = [i for i, (a, b) in enumerate(zip(got, plain_ids)) if a != b]
+    bad = mismatches(results, plain_ids)
     assert not bad, f"SPECSOT ({specsot_server.mode}) differs from plain decoding on prompts {bad}"
     accept = specsot_server.get("/server_info")["internal_states"][0]["avg_spec_accept_length"]
     assert accept > 1.0, accept
