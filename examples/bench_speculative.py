@@ -26,11 +26,11 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
+from sglang_specsot.data import load_questions
 from sglang_specsot.launch import ServerProcess
 from sglang_specsot.models import fetch as fetch_model
 from sglang_specsot.sot import expansion_prompt
 
-VICUNA = Path(__file__).resolve().parents[2] / "shared" / "data" / "vicuna80.jsonl"
 COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-tokens", "16384",
           "--sleep-on-idle", "--mem-fraction-static", "0.6"]  # fmt: skip
 SKELETON = ["Set clear goals", "Prioritize tasks", "Avoid distractions", "Take short breaks"]
@@ -64,7 +64,7 @@ def configs(draft_path: str | None, num_draft: int, steps: int, topk: int, model
 def workloads(tokenizer, n_questions: int) -> dict[str, list[tuple[list[str], dict | None]]]:
     """Each workload: a list of (batch of prompts, SoT tag factory or None)."""
     chat = lambda msgs: tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)  # noqa: E731
-    rows = [json.loads(line) for line in VICUNA.read_text().splitlines()]
+    rows = load_questions("vicuna80")
     questions = [r["question"] for r in rows if r["sot_suitable"]][:n_questions]
     vicuna = [([chat([{"role": "user", "content": q}])], None) for q in questions]
     branches = [

@@ -1,6 +1,6 @@
 """How often the rule router agrees with the SoT-R manual labels on Vicuna-80.
 
-Run:  .venv/bin/python examples/router_agreement.py [path/to/vicuna80.jsonl]
+Run:  .venv/bin/python examples/router_agreement.py [vicuna80 | path/to/questions.jsonl]
 
 Prints the confusion matrix, accuracy, precision and recall ("positive" = use SoT), how
 many questions each rule decided, and every disagreement with the rule that caused it.
@@ -9,22 +9,19 @@ No model is needed: this measures the rules alone.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter
-from pathlib import Path
 
+from sglang_specsot.data import load_questions
 from sglang_specsot.sot import measure_agreement, route_question
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "vicuna80.jsonl"
 
-
-def main(path: Path) -> None:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def main(name: str) -> None:
+    rows = load_questions(name)
     decisions = [route_question(row["question"]) for row in rows]
     result = measure_agreement((d.use_sot, row["sot_suitable"]) for d, row in zip(decisions, rows))
 
-    print(f"Router vs SoT-R labels on {path.name}: {len(rows)} questions\n")
+    print(f"Router vs SoT-R labels on {name}: {len(rows)} questions\n")
     print("                 label SoT   label normal")
     print(f"  router SoT     {result.true_pos:9d}   {result.false_pos:12d}")
     print(f"  router normal  {result.false_neg:9d}   {result.true_neg:12d}\n")
@@ -45,4 +42,4 @@ def main(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else DATA)
+    main(sys.argv[1] if len(sys.argv) > 1 else "vicuna80")

@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_speculative import COMMON, workloads  # noqa: E402  (the benchmark's exact prompts)
 
-from sglang_specsot.spec.context_draft import ContextDraftConfig, ContextDrafter, DraftTree  # noqa: E402
+from sglang_specsot.speculative.context_draft import ContextDraftConfig, ContextDrafter, DraftTree  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "smollm2_greedy_traces.json"
 MODEL = "smollm2-135m"

@@ -12,14 +12,14 @@ import argparse
 import json
 from pathlib import Path
 
+from sglang_specsot.data import load_questions
 from sglang_specsot.launch import ServerProcess
 from sglang_specsot.models import fetch as fetch_model
 from sglang_specsot.sot import SoTConfig
-from sglang_specsot.sot_runner import SoTAnswer, SoTOptions
+from sglang_specsot.sot.runner import SoTAnswer, SoTOptions
 
 MODEL = "smollm2-135m"
 QUESTION_ID = 0
-VICUNA = Path(__file__).resolve().parents[2] / "shared" / "data" / "vicuna80.jsonl"
 SERVER_ARGS = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--dtype", "float32",
                "--max-total-tokens", "8192", "--sleep-on-idle", "--mem-fraction-static", "0.3"]  # fmt: skip
 SPECSOT_ARGS = ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens", "6"]
@@ -35,7 +35,7 @@ def fetch(name: str) -> str:
 
 
 def question(qid: int) -> str:
-    rows = [json.loads(line) for line in VICUNA.read_text().splitlines() if line.strip()]
+    rows = load_questions("vicuna80")
     return next(row["question"] for row in rows if row["id"] == qid)
 
 

@@ -16,12 +16,12 @@ from pathlib import Path
 
 from openai import OpenAI
 
+from sglang_specsot.data import load_questions
 from sglang_specsot.launch import ServerProcess
 from sglang_specsot.models import fetch as fetch_model
 
 MODEL = "smollm2-135m"
 QUESTION_ID = 1
-VICUNA = Path(__file__).resolve().parents[2] / "shared" / "data" / "vicuna80.jsonl"
 SERVER_ARGS = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--dtype", "float32",
                "--max-total-tokens", "8192", "--sleep-on-idle", "--mem-fraction-static", "0.3"]  # fmt: skip
 MAX_TOKENS = 256
@@ -35,7 +35,7 @@ def fetch(name: str) -> str:
 
 
 def question(qid: int) -> str:
-    rows = [json.loads(line) for line in VICUNA.read_text().splitlines() if line.strip()]
+    rows = load_questions("vicuna80")
     return next(row["question"] for row in rows if row["id"] == qid)
 
 

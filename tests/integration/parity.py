@@ -6,9 +6,9 @@ import json
 import time
 from pathlib import Path
 
+from sglang_specsot.data import load_questions
 from sglang_specsot.sot import expansion_prompt
 
-VICUNA = Path(__file__).resolve().parents[3] / "shared" / "data" / "vicuna80.jsonl"
 BATCH_SIZES = [1, 2, 3, 4, 5, 6, 7, 8]  # cycled over the prompt list: every size appears
 POINTS = ["Set clear goals", "Prioritize tasks", "Avoid distractions", "Take short breaks"]
 
@@ -25,7 +25,7 @@ def chunks(items: list, sizes: list[int] = BATCH_SIZES) -> list[list]:
 def parity_prompts(tokenizer) -> list[str]:
     """42 Vicuna questions and 8 SoT branch prompts (the shape SoT sends), in `tokenizer`'s chat format."""
     chat = lambda m: tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)  # noqa: E731
-    questions = [json.loads(line)["question"] for line in VICUNA.read_text().splitlines()][:42]
+    questions = [row["question"] for row in load_questions("vicuna80")][:42]
     plain = [chat([{"role": "user", "content": q}]) for q in questions]
     branch = [expansion_prompt(q, POINTS, i % len(POINTS)).render(chat) for i, q in enumerate(questions[:8])]
     return plain + branch

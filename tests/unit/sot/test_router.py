@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_specsot.data import load_questions
 from sglang_specsot.sot import (
     SoTConfig,
     measure_agreement,
@@ -16,10 +17,6 @@ from sglang_specsot.sot import (
     route_question,
 )
 
-REPO = Path(__file__).resolve().parents[3]
-VICUNA80 = Path(
-    os.environ.get("SGLANG_SPECSOT_VICUNA80", REPO.parent / "shared/data/vicuna80.jsonl")
-)
 
 # Floors set a little under what the rules measured (79/80 agree: 36 TP, 0 FP, 1 FN,
 # 43 TN). The rules were written with these 80 questions in view, so that is an in-sample
@@ -66,11 +63,7 @@ HELD_OUT = [
 
 
 def _vicuna_rows() -> list[dict]:
-    assert VICUNA80.exists(), (
-        f"{VICUNA80} not found; it lives in the shared data next to the repo, or set "
-        "SGLANG_SPECSOT_VICUNA80 to its path"
-    )
-    return [json.loads(line) for line in VICUNA80.read_text().splitlines() if line.strip()]
+    return load_questions("vicuna80")
 
 
 def test_agreement_with_vicuna80_labels():
