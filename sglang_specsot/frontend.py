@@ -2,7 +2,7 @@
 
 `answer_question` runs `sot_program` against any SGLang server (plain or SPECSOT) and returns
 an `SoTAnswer`: the answer plus every phase with its times. Prompts, budgets and tags come
-from `sot_runner`, so the server-side SoT sends the model exactly the same requests.
+from `sot.runner`, so the server-side SoT sends the model exactly the same requests.
 
 Frontend pitfalls handled here:
 - the root state holds no text when the skeleton is generated, so the skeleton runs in a
@@ -27,7 +27,7 @@ import sglang as sgl
 from sglang.lang.backend.runtime_endpoint import RuntimeEndpoint
 
 from sglang_specsot.sot.planner import BranchPlan, plan_branches
-from sglang_specsot.sot_runner import (
+from sglang_specsot.sot.runner import (
     NORMAL,
     SOT,
     BranchesPhase,
@@ -139,7 +139,7 @@ def _with_skeleton_constraint(
     current = info.get("disable_overlap_schedule") or info.get("speculative_algorithm") == "SPECSOT"
     if wanted is None and not current:
         return options
-    from sglang_specsot.skeleton_constraint import skeleton_processor_for
+    from sglang_specsot.serving.skeleton_constraint import skeleton_processor_for
 
     processor = skeleton_processor_for(endpoint.get_model_name(), options.config)
     return dataclasses.replace(options, skeleton_logit_processor=processor)

@@ -136,10 +136,10 @@ def register() -> None:
         register_cpu_attention_backend()
         applied = apply_host_changes()
         # --speculative-algorithm is a free string resolved after plugins load (launch_server.py:79).
-        from sglang_specsot.spec.algorithm import register_specsot
+        from sglang_specsot.speculative.algorithm import register_specsot
 
         register_specsot()
-        __import__("sglang_specsot.sot_server", fromlist=["_"]).install_sot_server()
+        __import__("sglang_specsot.serving.chat", fromlist=["_"]).install_sot_server()
     except Exception as exc:
         _write_trace(_process_record(applied, f"{type(exc).__name__}: {exc}"))
         raise

@@ -47,7 +47,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from sglang_specsot.sot.config import SoTConfig
-from sglang_specsot.sot_runner import (
+from sglang_specsot.sot.runner import (
     PLAIN,
     SKELETON_CHANNEL,
     GenRequest,

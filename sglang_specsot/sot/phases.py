@@ -1,6 +1,6 @@
 """What flows between the phases of one SoT answer: requests, results, one dataclass per phase.
 
-Filled by `sot_runner.run_sot` (server) and the frontend program alike; `SoTAnswer.trace()`
+Filled by `sot.runner.run_sot` (server) and the frontend program alike; `SoTAnswer.trace()`
 is the JSON summary both report.
 """
 

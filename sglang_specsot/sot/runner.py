@@ -1,7 +1,7 @@
 """The phases of one Skeleton-of-Thought answer, run against any generation backend.
 
 route -> skeleton -> parse -> plan -> branches -> merge, one frozen dataclass per phase
-(`sot_phases`). The async `run_sot` drives a `SoTBackend` (the server's TokenizerManager, or
+(`sot.phases`). The async `run_sot` drives a `SoTBackend` (the server's TokenizerManager, or
 a fake in tests); the frontend program builds the very same requests with the helpers here,
 so both send the model identical prompts and budgets. No SGLang import: the pure core plus
 asyncio.
@@ -24,7 +24,7 @@ from sglang_specsot.sot.planner import BranchPlan, plan_branches
 from sglang_specsot.sot.prompts import expansion_prompt, skeleton_prompt
 from sglang_specsot.sot.router import RouteDecision, route_question
 from sglang_specsot.sot.skeleton import parse_skeleton
-from sglang_specsot.sot_phases import (  # noqa: F401 (re-exported: callers import them from here)
+from sglang_specsot.sot.phases import (  # noqa: F401 (re-exported: callers import them from here)
     BRANCH,
     NORMAL,
     PLAIN,

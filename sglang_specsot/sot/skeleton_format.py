@@ -4,7 +4,7 @@ A skeleton in this format is lines "N. words" with N = 1, 2, 3... (the "1." is u
 assistant pre-fill), at most `max_points` points of at most `max_point_words` words and
 `max_point_chars` characters, then end-of-turn: no prose after the list. `SkeletonFormat`
 reads text and says which kinds of text may come next (`Allowed`); a token-level adapter
-(`sglang_specsot.skeleton_constraint`) turns that into a logit mask. Plain Python.
+(`sglang_specsot.serving.skeleton_constraint`) turns that into a logit mask. Plain Python.
 
 Points are kept to text that `parse_skeleton` reads back exactly as written: words start
 with a letter or digit and hold letters, digits, "-" or "'" after a letter, and "," at the

@@ -57,8 +57,8 @@ class SpecSoTAlgo(CustomSpecAlgo):
         self, device, req_to_token_pool, needs_cpu_seq_lens=True, needs_confidence_relay=False
     ):
         # scheduler.py:1681: SGLang's FutureMap (seq_lens travel through publish/stash),
-        # with a torch gather of the relayed top-k on CPU (spec/future_map.py).
-        from sglang_specsot.spec.future_map import SoTFutureMap
+        # with a torch gather of the relayed top-k on CPU (speculative/future_map.py).
+        from sglang_specsot.speculative.future_map import SoTFutureMap
 
         return SoTFutureMap(device, self, req_to_token_pool, needs_cpu_seq_lens, needs_confidence_relay)
 
@@ -198,9 +198,9 @@ def register_specsot() -> None:
     def _worker_class(server_args):
         # Heavy imports: only in schedulers.
         if server_args.speculative_draft_model_path is not None:
-            from sglang_specsot.spec.model_worker import SpecSoTModelWorker
+            from sglang_specsot.speculative.model_worker import SpecSoTModelWorker
 
             return SpecSoTModelWorker
-        from sglang_specsot.spec.worker import SpecSoTWorker
+        from sglang_specsot.speculative.worker import SpecSoTWorker
 
         return SpecSoTWorker

@@ -21,7 +21,7 @@ import heapq
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from sglang_specsot.spec.draft_tree import DraftTree, TreeBuilder, pad_tree, tree_mask
+from sglang_specsot.speculative.draft_tree import DraftTree, TreeBuilder, pad_tree, tree_mask
 
 __all__ = ["ContextDraftConfig", "ContextDrafter", "DraftTree", "TokenIndex", "pad_tree", "tree_mask"]
 

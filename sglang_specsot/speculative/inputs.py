@@ -18,7 +18,7 @@ from sglang.srt.speculative.eagle_info import (
     EagleVerifyInput,
 )
 
-from sglang_specsot.spec.meta import SoTMeta
+from sglang_specsot.speculative.meta import SoTMeta
 
 
 # The per-request tensors a draft input carries in sync mode (rows = requests).

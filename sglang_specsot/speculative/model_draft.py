@@ -15,8 +15,8 @@ import contextlib
 
 import torch
 
-from sglang_specsot.spec import adapter as sgl
-from sglang_specsot.spec.draft_tree import DraftTree, TreeBuilder
+from sglang_specsot.speculative import adapter as sgl
+from sglang_specsot.speculative.draft_tree import DraftTree, TreeBuilder
 
 
 def model_tree_size(num_steps: int, topk: int, num_draft_tokens: int) -> int:

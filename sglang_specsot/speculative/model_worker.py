@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import logging
 
-from sglang_specsot.spec import adapter as sgl
-from sglang_specsot.spec.draft_tree import DraftTree
-from sglang_specsot.spec.inputs import SoTDraftInput
-from sglang_specsot.spec.model_draft import SoTDraftModel
-from sglang_specsot.spec.worker import SpecSoTWorker
+from sglang_specsot.speculative import adapter as sgl
+from sglang_specsot.speculative.draft_tree import DraftTree
+from sglang_specsot.speculative.inputs import SoTDraftInput
+from sglang_specsot.speculative.model_draft import SoTDraftModel
+from sglang_specsot.speculative.worker import SpecSoTWorker
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from sglang_specsot.spec.draft_tree import DraftTree
+from sglang_specsot.speculative.draft_tree import DraftTree
 
 
 class NodeReq:

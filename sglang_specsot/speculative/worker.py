@@ -20,11 +20,11 @@ import logging
 
 import torch
 
-from sglang_specsot.spec import adapter as sgl
-from sglang_specsot.spec.context_draft import ContextDrafter
-from sglang_specsot.spec.draft_tree import DraftTree, pad_tree, tree_mask
-from sglang_specsot.spec.inputs import SoTDraftExtendInput, SoTDraftInput, SoTVerifyInput
-from sglang_specsot.spec.meta import PLAIN, SoTMeta, parse_sot_meta
+from sglang_specsot.speculative import adapter as sgl
+from sglang_specsot.speculative.context_draft import ContextDrafter
+from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree, tree_mask
+from sglang_specsot.speculative.inputs import SoTDraftExtendInput, SoTDraftInput, SoTVerifyInput
+from sglang_specsot.speculative.meta import PLAIN, SoTMeta, parse_sot_meta
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ class SpecSoTWorker(sgl.BaseSpecWorker):
             # SGLang's EAGLE verify skips custom processors; here each tree node's row gets
             # its request's processor, seeing the history up to that node (the drafter's
             # history is current even when the scheduler's output_ids lag under overlap).
-            from sglang_specsot.spec.verify_processors import apply_verify_processors
+            from sglang_specsot.speculative.verify_processors import apply_verify_processors
 
             histories = [self.drafter.tokens(req.rid) for req in batch.reqs]
             apply_verify_processors(

@@ -12,9 +12,9 @@ import pytest
 from transformers import AutoTokenizer
 
 from sglang_specsot.launch import ServerProcess
-from sglang_specsot.skeleton_constraint import skeleton_processor_for
+from sglang_specsot.serving.skeleton_constraint import skeleton_processor_for
 from sglang_specsot.sot import SoTConfig, parse_skeleton, skeleton_prompt
-from sglang_specsot.sot_runner import SoTOptions
+from sglang_specsot.sot.runner import SoTOptions
 
 pytestmark = pytest.mark.integration
 

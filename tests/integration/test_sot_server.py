@@ -14,7 +14,7 @@ import pytest
 
 from sglang_specsot.launch import ServerProcess
 from sglang_specsot.sot import SoTConfig
-from sglang_specsot.sot_runner import SoTOptions
+from sglang_specsot.sot.runner import SoTOptions
 
 pytestmark = pytest.mark.integration
 

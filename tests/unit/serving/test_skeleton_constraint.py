@@ -12,12 +12,12 @@ from sglang.srt.sampling.custom_logit_processor import CustomLogitProcessor
 from sglang.srt.sampling.sampling_batch_info import ProcessorEntry
 from transformers import AutoTokenizer
 
-from sglang_specsot.skeleton_constraint import constraint_for, skeleton_processor_for
+from sglang_specsot.serving.skeleton_constraint import constraint_for, skeleton_processor_for
 from sglang_specsot.sot import SoTConfig, parse_skeleton
-from sglang_specsot.sot_runner import SoTOptions
+from sglang_specsot.sot.runner import SoTOptions
 from sglang_specsot.sot.skeleton_format import Piece, SkeletonFormat, classify_piece
-from sglang_specsot.spec.draft_tree import DraftTree
-from sglang_specsot.spec.verify_processors import apply_verify_processors, node_output_ids
+from sglang_specsot.speculative.draft_tree import DraftTree
+from sglang_specsot.speculative.verify_processors import apply_verify_processors, node_output_ids
 
 CONFIG = SoTConfig(max_points=3, max_point_words=3, max_point_chars=24)
 IM_END = 2  # SmolLM2's <|im_end|>: the end of an assistant turn

@@ -12,7 +12,7 @@ import pytest
 
 from sglang_specsot.sot import SoTConfig, merge_answer
 from sglang_specsot.sot.merge import format_point
-from sglang_specsot.sot_runner import (
+from sglang_specsot.sot.runner import (
     ANSWER_CHANNEL,
     BRANCH,
     NORMAL,
@@ -464,7 +464,7 @@ def test_frontend_program_answers_math_normally(fake_http):
 
 
 def test_field_absent_gives_the_server_default_and_present_defaults_to_auto():
-    from sglang_specsot.sot_server import parse_field
+    from sglang_specsot.serving.chat import parse_field
 
     assert parse_field(b'{"messages": []}', "off").mode == "off"
     assert parse_field(None, "auto").mode == "auto"
@@ -483,14 +483,14 @@ def test_field_absent_gives_the_server_default_and_present_defaults_to_auto():
      {"config": {"max_points": -1}}, {"config": {"nope": 1}}, {"skeleton_logit_processor": ""}],  # fmt: skip
 )
 def test_malformed_field_is_a_value_error(value):
-    from sglang_specsot.sot_server import parse_field
+    from sglang_specsot.serving.chat import parse_field
 
     with pytest.raises(ValueError, match="specsot|max_points"):
         parse_field(json.dumps({"specsot": value}).encode(), "off")
 
 
 def test_hook_hands_a_request_without_the_field_to_sglang_as_it_came(monkeypatch):
-    from sglang_specsot.sot_server import MODE_ENV, _around_handle_request
+    from sglang_specsot.serving.chat import MODE_ENV, _around_handle_request
 
     monkeypatch.delenv(MODE_ENV, raising=False)
     calls = []
@@ -509,7 +509,7 @@ def test_hook_hands_a_request_without_the_field_to_sglang_as_it_came(monkeypatch
 
 
 def test_server_default_mode_comes_from_the_environment(monkeypatch):
-    from sglang_specsot.sot_server import MODE_ENV, default_mode
+    from sglang_specsot.serving.chat import MODE_ENV, default_mode
 
     monkeypatch.delenv(MODE_ENV, raising=False)
     assert default_mode() == "off"
@@ -523,7 +523,7 @@ def test_server_default_mode_comes_from_the_environment(monkeypatch):
 def test_install_is_a_no_op_outside_the_http_server():
     from sglang.srt.plugins.hook_registry import HookRegistry
 
-    from sglang_specsot.sot_server import HOOK_TARGET, install_sot_server
+    from sglang_specsot.serving.chat import HOOK_TARGET, install_sot_server
 
     assert install_sot_server() is False
     assert HOOK_TARGET not in HookRegistry._hooks
@@ -533,7 +533,7 @@ def test_runner_imports_neither_sglang_nor_torch():
     import subprocess
     import sys
 
-    code = ("import sys, sglang_specsot.sot_runner; "
+    code = ("import sys, sglang_specsot.sot.runner; "
             "print(sorted(m for m in ('sglang', 'torch', 'transformers') if m in sys.modules))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_specsot.spec.algorithm import NAME, SpecSoTAlgo, apply_defaults, register_specsot
-from sglang_specsot.spec.model_draft import model_tree_size
+from sglang_specsot.speculative.algorithm import NAME, SpecSoTAlgo, apply_defaults, register_specsot
+from sglang_specsot.speculative.model_draft import model_tree_size
 
 
 def _args(**over):

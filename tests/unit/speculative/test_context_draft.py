@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from sglang_specsot.spec.context_draft import (
+from sglang_specsot.speculative.context_draft import (
     ContextDraftConfig,
     ContextDrafter,
     DraftTree,

@@ -8,8 +8,8 @@ import pytest
 import torch
 from sglang.srt.managers.overlap_utils import RelayPayload
 
-from sglang_specsot.spec.future_map import SoTFutureMap
-from sglang_specsot.spec.inputs import SoTDraftInput
+from sglang_specsot.speculative.future_map import SoTFutureMap
+from sglang_specsot.speculative.inputs import SoTDraftInput
 
 
 class _Algo(SimpleNamespace):

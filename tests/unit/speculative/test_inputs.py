@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from sglang_specsot.spec.inputs import SoTDraftInput, SoTVerifyInput
+from sglang_specsot.speculative.inputs import SoTDraftInput, SoTVerifyInput
 
 
 def test_sync_filter_and_merge_slice_real_tensors():

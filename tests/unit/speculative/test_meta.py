@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_specsot.spec.meta import PLAIN, SoTMeta, parse_sot_meta
+from sglang_specsot.speculative.meta import PLAIN, SoTMeta, parse_sot_meta
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ import random
 import pytest
 import torch
 
-from sglang_specsot.spec.adapter import reconstruct_indices_from_tree_mask_func
-from sglang_specsot.spec.draft_tree import DraftTree, pad_tree, tree_mask
-from sglang_specsot.spec.worker import _host_links
+from sglang_specsot.speculative.adapter import reconstruct_indices_from_tree_mask_func
+from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree, tree_mask
+from sglang_specsot.speculative.worker import _host_links
 
 
 def _random_tree(rng: random.Random, n: int) -> DraftTree:
@@ -50,7 +50,7 @@ def test_links_and_positions_match_sglang(seed):
 def test_draft_model_trees_round_trip_through_sglang_links(seed):
     # A draft model's tree arrives in SGLang's (first child, next sibling) layout; reading
     # it back must give the same tree, in BFS order, whatever the branching.
-    from sglang_specsot.spec.model_draft import trees_from_links
+    from sglang_specsot.speculative.model_draft import trees_from_links
 
     rng = random.Random(seed)
     n, bs = rng.choice([2, 5, 8]), rng.randrange(1, 5)
