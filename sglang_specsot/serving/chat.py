@@ -436,7 +436,7 @@ class TokenizerManagerBackend:
         params = dict(self.chat_input.sampling_params or {})
         if request.max_new_tokens is not None:
             params["max_new_tokens"] = request.max_new_tokens
-        params["custom_params"] = {**(params.get("custom_params") or {}), **request.tag.custom_params()}
+        params["custom_params"] = {**(params.get("custom_params") or {}), **request.tag.to_custom_params()}
         return params
 
 

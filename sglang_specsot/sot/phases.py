@@ -12,27 +12,9 @@ from sglang_specsot.sot.merge import MergedAnswer
 from sglang_specsot.sot.planner import BranchPlan
 from sglang_specsot.sot.router import RouteDecision
 from sglang_specsot.sot.skeleton import SkeletonParse
+from sglang_specsot.sot.tag import SoTTag
 
-SKELETON, BRANCH, PLAIN = "skeleton", "branch", "plain"
-SOT, NORMAL = "sot", "normal"
-
-
-@dataclass(frozen=True, slots=True)
-class SoTTag:
-    """Metadata a SPECSOT server reads from `sampling_params.custom_params` to group siblings."""
-
-    group: str  # one id per answer, shared by its skeleton and branches
-    role: str  # "skeleton" | "branch" | "plain"
-    point: int | None = None  # 0-based skeleton index of a branch
-    n: int | None = None  # number of branches of the answer
-
-    def custom_params(self) -> dict[str, dict[str, str | int]]:
-        tag: dict[str, str | int] = {"group": self.group, "role": self.role}
-        if self.point is not None:
-            tag["point"] = self.point
-        if self.n is not None:
-            tag["n"] = self.n
-        return {"specsot": tag}
+SOT, NORMAL = "sot", "normal"  # the path that answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +36,6 @@ class GenResult:
     prompt_tokens: int
     completion_tokens: int
     finish_reason: str  # "stop" | "length" | "abort"
-
-
 
 
 class SoTPhaseError(RuntimeError):
@@ -163,8 +143,6 @@ class SoTAnswer:
     def trace(self) -> dict:
         """A JSON-safe summary of every phase, with per-phase seconds."""
         return _trace(self)
-
-
 
 
 # -- trace ---------------------------------------------------------------------------------

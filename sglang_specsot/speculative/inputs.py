@@ -18,7 +18,7 @@ from sglang.srt.speculative.eagle_info import (
     EagleVerifyInput,
 )
 
-from sglang_specsot.speculative.meta import SoTMeta
+from sglang_specsot.sot.tag import SoTTag
 
 
 # The per-request tensors a draft input carries in sync mode (rows = requests).
@@ -83,8 +83,8 @@ class SoTDraftInput(EagleDraftInput):
 class SoTVerifyInput(EagleVerifyInput):
     """One verify window per request: a token tree merged from every configured drafter."""
 
-    # The per-request metadata the drafters used (host side, one per row).
-    sot_meta: tuple[SoTMeta, ...] = ()
+    # The per-request SoT tags the drafters used (host side, one per row).
+    sot_tags: tuple[SoTTag, ...] = ()
     # Longest root-to-leaf chain incl. the root; context trees are irregular.
     tree_depth: int = 1
     # The same trees on the host (DraftTree per row), for the grammar mask without readback.

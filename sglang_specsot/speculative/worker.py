@@ -24,7 +24,7 @@ from sglang_specsot.speculative import adapter as sgl
 from sglang_specsot.speculative.context_draft import ContextDrafter
 from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree, tree_mask
 from sglang_specsot.speculative.inputs import SoTDraftExtendInput, SoTDraftInput, SoTVerifyInput
-from sglang_specsot.speculative.meta import PLAIN, SoTMeta, parse_sot_meta
+from sglang_specsot.sot.tag import PLAIN_TAG, SoTTag
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class SpecSoTWorker(sgl.BaseSpecWorker):
         self.device = sgl.get_device().device
         self.num_draft_tokens: int = sgl.get_spec().speculative_num_draft_tokens
         self.drafter = ContextDrafter()
-        self._meta: dict[str, SoTMeta] = {}
+        self._tags: dict[str, SoTTag] = {}
         self._decode_rids: set[str] = set()
         self._warned: set[str] = set()
         self._loop_logged = False
@@ -58,7 +58,7 @@ class SpecSoTWorker(sgl.BaseSpecWorker):
 
     def clear_cache_pool(self) -> None:
         self.drafter = ContextDrafter(self.drafter.config)
-        self._meta.clear()
+        self._tags.clear()
         self._decode_rids.clear()
 
     def forward_batch_generation(
@@ -103,17 +103,17 @@ class SpecSoTWorker(sgl.BaseSpecWorker):
 
     def _restart(self, req, extra_tokens: list[int]) -> None:
         """(Re)start the drafter's history of `req`: its committed tokens plus `extra_tokens`."""
-        meta = self._read_meta(req)
+        tag = self._read_tag(req)
         history = list(req.origin_input_ids_unpadded) + list(req.output_ids) + extra_tokens
-        self.drafter.start(req.rid, history, group=meta.group)
+        self.drafter.start(req.rid, history, group=tag.group)
 
-    def _read_meta(self, req) -> SoTMeta:
-        meta, problem = parse_sot_meta(getattr(req.sampling_params, "custom_params", None))
+    def _read_tag(self, req) -> SoTTag:
+        tag, problem = SoTTag.parse(getattr(req.sampling_params, "custom_params", None))
         if problem is not None and problem not in self._warned:
             self._warned.add(problem)
             logger.warning("SPECSOT: ignoring malformed SoT metadata (%s); drafting from the request alone", problem)
-        self._meta[req.rid] = meta
-        return meta
+        self._tags[req.rid] = tag
+        return tag
 
     # -- draft -----------------------------------------------------------------------------
 
@@ -154,7 +154,7 @@ class SpecSoTWorker(sgl.BaseSpecWorker):
             retrieve_index=links[0], retrieve_next_token=links[1], retrieve_next_sibling=links[2],
             retrieve_cum_len=None, spec_steps=n - 1, topk=1, draft_token_num=n,
             capture_hidden_mode=sgl.CaptureHiddenMode.NULL, seq_lens_sum=None, seq_lens_cpu=None,
-            sot_meta=tuple(self._meta.get(r.rid, PLAIN) for r in batch.reqs), tree_depth=n,
+            sot_tags=tuple(self._tags.get(r.rid, PLAIN_TAG) for r in batch.reqs), tree_depth=n,
             host_trees=tuple(trees),
         )  # fmt: skip
 
@@ -238,7 +238,7 @@ class SpecSoTWorker(sgl.BaseSpecWorker):
         current = set(extend.rids)
         for rid in self._decode_rids - current:  # left the decode batch: finished or retracted
             self.drafter.forget(rid)
-            self._meta.pop(rid, None)
+            self._tags.pop(rid, None)
         self._decode_rids = current
 
 

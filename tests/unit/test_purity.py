@@ -1,0 +1,66 @@
+"""Every module that claims to be plain Python is: importing it pulls in neither SGLang, torch
+nor transformers, its source imports none of them even lazily, and it never prints."""
+
+from __future__ import annotations
+
+import ast
+import json
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sglang_specsot
+
+FORBIDDEN = ("sglang", "torch", "transformers")
+PACKAGE_DIR = Path(sglang_specsot.__file__).parent
+SOT_MODULES = sorted(f"sglang_specsot.sot.{m.name}" for m in pkgutil.iter_modules([str(PACKAGE_DIR / "sot")]))
+# The pure parts of speculative/: the drafter's tree shape and the SoT-context drafter.
+SPECULATIVE_MODULES = ["sglang_specsot.speculative.context_draft", "sglang_specsot.speculative.draft_tree"]
+PURE_MODULES = SOT_MODULES + SPECULATIVE_MODULES
+# What a pure module may import from this package: other pure modules (and packages' __init__).
+PURE_PACKAGES = ("sglang_specsot.sot", *SPECULATIVE_MODULES)
+
+
+def _source(module: str) -> Path:
+    return PACKAGE_DIR.parent / (module.replace(".", "/") + ".py")
+
+
+def test_the_pure_set_is_what_it_claims():
+    assert len(SOT_MODULES) >= 10 and "sglang_specsot.sot.runner" in SOT_MODULES
+    assert "sglang_specsot.sot.tag" in SOT_MODULES and "sglang_specsot.sot.phases" in SOT_MODULES
+
+
+@pytest.mark.parametrize("module", PURE_MODULES)
+def test_importing_loads_no_heavy_dependency(module):
+    code = (
+        f"import importlib, json, sys\nimportlib.import_module({module!r})\n"
+        f"print(json.dumps(sorted(k for k in sys.modules if k.split('.')[0] in {FORBIDDEN!r})))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=120)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+@pytest.mark.parametrize("module", PURE_MODULES)
+def test_source_imports_no_heavy_dependency_even_lazily(module):
+    path = _source(module)
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        for name in names:
+            assert name.split(".")[0] not in FORBIDDEN, f"{path.name} imports {name}"
+            if name.startswith("sglang_specsot"):
+                assert name.startswith(PURE_PACKAGES), f"{path.name} imports {name}, which is not pure"
+
+
+@pytest.mark.parametrize("module", PURE_MODULES)
+def test_library_code_never_prints(module):
+    path = _source(module)
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            assert node.func.id != "print", f"{path.name} prints; log instead"
