@@ -1,8 +1,10 @@
 """Skeleton-of-Thought as an SGLang frontend program: skeleton -> parse -> fork(n) -> join -> merge.
 
 `answer_question` runs `sot_program` against any SGLang server (plain or SPECSOT) and returns
-an `SoTAnswer`: the answer plus every phase with its times. Prompts, budgets and tags come
-from `sot.runner`, so the server-side SoT sends the model exactly the same requests.
+an `SoTAnswer`: the answer plus every phase with its times. The program has no control flow
+of its own: it runs `sot.runner.run_sot`, the same phases as server-side SoT, through
+`ProgramBackend`, which turns each generation into interpreter operations (`fork`, `gen`,
+`join`) on the program's state. So both paths send the model the same prompts and budgets.
 
 Frontend pitfalls handled here:
 - the root state holds no text when the skeleton is generated, so the skeleton runs in a
@@ -18,38 +20,26 @@ Frontend pitfalls handled here:
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import dataclasses
-import queue
-import threading
-import time
 
 import sglang as sgl
 from sglang.lang.backend.runtime_endpoint import RuntimeEndpoint
 
-from sglang_specsot.sot.planner import BranchPlan, plan_branches
 from sglang_specsot.sot.runner import (
-    NORMAL,
-    SOT,
-    BranchesPhase,
-    BranchResult,
     GenRequest,
     GenResult,
-    NormalPhase,
     Render,
-    SkeletonPhase,
     SoTAnswer,
     SoTOptions,
-    SoTPhaseError,
-    assemble_answer,
-    branch_requests,
-    merge_phase,
     new_group,
-    parse_phase,
-    plain_request,
     route_phase,
+    run_sot,
     shared_prefix,
-    skeleton_request,
 )
+from sglang_specsot.sot.tag import BRANCH, SKELETON
 
 # The executor variable holding the GenRequest of the generation it runs next; forks copy it.
 REQUEST_VAR = "__specsot_request__"
@@ -70,7 +60,7 @@ class SoTEndpoint(RuntimeEndpoint):
         params = data.get("sampling_params", {})
         if request is None or not params.get("max_new_tokens"):
             return  # a fork's prefix commit (max_new_tokens=0) generates nothing to tag
-        params["custom_params"] = {**(params.get("custom_params") or {}), **request.tag.custom_params()}
+        params["custom_params"] = {**(params.get("custom_params") or {}), **request.tag.to_custom_params()}
         if request.logit_processor is not None:
             data["custom_logit_processor"] = request.logit_processor
 
@@ -147,105 +137,81 @@ def _with_skeleton_constraint(
 
 @sgl.function
 def sot_program(s, question: str, render: Render, options: SoTOptions, group: str) -> SoTAnswer:
-    started = time.perf_counter()
     s.set_var(REQUEST_VAR, None)  # present in the root, so join() does not gather the forks' copies
-    route = route_phase(question, options)
-    if not route.decision.use_sot:
-        normal = _normal(s, plain_request(question, render, options, group))
-        return assemble_answer(group, NORMAL, route.decision.reason, route, started, normal=normal)
-    skeleton = _skeleton(s, skeleton_request(question, render, options, group), options)
-    if not skeleton.parse.is_plan:
-        normal = _normal(s, plain_request(question, render, options, group))
-        reason = f"skeleton {skeleton.parse.outcome}: {skeleton.parse.reason}"
-        return assemble_answer(group, NORMAL, reason, route, started, skeleton=skeleton, normal=normal)
-    plan = plan_branches(skeleton.parse, options.config)
-    branches = _branches(s, plan, branch_requests(question, plan, render, options, group))
-    merge = merge_phase(branches)
-    return assemble_answer(group, SOT, route.decision.reason, route, started, skeleton, branches, merge)
+    return _run_to_completion(run_sot(question, ProgramBackend(s), render, options, group=group))
 
 
-def _submit(state, request: GenRequest, name: str, text: str) -> None:
+def _run_to_completion(coroutine):
+    """Run `coroutine` on a fresh event loop; in a thread when this one already runs a loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="specsot-sot") as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+class ProgramBackend:
+    """The runner's backend inside `sot_program`: generations as interpreter operations.
+
+    The plain answer decodes in the root state; the skeleton in a `fork(1)` child, so the root
+    holds no text until the branches' shared prefix; the branches in the forks that
+    `fork_branches` makes after committing that prefix once. Interpreter calls block, so each
+    runs in a worker thread; the interpreter's states are safe to use from several threads.
+    """
+
+    def __init__(self, state) -> None:
+        self.state = state
+        self.prefix = ""  # the branches' shared prompt prefix, committed once by fork_branches
+        self.forks: dict[int, object] = {}  # skeleton index -> the branch's forked state
+
+    async def generate(self, request: GenRequest, on_text=None) -> GenResult:
+        return await asyncio.to_thread(self._generate, request)
+
+    def _generate(self, request: GenRequest) -> GenResult:
+        if request.tag.role == SKELETON:
+            return self._skeleton(request)
+        if request.tag.role == BRANCH:
+            fork = self.forks[request.tag.point]
+            return _gen(fork, request, "branch", request.prompt[len(self.prefix) :])
+        return _gen(self.state, request, "answer", request.prompt)
+
+    def _skeleton(self, request: GenRequest) -> GenResult:
+        forks = self.state.fork(1)
+        try:
+            return _gen(forks[0], request, "skeleton", request.prompt)
+        finally:
+            forks.join()
+
+    @contextlib.asynccontextmanager
+    async def fork_branches(self, requests: dict[int, GenRequest]):
+        self.prefix = shared_prefix(r.prompt for r in requests.values())
+        forks = await asyncio.to_thread(self._fork, len(requests))
+        self.forks = dict(zip(sorted(requests), forks))
+        try:
+            yield
+        finally:
+            # Waits for branches still running after a failure (each bounded by its budget).
+            await asyncio.to_thread(forks.join)
+
+    def _fork(self, n: int):
+        self.state += self.prefix
+        # fork() tests the text for its prefix commit before it syncs (interpreter.py:375-377),
+        # so without this sync the just-queued prefix looks empty and is never committed.
+        self.state.sync()
+        return self.state.fork(n)  # commits the shared prefix once, before any branch runs
+
+
+def _gen(state, request: GenRequest, name: str, text: str) -> GenResult:
+    """Append `text` and a gen to `state`, wait for it, and read its result; a failed request
+    raises its error (the runner names the phase)."""
     state.set_var(REQUEST_VAR, request)  # read by SoTEndpoint when this gen is posted
-    max_tokens = request.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
-    state += text + sgl.gen(name, max_tokens=max_tokens)
-
-
-def _collect(state, name: str, phase: str) -> GenResult:
-    """Wait for a gen and read its result; a failed request raises SoTPhaseError."""
+    state += text + sgl.gen(name, max_tokens=request.max_new_tokens or DEFAULT_MAX_NEW_TOKENS)
     try:
         text = state[name]
     except KeyError:  # the executor stopped on an error before setting the variable
-        raise SoTPhaseError(phase, state.error() or RuntimeError("no output")) from None
+        error = state.error()
+        raise error if isinstance(error, BaseException) else RuntimeError(error or "no output") from None
     meta = state.get_meta_info(name) or {}
     finish = (meta.get("finish_reason") or {}).get("type", "stop")
     return GenResult(text, meta.get("prompt_tokens", 0), meta.get("completion_tokens", 0), finish)
-
-
-def _normal(s, request: GenRequest) -> NormalPhase:
-    started = time.perf_counter()
-    _submit(s, request, "answer", request.prompt)  # the root holds no text yet
-    result = _collect(s, "answer", "normal answer")
-    return NormalPhase(request, result, time.perf_counter() - started)
-
-
-def _skeleton(s, request: GenRequest, options: SoTOptions) -> SkeletonPhase:
-    forks = s.fork(1)
-    started = time.perf_counter()
-    try:
-        _submit(forks[0], request, "skeleton", request.prompt)
-        result = _collect(forks[0], "skeleton", "skeleton")
-    finally:
-        forks.join()
-    return parse_phase(request, result, time.perf_counter() - started, options.config)
-
-
-def _branches(s, plan: BranchPlan, requests: dict[int, GenRequest]) -> BranchesPhase:
-    """Fork one state per point; keep at most `plan.max_running` generating, starting waiting
-    ones (longest first) as others finish."""
-    prefix = shared_prefix(r.prompt for r in requests.values())
-    s += prefix
-    # fork() tests the text for its prefix commit before it syncs (interpreter.py:375-377),
-    # so without this sync the just-queued prefix looks empty and is never committed.
-    s.sync()
-    forks = s.fork(len(requests))  # commits the shared prefix once, before any branch runs
-    finished: queue.Queue[tuple[int, GenResult | BaseException]] = queue.Queue()
-    scheduler = plan.scheduler()
-    running: set[int] = set()
-    started_at: dict[int, float] = {}
-    done: dict[int, BranchResult] = {}
-    order: list[int] = []
-    peak, started = 0, time.perf_counter()
-    try:
-        while not scheduler.is_done(done):
-            for branch in scheduler.next_to_start(running, done):
-                request = requests[branch.index]
-                _submit(forks[branch.index], request, "branch", request.prompt[len(prefix) :])
-                _watch(forks[branch.index], branch.index, finished)
-                running.add(branch.index)
-                order.append(branch.index)
-                started_at[branch.index] = time.perf_counter() - started
-            peak = max(peak, len(running))
-            index, outcome = finished.get()
-            running.discard(index)
-            if isinstance(outcome, BaseException):
-                raise outcome
-            done[index] = BranchResult(
-                index, plan.points[index], requests[index], outcome,
-                started_at[index], time.perf_counter() - started,
-            )  # fmt: skip
-    finally:
-        forks.join()  # waits for branches still running (each bounded by its budget)
-    results = tuple(done[i] for i in sorted(done))
-    return BranchesPhase(plan, results, tuple(order), peak, time.perf_counter() - started)
-
-
-def _watch(state, index: int, finished: queue.Queue) -> None:
-    """Report the branch's result (or error) on `finished` when its gen completes."""
-
-    def wait() -> None:
-        try:
-            finished.put((index, _collect(state, "branch", f"branch {index + 1}")))
-        except BaseException as exc:  # handed to the program's thread, which raises it
-            finished.put((index, exc))
-
-    threading.Thread(target=wait, name=f"specsot-branch-{index}", daemon=True).start()

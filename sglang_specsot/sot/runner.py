@@ -1,22 +1,23 @@
 """The phases of one Skeleton-of-Thought answer, run against any generation backend.
 
 route -> skeleton -> parse -> plan -> branches -> merge, one frozen dataclass per phase
-(`sot.phases`). The async `run_sot` drives a `SoTBackend` (the server's TokenizerManager, or
-a fake in tests); the frontend program builds the very same requests with the helpers here,
-so both send the model identical prompts and budgets. No SGLang import: the pure core plus
-asyncio.
+(`sot.phases`). The async `run_sot` is the one control flow of an SoT answer; it drives a
+`SoTBackend`: the server's TokenizerManager (server-side SoT), the frontend program's
+interpreter state (`frontend.py`, a `ForkingBackend`), or a fake in tests. No SGLang import:
+the pure core plus asyncio.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
 from sglang_specsot.sot.merge import MergedPoint, clean_expansion, format_point, merge_answer
@@ -25,10 +26,7 @@ from sglang_specsot.sot.prompts import expansion_prompt, skeleton_prompt
 from sglang_specsot.sot.router import RouteDecision, route_question
 from sglang_specsot.sot.skeleton import parse_skeleton
 from sglang_specsot.sot.phases import (  # noqa: F401 (re-exported: callers import them from here)
-    BRANCH,
     NORMAL,
-    PLAIN,
-    SKELETON,
     SOT,
     BranchesPhase,
     BranchResult,
@@ -40,12 +38,11 @@ from sglang_specsot.sot.phases import (  # noqa: F401 (re-exported: callers impo
     SkeletonPhase,
     SoTAnswer,
     SoTPhaseError,
-    SoTTag,
 )
+from sglang_specsot.sot.tag import BRANCH, MODES, PLAIN, SKELETON, SoTTag
 
 logger = logging.getLogger(__name__)
 
-MODES = ("auto", "on", "off")
 # Channels of streamed text: the skeleton (the plan) and the answer itself.
 SKELETON_CHANNEL, ANSWER_CHANNEL = "skeleton", "answer"
 
@@ -94,6 +91,18 @@ class SoTBackend(Protocol):
     ) -> GenResult: ...
 
 
+@runtime_checkable
+class ForkingBackend(SoTBackend, Protocol):
+    """A backend that shares the branches' prompt prefix explicitly (the frontend's `fork`).
+
+    `run_branches` enters `fork_branches(requests)` before the first branch starts and leaves
+    it after the last one ended; a backend whose server shares prefixes by itself (the radix
+    cache behind TokenizerManager) needs no such step.
+    """
+
+    def fork_branches(
+        self, requests: dict[int, GenRequest]
+    ) -> contextlib.AbstractAsyncContextManager[None]: ...
 
 
 # -- request builders (shared with the frontend program) -----------------------------------
@@ -286,6 +295,22 @@ async def run_branches(
 ) -> BranchesPhase:
     """Run the plan's branches, at most `plan.max_running` at once, starting waiting ones as
     others finish. On any failure or cancellation every running branch is cancelled."""
+    scope = backend.fork_branches(requests) if isinstance(backend, ForkingBackend) else _no_fork()
+    async with scope:
+        return await _run_branches(backend, plan, requests, on_finish)
+
+
+@contextlib.asynccontextmanager
+async def _no_fork():
+    yield
+
+
+async def _run_branches(
+    backend: SoTBackend,
+    plan: BranchPlan,
+    requests: dict[int, GenRequest],
+    on_finish: Callable[[int, str], None] | None,
+) -> BranchesPhase:
     scheduler = plan.scheduler()
     started = time.perf_counter()
     running: dict[int, asyncio.Task] = {}

@@ -127,10 +127,10 @@ def test_plan_gives_numbered_answer_in_skeleton_order_with_tags():
     assert answer.skeleton.text == "1. Plan the day\n2. Avoid distractions\n3. Take breaks"
     groups = {r.tag.group for r in fake.requests}
     assert groups == {answer.group}
-    branch_tags = sorted((r.tag.custom_params()["specsot"] for r in fake.of_role(BRANCH)),
+    branch_tags = sorted((r.tag.to_custom_params()["specsot"] for r in fake.of_role(BRANCH)),
                          key=lambda t: t["point"])  # fmt: skip
     assert branch_tags == [{"group": answer.group, "role": "branch", "point": i, "n": 3} for i in range(3)]
-    assert fake.of_role(SKELETON)[0].tag.custom_params() == {"specsot": {"group": answer.group, "role": "skeleton"}}
+    assert fake.of_role(SKELETON)[0].tag.to_custom_params() == {"specsot": {"group": answer.group, "role": "skeleton"}}
     # Usage counts every generation, prompts included.
     assert answer.completion_tokens == sum(r.completion_tokens for r in answer.results)
     assert len(answer.results) == 4
@@ -354,6 +354,7 @@ class FakeHTTP:
         self.peak = 0
         self.finished = 0
         self.release = threading.Semaphore(0)
+        self.failing_point: int | None = None  # this branch's request gets an HTTP 500
 
     def __call__(self, url, json=None, **kwargs):
         if url.endswith("/get_model_info"):
@@ -365,6 +366,8 @@ class FakeHTTP:
         if params["max_new_tokens"] == 0:  # the fork's prefix commit
             return _Response({"text": "", "meta_info": _meta(body, 0)})
         role = params.get("custom_params", {}).get("specsot", {}).get("role")
+        if role == "branch" and params["custom_params"]["specsot"]["point"] == self.failing_point:
+            return _Response({"error": "boom"}, status_code=500)
         if role == "branch":
             with self.lock:
                 self.running += 1
@@ -380,9 +383,9 @@ class FakeHTTP:
 
 
 class _Response:
-    def __init__(self, payload: dict) -> None:
+    def __init__(self, payload: dict, status_code: int = 200) -> None:
         self.payload = payload
-        self.status_code = 200
+        self.status_code = status_code
 
     def json(self) -> dict:
         return self.payload
@@ -460,6 +463,16 @@ def test_frontend_program_answers_math_normally(fake_http):
     assert body["sampling_params"]["max_new_tokens"] == 64
 
 
+def test_frontend_program_reports_a_failed_branch_by_its_phase(fake_http):
+    from sglang_specsot.frontend import SoTEndpoint, answer_question
+
+    fake_http.failing_point = 1
+    for _ in range(4):
+        fake_http.release.release()  # the other branches answer at once
+    with pytest.raises(SoTPhaseError, match="SoT branch 2 failed: .*boom"):
+        answer_question(SoTEndpoint("http://fake"), QUESTION, render, SoTOptions(mode="on"), constrain_skeleton=False)
+
+
 # -- the server hook, without a server ---------------------------------------------------------
 
 
@@ -527,13 +540,3 @@ def test_install_is_a_no_op_outside_the_http_server():
 
     assert install_sot_server() is False
     assert HOOK_TARGET not in HookRegistry._hooks
-
-
-def test_runner_imports_neither_sglang_nor_torch():
-    import subprocess
-    import sys
-
-    code = ("import sys, sglang_specsot.sot.runner; "
-            "print(sorted(m for m in ('sglang', 'torch', 'transformers') if m in sys.modules))")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout + out.stderr
