@@ -66,3 +66,35 @@ def test_what_the_writer_writes_the_reader_reads(tag):
 def test_the_writer_refuses_a_tag_the_reader_would_not_accept(args, problem):
     with pytest.raises(ValueError, match=problem):
         SoTTag(*args)
+
+
+# -- fuzzing: whatever a client puts in custom_params, the reader returns a tag ---------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+_TAGLIKE = st.fixed_dictionaries(
+    {},
+    optional={
+        "role": st.sampled_from(["plain", "skeleton", "branch", "leaf", "", None, 1]) | _JSON,
+        "group": st.text(max_size=140) | _JSON,
+        "point": st.integers(-3, 70) | _JSON,
+        "n": st.integers(-3, 70) | _JSON,
+    },
+)
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(_JSON, st.fixed_dictionaries({"specsot": _TAGLIKE | _JSON})))
+def test_any_custom_params_parse_to_a_tag_or_a_stated_problem(params):
+    tag, problem = SoTTag.parse(params)
+    assert isinstance(tag, SoTTag)
+    if problem is not None:
+        assert tag == PLAIN_TAG and isinstance(problem, str) and problem
+    else:  # what the reader accepts, the writer can write again unchanged
+        assert SoTTag.parse(tag.to_custom_params()) == (tag, None)
