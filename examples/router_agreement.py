@@ -1,10 +1,11 @@
 """How often the rule router agrees with the SoT-R manual labels on Vicuna-80.
 
-Run:  .venv/bin/python examples/router_agreement.py [vicuna80 | path/to/questions.jsonl]
+Run:  .venv/bin/python examples/router_agreement.py [vicuna80 | router_train | path/to.jsonl]
 
 Prints the confusion matrix, accuracy, precision and recall ("positive" = use SoT), how
 many questions each rule decided, and every disagreement with the rule that caused it.
-No model is needed: this measures the rules alone.
+No model is needed: this measures the rules alone. For the numbers only, use the eval
+command: python -m sglang_specsot.sot.router eval vicuna80
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from collections import Counter
 
 from sglang_specsot.data import load_questions
 from sglang_specsot.sot import measure_agreement, route_question
+from sglang_specsot.sot.agreement import labelled_set_path
 
 
 def main(name: str) -> None:
-    rows = load_questions(name)
+    rows = load_questions(labelled_set_path(name))
     decisions = [route_question(row["question"]) for row in rows]
     result = measure_agreement((d.use_sot, row["sot_suitable"]) for d, row in zip(decisions, rows))
 
@@ -35,10 +37,10 @@ def main(name: str) -> None:
 
     misses = [(row, d) for row, d in zip(rows, decisions) if d.use_sot != row["sot_suitable"]]
     print(f"\nDisagreements ({len(misses)}):")
-    for row, decision in misses:
+    for number, (row, decision) in enumerate(misses):
         label = "SoT" if row["sot_suitable"] else "normal"
         question = row["question"][:70]
-        print(f"  #{row['id']:<3d} label {label:6s} rule {decision.rule:11s} {question}")
+        print(f"  #{row.get('id', number):<3d} label {label:6s} rule {decision.rule:11s} {question}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,12 @@ route_question -> skeleton_prompt -> parse_skeleton -> plan_branches (+ BranchSc
 
 from __future__ import annotations
 
-from sglang_specsot.sot.agreement import RouterAgreement, measure_agreement
+from sglang_specsot.sot.agreement import (
+    LabelledQuestion,
+    RouterAgreement,
+    load_labelled,
+    measure_agreement,
+)
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
 from sglang_specsot.sot.merge import MergedAnswer, MergedPoint, clean_expansion, merge_answer
 from sglang_specsot.sot.planner import Branch, BranchPlan, BranchScheduler, plan_branches
@@ -20,7 +25,6 @@ from sglang_specsot.sot.prompts import (
     route_prompt,
     skeleton_prompt,
 )
-from sglang_specsot.sot.router import RouteDecision, parse_route_reply, route_question
 from sglang_specsot.sot.skeleton import (
     DIRECT,
     ERROR,
@@ -29,6 +33,19 @@ from sglang_specsot.sot.skeleton import (
     SkeletonPoint,
     parse_skeleton,
 )
+
+# The router's names load on first use, so that `python -m sglang_specsot.sot.router` runs
+# the module once (runpy warns when the package import has already loaded it).
+_ROUTER_NAMES = ("RouteDecision", "parse_route_reply", "route_question")
+
+
+def __getattr__(name: str):
+    if name in _ROUTER_NAMES:
+        from sglang_specsot.sot import router
+
+        return getattr(router, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -40,6 +57,7 @@ __all__ = [
     "BranchPlan",
     "BranchScheduler",
     "ChatPrompt",
+    "LabelledQuestion",
     "MergedAnswer",
     "MergedPoint",
     "RouteDecision",
@@ -50,6 +68,7 @@ __all__ = [
     "clean_expansion",
     "expansion_prompt",
     "format_skeleton",
+    "load_labelled",
     "measure_agreement",
     "merge_answer",
     "parse_route_reply",

@@ -1,9 +1,11 @@
-"""Agreement of router decisions with reference labels: confusion matrix and its rates."""
+"""Agreement of router decisions with reference labels: labelled sets, confusion matrix, rates."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,3 +47,58 @@ def measure_agreement(pairs: Iterable[tuple[bool, bool]]) -> RouterAgreement:
         false_neg=counts[(False, True)],
         true_neg=counts[(False, False)],
     )
+
+
+# The package's question sets, found by file path: sot/ may not import sglang_specsot.data
+# (the purity test allows only pure packages), and reading a file needs no import.
+_DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+
+@dataclass(frozen=True, slots=True)
+class LabelledQuestion:
+    """One line of a labelled question set: the question and whether SoT suits it."""
+
+    question: str
+    sot_suitable: bool
+
+
+def labelled_set_path(name_or_path: str | Path) -> Path:
+    """A named set shipped in sglang_specsot/data (e.g. "vicuna80"), or a .jsonl file path."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    named = _DATA_DIR / f"{name_or_path}.jsonl"
+    if named.is_file():
+        return named
+    names = sorted(p.stem for p in _DATA_DIR.glob("*.jsonl"))
+    raise ValueError(
+        f"no question set {str(name_or_path)!r}: give the path of a .jsonl file with "
+        f'{{"question": str, "sot_suitable": bool}} lines, or one of the names {names}'
+    )
+
+
+def load_labelled(name_or_path: str | Path) -> list[LabelledQuestion]:
+    """Read a labelled set; a bad line raises one ValueError naming the file and line."""
+    path = labelled_set_path(name_or_path)
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            rows.append(_parse_line(line, f"{path}:{number}"))
+    if not rows:
+        raise ValueError(f"{path}: no questions; expected one JSON object a line")
+    return rows
+
+
+def _parse_line(line: str, where: str) -> LabelledQuestion:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: not valid JSON ({exc.msg})") from None
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    question, label = row.get("question"), row.get("sot_suitable")
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError(f'{where}: needs a non-empty string "question", got {question!r}')
+    if not isinstance(label, bool):
+        raise ValueError(f'{where}: needs a boolean "sot_suitable" (true/false), got {label!r}')
+    return LabelledQuestion(question, label)

@@ -3,15 +3,19 @@
 SoT helps only answers made of independent points that are long enough to amortise the
 skeleton; it hurts code, math, single facts, writing, role-play and structured output.
 Rules run in a fixed order, first match wins; the order encodes which signal is stronger.
+Measure them on any labelled set:  python -m sglang_specsot.sot.router eval FILE.jsonl|NAME
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from sglang_specsot.sot.agreement import RouterAgreement, load_labelled, measure_agreement
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
 from sglang_specsot.sot.prompts import ROUTE_DIRECT, ROUTE_LIST
 
@@ -34,7 +38,8 @@ def _rx(pattern: str) -> re.Pattern[str]:
 
 _BREVITY = _rx(
     r"\b(briefly|concisely|be concise|keep it short|short answer|tl;?dr|one[- ]word|yes or no|"
-    r"in (?:one|a single|1|two|2) (?:sentence|word|line)s?|in a (?:few|couple of) words)\b"
+    r"in (?:one|a single|1|two|2|three|five) (?:sentence|word|line)s?|in a (?:few|couple of) words|"
+    r"(?:output|give|return) (?:the|your) answer only|answer only|just tell me)\b"
 )
 _STRUCTURED = _rx(
     r"\b(json|yaml|xml|csv|schema|tool[ _-]?calls?|function[ _-]?calls?|"
@@ -58,9 +63,22 @@ _MATH = (
     _rx(r"\w\s*=\s*[-\w(]|\d\s*\^\s*\d|[a-z]\^\d|\b[a-z]\(\s*[a-z0-9]\s*\)"),
     _rx(r"\(\s*-?\d+(?:\.\d+)?\s*,\s*-?\d+(?:\.\d+)?\s*\)"),  # a coordinate pair
 )
+_TRANSLATE = _rx(
+    r"\btranslat(e|es|ed|ion|ing)\b|\bhow (do|would|can) (you|i|we) say\b|"
+    r"\b(put|render|turn|convert) (this|that|the following)[^.?!]{0,40}\binto\b|"
+    r"\bwhat does '[^']+' mean\b|\bthe \w+ word for\b"
+)
+_EXTRACT = _rx(
+    r"\b(extract|pull out|tag each|classify (this|the following)|sort these|correct the grammar)\b|"
+    r"\b(mentioned|in (this|the following) (text|sentence|passage|message|review|paragraph))\b|"
+    r"\bfrom (this|the following) (text|sentence|passage|message|review|paragraph)\b"
+)
 _ESTIMATE = _rx(r"\bhow many\b|\bstep[- ]by[- ]step\b")
 _WRITING = (
-    _rx(r"(?:^|[.?!]\s+)(?:please\s+)?(write|compose|draft|pen)\b(?!\s+(?:a|some|me)?\s*list\b)"),
+    _rx(
+        r"(?:^|[.?!]\s+)(?:please\s+)?(write|compose|draft|pen)\b"
+        r"(?!\s+(?:a|an|some|me)?\s*(?:list|outline)\b)"
+    ),
     _rx(r"\bhelp me (write|compose|draft|craft|prepare)\b"),
     _rx(
         r"\b(write|compose|draft|craft|structure|create|prepare)\b[^.?!]{0,60}?"
@@ -79,12 +97,23 @@ _LIST_ASK = (
         r"\bwhy (might|would|do|does|did|could|should) (someone|some|people|many|most|"
         r"a person|one|they|we|you|companies|businesses|students|customers)\b"
     ),
-    _rx(r"(?:^|[.?!]\s+)(list|name|suggest|recommend|outline|enumerate|compare|contrast)\b"),
+    _rx(r"(?:^|[.?!]\s+)(list|suggest|recommend|outline|enumerate|compare|contrast)\b"),
+    _rx(r"\bname (some|a few|several|\d+|two|three|four|five|the (main|key|major))\b"),
+    # counterfactuals: the consequences of a changed premise are independent points
+    _rx(r"\bwhat (would|might|will) (happen|be different|change)\b"),
+    _rx(r"\bwhat (would|might) [^?]{1,60}\b(look|be) like\b"),
+    _rx(r"\bhow (would|might) [^?]{1,80}\b(be different|change|differ|develop|be organi[sz]ed)\b"),
+    _rx(r"\bhow (has|have|did) [^?]{1,60}\b(changed|shaped|transformed|affected)\b"),
+    _rx(r"\bwhat (impact|effects?|influence|advice|role)\b|\bfor and against\b"),
+    _rx(r"\bwhat (distinguishes|separates)\b|\bhow (do|does) [^?]{1,60}\bdiffer\b"),
+    _rx(r"\bwhat can (i|we|you|one|they|parents|students|teams) do\b|\b(best|good) ways? to\b"),
+    _rx(r"\bwhere (do|should) (i|we) (start|begin)\b|\bany (ideas|tips|suggestions|advice)\b"),
     _rx(r"\b(give|share|suggest) (me )?(some|a few|several|\d+)\b"),
 )
 # "what <plural noun> would/are ...": asks for several things; checked in code below.
 _WHAT_PLURAL = _rx(
-    r"\bwhat ((?:\w+ ){0,2}\w+s) (would|could|should|do|are|can|might|will|did|have|make)\b"
+    r"\bwhat ((?:\w+ ){0,2}\w+s) (would|could|should|do|are|can|might|will|did|have|make|help|suggest|show|"
+    r"indicate|matter|affect|exist)\b"
 )
 _NOT_PLURAL = {"this", "is", "was", "does", "has", "his", "its", "us", "as", "yours", "ours"}
 _ROLEPLAY = _rx(
@@ -105,11 +134,11 @@ _SINGLE_FACT = (
     _rx(r"^(what|who) (is|was|are|were|does) [^?.!]{1,40}[?.!]?$"),  # short "what is X?"
 )
 _LIST_NOUN = _rx(
-    r"\b(ways|tips|strategies|steps|factors|differences|similarities|challenges|benefits|"
+    r"\b(components|arguments|functions|threats|uses|topics|areas|ways|tips|strategies|steps|factors|differences|similarities|challenges|benefits|"
     r"advantages|disadvantages|pros and cons|implications|consequences|effects|impacts|"
     r"reasons|examples|methods|techniques|clues|signs|basics|fundamentals|ideas|types|kinds|"
     r"aspects|features|applications|considerations|recommendations|suggestions|practices|"
-    r"habits|options|alternatives|causes|risks|principles|elements|characteristics|trends|"
+    r"habits|options|alternatives|(?<!what )causes|risks|principles|elements|characteristics|trends|"
     r"lessons|mistakes|pitfalls|approaches|solutions|obstacles|opportunities|drawbacks)\b"
 )
 _MECHANISM = _rx(
@@ -134,6 +163,11 @@ def _yes_no(text: str) -> bool:
     return bool(_YES_NO.search(text)) and not _REQUEST.search(text)
 
 
+def _single_fact(text: str) -> bool:
+    # "Which factors ..." asks for several things, not one fact.
+    return any(p.search(text) for p in _SINGLE_FACT) and not _LIST_NOUN.search(text[:40])
+
+
 def _matches(*patterns: re.Pattern[str]) -> Callable[[str], bool]:
     return lambda text: any(p.search(text) for p in patterns)
 
@@ -147,6 +181,8 @@ _HARD_RULES: tuple[_Rule, ...] = (
     ("structured", _matches(_STRUCTURED), False, "asks for structured output or a tool call"),
     ("code", _matches(*_CODE), False, "asks for code"),
     ("math", _matches(*_MATH), False, "asks for math"),
+    ("translate", _matches(_TRANSLATE), False, "asks for a translation"),
+    ("extract", _matches(_EXTRACT), False, "asks to extract or transform given text"),
     ("estimate", _matches(_ESTIMATE), False, "a count or step-by-step chain is one argument"),
     ("writing", _matches(*_WRITING), False, "asks for a piece of writing in one voice"),
 )
@@ -154,7 +190,7 @@ _SOFT_RULES: tuple[_Rule, ...] = (
     ("list_ask", _list_ask, True, "asks for several independent points"),
     ("roleplay", _matches(_ROLEPLAY), False, "role-play is one voice"),
     ("choice", _yes_no, False, "a yes/no or either-or question wants one argued position"),
-    ("single_fact", _matches(*_SINGLE_FACT), False, "asks for a single fact"),
+    ("single_fact", _single_fact, False, "asks for a single fact"),
     ("list_noun", _matches(_LIST_NOUN), True, "asks about several things of one kind"),
     ("mechanism", _matches(_MECHANISM), False, "a process is one causal chain"),
 )
@@ -215,3 +251,31 @@ def parse_route_reply(text: str) -> RouteDecision | None:
     use_sot = word in _SOT_WORDS
     verdict = ROUTE_LIST if use_sot else ROUTE_DIRECT
     return RouteDecision(use_sot, "model", f"the model answered {verdict} ({word!r})", "model")
+
+
+def evaluate(name_or_path: str) -> RouterAgreement:
+    """Agreement of the rules (no model, no length cap) with the labels of a question set."""
+    rows = load_labelled(name_or_path)
+    return measure_agreement((route_question(r.question).use_sot, r.sot_suitable) for r in rows)
+
+
+_USAGE = "usage: python -m sglang_specsot.sot.router eval FILE.jsonl|NAME"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The eval command: its last stdout line is {"n", "accuracy", "precision", "recall"}."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2 or args[0] != "eval":
+        raise SystemExit(_USAGE)
+    try:
+        result = evaluate(args[1])
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    line = {"n": result.total, "accuracy": round(result.accuracy, 4),
+            "precision": round(result.precision, 4), "recall": round(result.recall, 4)}
+    # The command's result, not library logging (hence no logger): one JSON line on stdout.
+    sys.stdout.write(json.dumps(line) + "\n")
+
+
+if __name__ == "__main__":
+    main()

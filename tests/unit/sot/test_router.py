@@ -1,32 +1,44 @@
-"""Router rules, the model-verdict path, and agreement with the SoT-R labels on Vicuna-80."""
+"""Router rules, the model-verdict path, the eval command, and agreement with labels: on the
+held-out part of router_train (never looked at while the rules were revised) and on Vicuna-80."""
 
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
+import subprocess
+import sys
+from collections import Counter
 
 import pytest
 
-from sglang_specsot.data import load_questions
+from sglang_specsot.data import DATA_DIR, load_questions
 from sglang_specsot.sot import (
     SoTConfig,
+    load_labelled,
     measure_agreement,
     parse_route_reply,
     route_prompt,
     route_question,
 )
+from sglang_specsot.sot.router import main
 
-
-# Floors set a little under what the rules measured (79/80 agree: 36 TP, 0 FP, 1 FN,
-# 43 TN). The rules were written with these 80 questions in view, so that is an in-sample
-# number; HELD_OUT below is the out-of-sample check.
+# Vicuna-80: 79/80 (36 TP, 0 FP, 1 FN, 43 TN). The first rules were written while reading
+# these 80 questions, so this is IN-SAMPLE for them; the later revision was tuned only on the
+# dev folds of router_train and did not move it. It guards against regressions, not a claim.
 VICUNA_MIN_ACCURACY = 0.95
 VICUNA_MIN_PRECISION = 0.95
 VICUNA_MIN_RECALL = 0.90
 
-# Questions not in Vicuna-80, labelled by the SoT-R criterion (independent points, long
-# enough answer). Measured 30/31; the known miss is the packing-list question.
+# router_train.jsonl, split by category: fold = position within its category mod 5. The rules
+# were revised looking only at folds 0-2 (dev); folds 3-4 (test, 102 questions) were scored
+# once, after the revision was frozen: accuracy 0.951, precision 1.000, recall 0.828.
+ROUTER_TRAIN = DATA_DIR / "router_train.jsonl"
+TEST_FOLDS = (3, 4)
+TEST_MIN_ACCURACY = 0.93
+TEST_MIN_PRECISION = 0.95
+TEST_MIN_RECALL = 0.80
+
+# Questions not in Vicuna-80 nor router_train, labelled by the SoT-R criterion (independent
+# points, long enough answer). Measured 30/31; the known miss is the packing-list question.
 HELD_OUT = [
     ("What are the benefits of learning a second language?", True),
     ("How can a small business attract more customers online?", True),
@@ -76,6 +88,24 @@ def test_agreement_with_vicuna80_labels():
     assert result.recall >= VICUNA_MIN_RECALL, result
 
 
+def _router_train_folds() -> list[tuple[int, dict]]:
+    seen: Counter[str] = Counter()
+    folds = []
+    for row in load_questions(ROUTER_TRAIN):
+        folds.append((seen[row["category"]] % 5, row))
+        seen[row["category"]] += 1
+    return folds
+
+
+def test_agreement_on_router_train_test_folds():
+    rows = [row for fold, row in _router_train_folds() if fold in TEST_FOLDS]
+    assert len(rows) == 102 and len({r["category"] for r in rows}) == 12
+    result = measure_agreement((route_question(r["question"]).use_sot, r["sot_suitable"]) for r in rows)
+    assert result.accuracy >= TEST_MIN_ACCURACY, result
+    assert result.precision >= TEST_MIN_PRECISION, result
+    assert result.recall >= TEST_MIN_RECALL, result
+
+
 def test_agreement_on_held_out_questions():
     result = measure_agreement((route_question(q).use_sot, label) for q, label in HELD_OUT)
     assert result.accuracy >= 0.9, result
@@ -91,6 +121,14 @@ def test_agreement_on_held_out_questions():
         ("Use the search tool calls to find ways to save money.", False, "structured"),
         ("Calculate the area of a circle of radius 3.", False, "math"),
         ("If the points are (1, 2) and (4, 6), what is the distance?", False, "math"),
+        ("How do you say 'good night' in Italian?", False, "translate"),
+        ("List the cities mentioned in this text: I flew from Oslo to Rome.", False, "extract"),
+        ("Name the tallest mountain in Europe.", False, "default"),
+        ("Name three ways to save water at home.", True, "list_ask"),
+        ("What would happen if the oceans froze?", True, "list_ask"),
+        ("What causes inflation?", False, "mechanism"),
+        ("Which factors drive house prices?", True, "list_noun"),
+        ("Draft an outline of the topics a first-aid course should cover.", True, "list_noun"),
         ("How many piano tuners are in Chicago? Explain step-by-step.", False, "estimate"),
         ("Write a short story about a dragon.", False, "writing"),
         ("Can you help me draft a cover letter?", False, "writing"),
@@ -176,3 +214,64 @@ def test_measure_agreement_rates():
     assert result.recall == pytest.approx(2 / 3)
     empty = measure_agreement([])
     assert (empty.accuracy, empty.precision, empty.recall) == (0.0, 0.0, 0.0)
+
+
+def _eval_lines(capsys, target) -> list[str]:
+    main(["eval", str(target)])
+    return capsys.readouterr().out.strip().splitlines()
+
+
+def test_eval_command_prints_one_json_line_last(capsys, tmp_path):
+    path = tmp_path / "q.jsonl"
+    rows = [("Write a haiku about rain.", False), ("What are the benefits of cycling to work?", True),
+            ("Solve 3x = 12.", False), ("Who wrote Hamlet?", True)]  # mislabelled on purpose: a FN
+    path.write_text("".join(json.dumps({"question": q, "sot_suitable": l}) + "\n\n" for q, l in rows))
+    last = json.loads(_eval_lines(capsys, path)[-1])
+    assert list(last) == ["n", "accuracy", "precision", "recall"]
+    assert last == {"n": 4, "accuracy": 0.75, "precision": 1.0, "recall": 0.5}
+
+
+def test_eval_command_takes_a_shipped_name(capsys):
+    last = json.loads(_eval_lines(capsys, "vicuna80")[-1])
+    assert last["n"] == 80 and last["precision"] >= VICUNA_MIN_PRECISION
+
+
+def test_eval_command_runs_as_a_module():
+    out = subprocess.run(
+        [sys.executable, "-m", "sglang_specsot.sot.router", "eval", "router_train"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )
+    last = json.loads(out.stdout.strip().splitlines()[-1])
+    assert last["n"] == len(load_questions(ROUTER_TRAIN)) and last["accuracy"] >= 0.9
+    assert "RuntimeWarning" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        (['{"question": "Why?", "sot_suitable": true}', "{oops"], ":2: not valid JSON"),
+        (['{"sot_suitable": true}'], ':1: needs a non-empty string "question"'),
+        (['{"question": "Why?"}'], ':1: needs a boolean "sot_suitable"'),
+        (['{"question": "Why?", "sot_suitable": "yes"}'], ':1: needs a boolean "sot_suitable"'),
+        (['["Why?", true]'], ":1: expected a JSON object"),
+        ([""], "no questions"),
+    ],
+)
+def test_eval_command_names_the_bad_line(tmp_path, lines, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=None) as info:
+        load_labelled(path)
+    assert message in str(info.value) and str(path) in str(info.value)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", str(path)])
+    assert message in str(exit_info.value.code)
+
+
+def test_eval_command_rejects_a_missing_file_and_bad_usage(tmp_path):
+    with pytest.raises(SystemExit) as info:
+        main(["eval", str(tmp_path / "missing.jsonl")])
+    assert "missing.jsonl" in str(info.value.code) and "vicuna80" in str(info.value.code)
+    with pytest.raises(SystemExit) as info:
+        main(["score", "vicuna80"])
+    assert "usage:" in str(info.value.code)
