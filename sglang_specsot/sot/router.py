@@ -73,6 +73,35 @@ _EXTRACT = _rx(
     r"\b(mentioned|in (this|the following) (text|sentence|passage|message|review|paragraph))\b|"
     r"\bfrom (this|the following) (text|sentence|passage|message|review|paragraph)\b"
 )
+# Domain signals. A list-shaped ask about code, arithmetic or a language is still a how-to or
+# a lookup with one right answer ("What are the prime factors of 360?", "How do I center a
+# div in CSS?", "What are the French names of the days?"), so these veto a list ask.
+_LANGS = (
+    r"(?:french|spanish|german|italian|japanese|chinese|mandarin|korean|arabic|russian|"
+    r"portuguese|hindi|latin|greek|dutch|swedish|polish|turkish|english)"
+)
+_LANGUAGE_LOOKUP = _rx(
+    rf"\b(say|count|spell|pronounce|greet)\b[^.?!]{{0,40}}\b(in|into) {_LANGS}\b|"
+    rf"\b{_LANGS} (names?|words?|phrases?|for|translations?|equivalents?)\b"
+)
+_CODE_TOPIC = _rx(
+    r"\b(python|javascript|typescript|java|c\+\+|c#|css|html|sql|git|bash|rust|golang|php|"
+    r"regex|pandas|numpy|div|array|dataframe|pointer|compiler|stack ?overflow)\b|\bin c\b"
+)
+_MATH_TOPIC = _rx(
+    r"\b(prime|primes|factors of \d|roots? of|fibonacci|slope|median|irrational|integers?|"
+    r"fractions?|decimals?|percent|percentage|factorial|probability|digits)\b|\d\s*[-+*/x]\s*\d"
+)
+# Nouns that make a question about code or math a survey of independent points after all.
+_SURVEY_NOUN = _rx(
+    r"\b(differences|similarities|practices|pros and cons|advantages|disadvantages|benefits|"
+    r"drawbacks|mistakes|pitfalls|trade-?offs|principles|history|uses|applications)\b"
+)
+# "What are the noble gases?": a short what-are question with no list noun is a closed set
+# with one right answer, not points to expand.
+_CLOSED_SET = _rx(
+    r"^(what|which) (are|were) (the )?(\w+ ){0,3}\w+( of (the )?(\w+ ){0,3}\w+)?\W*$"
+)
 _ESTIMATE = _rx(r"\bhow many\b|\bstep[- ]by[- ]step\b")
 _WRITING = (
     _rx(
@@ -134,7 +163,8 @@ _SINGLE_FACT = (
     _rx(r"^(what|who) (is|was|are|were|does) [^?.!]{1,40}[?.!]?$"),  # short "what is X?"
 )
 _LIST_NOUN = _rx(
-    r"\b(components|arguments|functions|threats|uses|topics|areas|ways|tips|strategies|steps|factors|differences|similarities|challenges|benefits|"
+    r"\b(components|arguments|functions|threats|uses|topics|areas|achievements|contributions|"
+    r"ways|tips|strategies|steps|factors|differences|similarities|challenges|benefits|"
     r"advantages|disadvantages|pros and cons|implications|consequences|effects|impacts|"
     r"reasons|examples|methods|techniques|clues|signs|basics|fundamentals|ideas|types|kinds|"
     r"aspects|features|applications|considerations|recommendations|suggestions|practices|"
@@ -168,6 +198,15 @@ def _single_fact(text: str) -> bool:
     return any(p.search(text) for p in _SINGLE_FACT) and not _LIST_NOUN.search(text[:40])
 
 
+def _domain(text: str) -> bool:
+    on_topic = _CODE_TOPIC.search(text) or _MATH_TOPIC.search(text) or _LANGUAGE_LOOKUP.search(text)
+    return bool(on_topic) and not _SURVEY_NOUN.search(text)
+
+
+def _closed_set(text: str) -> bool:
+    return bool(_CLOSED_SET.search(text)) and not _LIST_NOUN.search(text)
+
+
 def _matches(*patterns: re.Pattern[str]) -> Callable[[str], bool]:
     return lambda text: any(p.search(text) for p in patterns)
 
@@ -183,10 +222,12 @@ _HARD_RULES: tuple[_Rule, ...] = (
     ("math", _matches(*_MATH), False, "asks for math"),
     ("translate", _matches(_TRANSLATE), False, "asks for a translation"),
     ("extract", _matches(_EXTRACT), False, "asks to extract or transform given text"),
+    ("domain", _domain, False, "a how-to or lookup in code, arithmetic or a language"),
     ("estimate", _matches(_ESTIMATE), False, "a count or step-by-step chain is one argument"),
     ("writing", _matches(*_WRITING), False, "asks for a piece of writing in one voice"),
 )
 _SOFT_RULES: tuple[_Rule, ...] = (
+    ("closed_set", _closed_set, False, "a closed set with one right answer"),
     ("list_ask", _list_ask, True, "asks for several independent points"),
     ("roleplay", _matches(_ROLEPLAY), False, "role-play is one voice"),
     ("choice", _yes_no, False, "a yes/no or either-or question wants one argued position"),
