@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from sglang_specsot.sot.loops import cut_loop
 from sglang_specsot.sot.text import (
     classify_line,
     clean_model_text,
@@ -65,9 +66,13 @@ def merge_answer(points: Sequence[str], expansions: Mapping[int, str]) -> Merged
 
 
 def clean_expansion(text: str, index: int, points: Sequence[str]) -> tuple[str, tuple[str, ...]]:
-    """Strip an echoed header and any run into other points; return text and repairs made."""
+    """Strip an echoed header, any run into other points and a repeating tail; return the
+    text and the repairs made."""
     repairs: list[str] = []
     text = clean_model_text(text or "").strip()
+    text, looped = cut_loop(text)
+    if looped:
+        repairs.append("cut a repeating loop")
     stripped = _strip_header(text, index, points[index])
     if stripped != text:
         repairs.append("stripped echoed header")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sglang_specsot.sot.loops import find_loop
 from sglang_specsot.sot.merge import MergedAnswer
 from sglang_specsot.sot.planner import BranchPlan
 from sglang_specsot.sot.router import RouteDecision
@@ -36,6 +37,14 @@ class GenResult:
     prompt_tokens: int
     completion_tokens: int
     finish_reason: str  # "stop" | "length" | "abort"
+
+
+def ended_by(result: GenResult) -> str:
+    """Why a generation ended: "loop" when its text ends repeating itself (whatever stopped
+    it), else "budget" (its token cap), "stop" or "abort"."""
+    if find_loop(result.text) is not None:
+        return "loop"
+    return {"length": "budget"}.get(result.finish_reason, result.finish_reason)
 
 
 class SoTPhaseError(RuntimeError):
@@ -78,6 +87,11 @@ class BranchResult:
     result: GenResult
     started: float  # seconds after the branch phase began
     finished: float
+
+    @property
+    def ended(self) -> str:
+        """Why the branch ended: "loop" (its tail repeats), "budget", "stop" or "abort"."""
+        return ended_by(self.result)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +167,7 @@ def _gen_trace(result: GenResult) -> dict:
         "prompt_tokens": result.prompt_tokens,
         "completion_tokens": result.completion_tokens,
         "finish_reason": result.finish_reason,
+        "ended": ended_by(result),
     }
 
 
@@ -161,6 +176,8 @@ def _trace(answer: SoTAnswer) -> dict:
         "group": answer.group,
         "path": answer.path,
         "reason": answer.reason,
+        # SoT was chosen but the skeleton was no plan, so the normal answer was given instead.
+        "fallback": answer.skeleton is not None and answer.path == NORMAL,
         "seconds": answer.seconds,
         "usage": {"prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens},
         "route": {"use_sot": answer.route.decision.use_sot, "rule": answer.route.decision.rule,
@@ -171,8 +188,9 @@ def _trace(answer: SoTAnswer) -> dict:
     if answer.branches is not None:
         trace["branches"] = _branches_trace(answer.branches)
     if answer.merge is not None:
-        trace["merge"] = {"seconds": answer.merge.seconds,
-                          "empty_points": list(answer.merge.merged.empty_points)}  # fmt: skip
+        merged = answer.merge.merged
+        trace["merge"] = {"seconds": answer.merge.seconds, "empty_points": list(merged.empty_points),
+                          "repairs": {str(p.index): list(p.repairs) for p in merged.points if p.repairs}}  # fmt: skip
     if answer.normal is not None:
         trace["normal"] = {"seconds": answer.normal.seconds, **_gen_trace(answer.normal.result)}
     return trace

@@ -138,6 +138,8 @@ def test_plan_gives_numbered_answer_in_skeleton_order_with_tags():
     trace = json.loads(json.dumps(answer.trace()))
     assert trace["skeleton"]["points"] == ["Plan the day", "Avoid distractions", "Take breaks"]
     assert [b["text"] for b in trace["branches"]["items"]] == [f"Expansion of point {i}." for i in (1, 2, 3)]
+    assert [b["ended"] for b in trace["branches"]["items"]] == ["stop"] * 3
+    assert trace["fallback"] is False and trace["skeleton"]["ended"] == "stop"
 
 
 def test_branch_prompts_share_a_prefix_and_see_the_whole_skeleton():
@@ -244,6 +246,7 @@ def test_unusable_skeleton_falls_back_to_a_normal_answer_and_counts_the_skeleton
     assert answer.reason.startswith(f"skeleton {outcome}")
     assert [r.tag.role for r in fake.requests] == [SKELETON, PLAIN]
     assert answer.completion_tokens == answer.skeleton.result.completion_tokens + answer.normal.result.completion_tokens
+    assert answer.trace()["fallback"] is True
 
 
 def test_sixty_points_are_capped_to_max_points():
