@@ -169,7 +169,7 @@ def _cap(budget: int, options: SoTOptions) -> int:
 
 def parse_phase(request: GenRequest, result: GenResult, seconds: float, config: SoTConfig) -> SkeletonPhase:
     started = time.perf_counter()
-    parse = parse_skeleton(result.text, config, prefill=request.prefill)
+    parse = parse_skeleton(result.text, config, prefill=request.prefill, truncated=result.finish_reason == "length")
     return SkeletonPhase(request, result, parse, seconds, time.perf_counter() - started)
 
 

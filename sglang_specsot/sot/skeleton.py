@@ -35,6 +35,15 @@ _PREAMBLE = re.compile(
 _INLINE_MARKER = re.compile(r"(?<!\S)(\d{1,2})[.)](?=\s)")
 _TITLE_SEPARATORS = (": ", " - ", " \u2013 ", " \u2014 ", "; ")
 _SENTENCE_END = re.compile(r"[.!?](?=\s)")
+# Lines no plan of 3-5 word points contains: a code fence, or a statement of a common language.
+_CODE_LINE = re.compile(
+    r"```|^\s*(#include\b|def \w+\(|class \w+[:(]|import \w|from [\w.]+ import |"
+    r"(public|private|static) \w|int main\(|(for|while|if) ?\(.*\) ?\{|return [^.]*;)"
+    r"|\{\s*$|\)\s*;\s*$|std::|console\.log\(|System\.out"
+)
+# One repeated point is a slip the merge loses nothing by dropping; more is a decoding loop
+# ("Increased global trade" five times) whose plan cannot be trusted to cover the question.
+_MAX_DUPLICATES = 2
 _SYMBOLS_OK = set("*#_-.,:;()[]|`>~=+\"'!?/%&")
 
 
@@ -67,17 +76,30 @@ class SkeletonParse:
 
 
 def parse_skeleton(
-    text: str, config: SoTConfig = DEFAULT_CONFIG, *, prefill: str = SKELETON_PREFILL
+    text: str,
+    config: SoTConfig = DEFAULT_CONFIG,
+    *,
+    prefill: str = SKELETON_PREFILL,
+    truncated: bool = False,
 ) -> SkeletonParse:
-    """Parse skeleton text; `prefill` is what the assistant turn was pre-filled with."""
+    """Parse skeleton text; `prefill` is what the assistant turn was pre-filled with, and
+    `truncated` says the skeleton was cut by its token cap.
+
+    Only a whole plan is a plan: a skeleton that was cut off, repeats a point or holds code
+    would yield an answer that silently covers part of the question, so it is an error and
+    the caller answers normally.
+    """
     if not isinstance(text, str):
         return SkeletonParse(ERROR, (), f"skeleton is {type(text).__name__}, not text", "none")
     body = clean_model_text(text[:_MAX_SCAN_CHARS])
-    problem = _degenerate(body)
+    problem = _degenerate(body) or _unfinished(body, truncated)
     if problem:
         return _finish(SkeletonParse(ERROR, (), problem, "none"))
     list_format, items = _extract_items(_with_prefill(body, prefill), config)
     points, notes, long_points, duplicates = _clean_points(items, config)
+    if duplicates >= _MAX_DUPLICATES and len(points) >= config.min_points:
+        reason = f"the skeleton repeats {duplicates} points: a decoding loop, not a plan"
+        return _finish(SkeletonParse(ERROR, (), reason, list_format, notes))
     if len(text) > _MAX_SCAN_CHARS:
         notes += (f"read only the first {_MAX_SCAN_CHARS} of {len(text)} characters",)
     if len(points) < config.min_points:
@@ -105,6 +127,16 @@ def _degenerate(body: str) -> str | None:
     letters = sum(ch.isalpha() for ch in counted)
     if letters < 0.3 * len(counted):
         return f"skeleton is mostly symbols ({letters} letters in {len(counted)} characters)"
+    return None
+
+
+def _unfinished(body: str, truncated: bool) -> str | None:
+    """Why the skeleton is not a whole plan of words, or None."""
+    if truncated:
+        return "the skeleton was cut by its token cap, so its plan is incomplete"
+    code = next((line for line in body.split("\n") if _CODE_LINE.search(line)), None)
+    if code is not None:
+        return f"the skeleton holds code ({code.strip()[:40]!r}), not a plan of points"
     return None
 
 

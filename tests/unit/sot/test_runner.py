@@ -249,6 +249,14 @@ def test_unusable_skeleton_falls_back_to_a_normal_answer_and_counts_the_skeleton
     assert answer.trace()["fallback"] is True
 
 
+def test_a_skeleton_cut_by_its_cap_falls_back_instead_of_answering_in_part():
+    fake = FakeBackend(" Bubble sort basics\n2. Quick sort pivots\n3. Merge sort halves\n4. Heap")
+    answer = run(run_sot(QUESTION, fake, render, options(skeleton_max_tokens=9)))
+    assert answer.skeleton.result.finish_reason == "length"
+    assert answer.path == NORMAL and "token cap" in answer.reason
+    assert answer.trace()["fallback"] is True and answer.trace()["skeleton"]["ended"] == "budget"
+
+
 def test_sixty_points_are_capped_to_max_points():
     skeleton = " Point 1\n" + "\n".join(f"{i}. Point {i}" for i in range(2, 61))
     fake = FakeBackend(skeleton)

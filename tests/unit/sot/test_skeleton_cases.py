@@ -113,12 +113,21 @@ CASES = [
         ("Make a to-do list", "Set deadlines", "Limit distractions"),
     ),
     Case(
-        "duplicates-dropped",
-        " Regular exercise\n2. Healthy diet\n3. Regular exercise.\n4. Enough sleep\n"
-        "5. healthy Diet",
+        "one-duplicate-dropped",
+        " Regular exercise\n2. Healthy diet\n3. Regular exercise.\n4. Enough sleep",
         PLAN,
         ("Regular exercise", "Healthy diet", "Enough sleep"),
     ),
+    Case(
+        "two-duplicates-are-a-loop",
+        " Regular exercise\n2. Healthy diet\n3. Regular exercise.\n4. Enough sleep\n"
+        "5. healthy Diet",
+        ERROR,
+    ),
+    Case("code-fence", " Bubble sort\n```cpp\nvoid sort(int* a) {\n", ERROR),
+    Case("code-statement", " Read the file\n2. std::ifstream in(path);\n3. Count words", ERROR),
+    Case("semicolon-prose-is-no-code", " Eat well;\n2. Sleep enough;\n3. Move daily",
+         PLAN, ("Eat well", "Sleep enough", "Move daily")),
     Case(
         "missing-numbers",
         " Plan ahead\n3. Delegate work\n5. Review progress",
