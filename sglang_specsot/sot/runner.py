@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from sglang_specsot.sot.asks import cover_asks
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
 from sglang_specsot.sot.merge import MergedPoint, clean_expansion, format_point, merge_answer
 from sglang_specsot.sot.planner import BranchPlan, plan_branches
@@ -167,9 +168,13 @@ def _cap(budget: int, options: SoTOptions) -> int:
     return budget if cap is None else min(budget, cap)
 
 
-def parse_phase(request: GenRequest, result: GenResult, seconds: float, config: SoTConfig) -> SkeletonPhase:
+def parse_phase(
+    question: str, request: GenRequest, result: GenResult, seconds: float, config: SoTConfig
+) -> SkeletonPhase:
+    """Parse the skeleton, then add a point for each item the question names that it misses."""
     started = time.perf_counter()
     parse = parse_skeleton(result.text, config, prefill=request.prefill, truncated=result.finish_reason == "length")
+    parse = cover_asks(parse, question, config)
     return SkeletonPhase(request, result, parse, seconds, time.perf_counter() - started)
 
 
@@ -259,7 +264,7 @@ async def _skeleton(
     emit(SKELETON_CHANNEL, request.prefill)
     started = time.perf_counter()
     result = await _generate(backend, request, "skeleton", lambda t: emit(SKELETON_CHANNEL, t))
-    return parse_phase(request, result, time.perf_counter() - started, options.config)
+    return parse_phase(question, request, result, time.perf_counter() - started, options.config)
 
 
 async def _normal(

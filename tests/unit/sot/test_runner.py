@@ -551,3 +551,12 @@ def test_install_is_a_no_op_outside_the_http_server():
 
     assert install_sot_server() is False
     assert HOOK_TARGET not in HookRegistry._hooks
+
+
+def test_items_the_question_names_become_branches_when_the_skeleton_misses_them():
+    question = "Compare the sorting algorithms bubble sort, quick sort, merge sort and heap sort."
+    fake = FakeBackend(" Bubble sort\n2. Quick sort")
+    answer = run(run_sot(question, fake, render, options()))
+    assert answer.path == SOT
+    assert answer.branches.plan.points == ("Bubble sort", "Quick sort", "merge sort", "heap sort")
+    assert "added points the question names" in " ".join(answer.trace()["skeleton"]["notes"])

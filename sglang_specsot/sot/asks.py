@@ -1,0 +1,119 @@
+"""What a question explicitly asks for by name: "compare bubble sort, quick sort and merge sort".
+
+A skeleton that plans three of six named algorithms gives an answer that silently drops the
+rest, however well each point is written. `enumerated_items` finds the items a question
+lists (three or more in a series, so "X and Y" comparisons, which plan well by aspect, are
+left alone); `covered` says whether a text addresses an item; `cover_asks` adds the items a
+plan misses as points of their own. Heuristic and plain Python; the benchmark uses the same
+functions to score completeness.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+
+from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
+from sglang_specsot.sot.skeleton import SkeletonParse, SkeletonPoint
+
+MIN_ITEMS = 3  # a series of this many named items is an explicit ask
+MAX_ITEM_WORDS = 4  # longer "items" are clauses, not names
+_CLAUSES = re.compile(r"[?!;:()\n]|\.(?=\s|$)")
+_SERIES_SPLIT = re.compile(r",\s*(?:and\s+|or\s+)?|\s+(?:and|or)\s+")
+_TRAILING = re.compile(r"\s+(?:in|for|with|using|on|from|to|by|at|when|while|as|into)\s.*$", re.IGNORECASE)
+# Words that open a list inside a sentence; what they lead into is the first item.
+_LEAD = re.compile(
+    r"^(?:.*\s)?(?:discuss(?:ing)?|highlighting|including|covering|such as|like|especially|namely|"
+    r"e\.g\.)\s+(?:(?:its|their|the|his|her|our|your)\s+)?",
+    re.IGNORECASE,
+)
+_CLAUSE_WORDS = frozenset("what how why when where who which is are was were do does did can should would".split())
+_WORD = re.compile(r"[\w+#'-]+")
+_STOP = frozenset(
+    "a an the of to in on for and or with by at as is are be its their your my our this that these "
+    "those what which how why when where who whom whose do does did can could should would will "
+    "about between among including such like vs versus e.g etc".split()
+)
+
+
+def enumerated_items(question: str) -> tuple[str, ...]:
+    """The items the question lists in a series of MIN_ITEMS or more, in order; () if none."""
+    for clause in _CLAUSES.split(question or ""):
+        items = _series(clause)
+        if len(items) >= MIN_ITEMS:
+            return items
+    return ()
+
+
+def _series(clause: str) -> tuple[str, ...]:
+    parts = [p.strip() for p in _SERIES_SPLIT.split(clause.strip()) if p.strip()]
+    start = _series_start(parts)
+    if start:  # "..., discussing its plot, characters and effects": the series starts there
+        parts = [_LEAD.sub("", parts[start - 1]), *parts[start:]]
+    if len(parts) < MIN_ITEMS or "," not in clause:
+        return ()
+    middle = parts[1:-1]
+    if any(len(_WORD.findall(p)) > MAX_ITEM_WORDS for p in middle):
+        return ()
+    width = max(len(_WORD.findall(p)) for p in middle) if middle else 1
+    first = " ".join(parts[0].split()[-width:])  # "Compare the algorithms bubble sort" -> "bubble sort"
+    items = [first, *middle, _TRAILING.sub("", parts[-1])]
+    for item in items:
+        words = {w.lower() for w in _WORD.findall(item)}
+        if not _content_words(item) or len(words) > MAX_ITEM_WORDS or words & _CLAUSE_WORDS:
+            return ()  # a clause ("what is herd immunity"), not a name
+    return tuple(item.strip(" .,'\"") for item in items)
+
+
+def _series_start(parts: list[str]) -> int:
+    """1 + the index of the last part that opens a list ("including X"), or 0 if none."""
+    return max((i + 1 for i, part in enumerate(parts) if _LEAD.match(part)), default=0)
+
+
+def _content_words(text: str) -> set[str]:
+    return {w for w in (m.lower().strip("'-") for m in _WORD.findall(text)) if w and w not in _STOP}
+
+
+def distinctive_words(items: Sequence[str]) -> list[set[str]]:
+    """Each item's content words that no other item shares ("bubble" in "bubble sort")."""
+    words = [_content_words(item) for item in items]
+    out = []
+    for i, own in enumerate(words):
+        others = set().union(*(w for j, w in enumerate(words) if j != i))
+        out.append(own - others or own)
+    return out
+
+
+def covered(items: Sequence[str], text: str) -> list[bool]:
+    """Whether `text` mentions each item (by one of its distinctive words)."""
+    present = _content_words(text)
+    return [bool(words & present) for words in distinctive_words(items)]
+
+
+def cover_asks(parse: SkeletonParse, question: str, config: SoTConfig = DEFAULT_CONFIG) -> SkeletonParse:
+    """The plan with a point added for every item the question lists that no point names.
+
+    Items outrank unnamed points when the plan would exceed `max_points`: the answer must
+    cover what was asked first.
+    """
+    items = enumerated_items(question)
+    if not parse.is_plan or not items:
+        return parse
+    words = distinctive_words(items)
+    missing = [item for item, own in zip(items, words) if not any(own & _content_words(p.text) for p in parse.points)]
+    if not missing:
+        return parse
+    named = [p for p in parse.points if any(own & _content_words(p.text) for own in words)]
+    others = [p for p in parse.points if p not in named]
+    room = max(0, config.max_points - len(named) - len(missing))
+    keep = set(map(id, named + others[:room]))
+    points = [p for p in parse.points if id(p) in keep] + [SkeletonPoint(item) for item in missing]
+    notes = parse.notes + (f"added points the question names: {missing}",)
+    if len(points) > config.max_points:
+        notes += (f"kept the first {config.max_points} of {len(points)} points",)
+        points = points[: config.max_points]
+    flagged = {id(parse.points[i]) for i in parse.long_points}
+    long_points = tuple(i for i, p in enumerate(points) if id(p) in flagged)
+    return dataclasses.replace(parse, points=tuple(points), reason=f"{len(points)} points", notes=notes,
+                               long_points=long_points)  # fmt: skip

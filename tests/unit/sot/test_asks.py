@@ -1,0 +1,80 @@
+"""Items a question names: found in a series of three or more, and added to a plan that misses them."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sglang_specsot.sot import SoTConfig, parse_skeleton
+from sglang_specsot.sot.asks import cover_asks, covered, enumerated_items
+
+SORTS = ("Compare the sorting algorithms bubble sort, quick sort, merge sort, heap sort, insertion sort "
+         "and selection sort in C++ with code.")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("question", "items"),
+    [
+        (SORTS, ("bubble sort", "quick sort", "merge sort", "heap sort", "insertion sort", "selection sort")),
+        ("Write a movie review for a new science fiction film, discussing its plot, characters, and special effects.",
+         ("plot", "characters", "special effects")),
+        ("Which is better for me: tea, coffee, or water?", ("tea", "coffee", "water")),
+        ("Write about big cats, including lions, tigers and leopards.", ("lions", "tigers", "leopards")),
+        ("List the pros of solar, wind and hydro power for a small town.", ("solar", "wind", "hydro power")),
+    ],
+)  # fmt: skip
+def test_a_named_series_is_found(question, items):
+    assert enumerated_items(question) == items
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "What are the main differences between Python and JavaScript?",  # two items: aspects plan well
+        "How can I improve my time management skills?",
+        "How do vaccinations protect individuals and communities, and what is herd immunity?",  # clauses
+        "I like apples, pears, and plums, but what should I eat for breakfast today?",
+        "Write a blog post about a trip to Hawaii, highlighting cultural experiences and attractions.",
+        "",
+    ],
+)
+def test_no_series_no_items(question):
+    assert enumerated_items(question) == ()
+
+
+def test_coverage_uses_each_items_own_words():
+    items = ("bubble sort", "quick sort", "merge sort")
+    assert covered(items, "Bubble sort swaps neighbours; merge sort splits in halves.") == [True, False, True]
+
+
+def test_a_plan_missing_named_items_gets_them_as_points():
+    parse = parse_skeleton(" Bubble sort\n2. Quick sort\n3. Time complexity")
+    got = cover_asks(parse, SORTS)
+    assert got.texts == ("Bubble sort", "Quick sort", "Time complexity", "merge sort", "heap sort",
+                         "insertion sort", "selection sort")  # fmt: skip
+    assert any("added points the question names" in note for note in got.notes)
+    assert all(covered(enumerated_items(SORTS), " ".join(got.texts)))
+
+
+def test_named_items_outrank_other_points_at_the_cap():
+    parse = parse_skeleton(" Bubble sort\n2. History\n3. Stability\n4. Memory use")
+    got = cover_asks(parse, SORTS, SoTConfig(max_points=7))
+    assert got.texts == ("Bubble sort", "History", "quick sort", "merge sort", "heap sort", "insertion sort",
+                         "selection sort")  # fmt: skip
+
+
+def test_a_complete_plan_or_no_plan_is_left_alone():
+    complete = parse_skeleton(" Plot\n2. Characters\n3. Special effects\n4. Verdict")
+    question = "Review the film, discussing its plot, characters, and special effects."
+    assert cover_asks(complete, question) is complete
+    direct = parse_skeleton("Just one answer.")
+    assert cover_asks(direct, SORTS) is direct
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_any_text_gives_items_without_error(question):
+    items = enumerated_items(question)
+    assert all(isinstance(i, str) and i for i in items)
+    assert len(covered(items, question)) == len(items)
