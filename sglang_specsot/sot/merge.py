@@ -120,7 +120,7 @@ def _cut_other_points(text: str, index: int, points: Sequence[str]) -> str:
 def _starts_other_point(line: str, index: int, points: Sequence[str]) -> bool:
     item = classify_line(line, 0)
     if item is not None and item.kind in ("number", "hash"):
-        return True  # a 1-2 sentence expansion has no numbered list or heading of its own
+        return True  # a one-paragraph expansion has no numbered list or heading of its own
     body = item.text if item is not None else line
     return any(
         _title_end(body.strip(), other) is not None

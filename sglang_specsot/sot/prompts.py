@@ -88,7 +88,11 @@ def expansion_prompt(
     prefill_header: bool = False,
     system_role: bool = True,
 ) -> ChatPrompt:
-    """Ask to write only point `index` (0-based) in 1-2 sentences, seeing the whole skeleton."""
+    """Ask to write only point `index` (0-based) as a short paragraph, seeing the whole skeleton.
+
+    A paragraph, not the SoT paper's "1-2 sentences": the joined answer has to say what the
+    normal answer says, and one sentence per point halved it.
+    """
     if not 0 <= index < len(points):
         raise ValueError(
             f"index={index} is outside the skeleton's {len(points)} points; pass a 0-based "
@@ -100,8 +104,10 @@ def expansion_prompt(
     user = (
         f"Question: {question}\n\nThe answer follows this skeleton:\n"
         f"{format_skeleton(points)}\n\n"
-        f'Write only point {number}, "{point}", in one or two short sentences. Do not '
-        "repeat its title, do not number your text, and stop before any other point."
+        f'Write only point {number}, "{point}": a short paragraph of two to four sentences '
+        "with the facts, examples or steps a complete answer gives for it. Start with the "
+        "content itself: do not repeat the point's title, the question or the skeleton, do "
+        "not number your text, and stop before any other point."
     )
     prefix = f"{number}. {point}" if prefill_header else ""
     return ChatPrompt(_with_system(_EXPAND_SYSTEM, [("user", user)], system_role), prefix)

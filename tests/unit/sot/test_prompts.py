@@ -46,7 +46,7 @@ def test_expansion_prompt_sees_question_and_whole_skeleton():
     prompt = expansion_prompt(QUESTION, POINTS, 1)
     user = prompt.messages[-1]["content"]
     assert QUESTION in user and format_skeleton(POINTS) in user
-    assert 'point 2, "Prioritize tasks"' in user and "one or two short sentences" in user
+    assert 'point 2, "Prioritize tasks"' in user and "two to four sentences" in user and "do not repeat the point's title" in user
     assert prompt.assistant_prefix == ""
     prefilled = expansion_prompt(QUESTION, POINTS, 1, prefill_header=True)
     assert prefilled.assistant_prefix == "2. Prioritize tasks"
