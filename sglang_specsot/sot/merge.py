@@ -79,7 +79,27 @@ def clean_expansion(text: str, index: int, points: Sequence[str]) -> tuple[str, 
     cut = _cut_other_points(stripped, index, points)
     if cut != stripped:
         repairs.append("cut text that ran into another point")
-    return collapse_spaces(cut), tuple(repairs)
+    return _layout(cut), tuple(repairs)
+
+
+def _layout(text: str) -> str:
+    """Prose joined into one paragraph; a list the branch wrote (its steps or examples) kept
+    as an indented bullet list, so its numbers cannot be read as the answer's own points."""
+    out: list[str] = []
+    prose: list[str] = []
+    for line_no, line in enumerate(text.split("\n")):
+        item = classify_line(line, line_no) if line_no else None
+        if item is None or item.kind == "hash":
+            prose.append(line)
+            continue
+        if prose:
+            out.append(collapse_spaces(" ".join(prose)))
+            prose = []
+        if collapse_spaces(item.text):
+            out.append(f"   - {collapse_spaces(item.text)}")
+    if prose:
+        out.append(collapse_spaces(" ".join(prose)))
+    return "\n".join(part for part in out if part)
 
 
 def _strip_header(text: str, index: int, point: str) -> str:
@@ -119,8 +139,9 @@ def _cut_other_points(text: str, index: int, points: Sequence[str]) -> str:
 
 def _starts_other_point(line: str, index: int, points: Sequence[str]) -> bool:
     item = classify_line(line, 0)
-    if item is not None and item.kind in ("number", "hash"):
-        return True  # a one-paragraph expansion has no numbered list or heading of its own
+    if item is not None and item.kind == "hash":
+        return True  # a heading starts a new section of the answer, not part of this point
+    # A numbered line is the branch's own list (steps, examples) unless it names another point.
     body = item.text if item is not None else line
     return any(
         _title_end(body.strip(), other) is not None

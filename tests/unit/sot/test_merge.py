@@ -78,3 +78,16 @@ def test_point_ending_in_punctuation_gets_no_extra_period():
 def test_expansion_for_unknown_index_is_rejected():
     with pytest.raises(ValueError, match=r"indices \[5\] have no point"):
         merge_answer(POINTS, {5: "stray"})
+
+
+def test_a_branch_that_lists_its_own_steps_keeps_them_as_bullets():
+    points = ["Set clear goals", "Prioritize tasks"]
+    text = ("Setting goals focuses your effort. Here are some steps:\n1. Write them down\n"
+            "2. **Make them measurable**\n- Review weekly\n\n3. Prioritize tasks\nDo the urgent first.")  # fmt: skip
+    merged = merge_answer(points, {0: text, 1: "Do the important first."})
+    assert merged.points[0].expansion == (
+        "Setting goals focuses your effort. Here are some steps:\n   - Write them down\n"
+        "   - **Make them measurable**\n   - Review weekly"
+    )
+    assert "cut text that ran into another point" in merged.points[0].repairs
+    assert merged.text.count("\n2. ") == 1  # the answer's own numbering is not disturbed
