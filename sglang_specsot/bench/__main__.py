@@ -1,0 +1,115 @@
+"""`python -m sglang_specsot.bench`: the end-to-end SpecSoT benchmark.
+
+    e2e      start the servers, run every pending cell (resumable), then write the report
+    report   rebuild report.json, report.md and plots/ from a run directory's cells.jsonl
+    judge    pairwise judgement of SoT answers vs plain answers by a judge model (resumable)
+    serving  SGLang's own bench_serving on the same questions (see bench/serving.py)
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+PROG = "python -m sglang_specsot.bench"
+
+
+def _e2e(args) -> int:
+    from sglang_specsot.bench.e2e import build_report, plan_from_args
+    from sglang_specsot.bench.runner import run
+
+    plan = plan_from_args(args)
+    todo = plan.pending()
+    print(f"{len(plan.questions)} questions x {len(plan.configs)} configurations; {len(todo)} cells to run "
+          f"({'one server at a time, blocks of ' + str(plan.block) if plan.one_at_a_time else 'all servers up'}); "
+          f"results in {plan.out}", flush=True)  # fmt: skip
+    run(plan)
+    if not args.no_report:
+        print(build_report(plan.out, quality=not args.no_quality)["table"])
+    return 0
+
+
+def _report(args) -> int:
+    from sglang_specsot.bench.e2e import build_report
+
+    report = build_report(Path(args.out), quality=not args.no_quality)
+    print(report["table"])
+    for name, eq in report["greedy_equality"].items():
+        print(f"greedy {name}: {eq['equal']}/{eq['of']}")
+    print(f"failed cells: {len(report['failed'])}; written: {args.out}/report.json, report.md, plots/")
+    return 0
+
+
+def _judge(args) -> int:
+    from sglang_specsot.bench.judge_run import run_judge
+
+    print(f"judged {run_judge(Path(args.out), args.judge_model, args.configs.split(','), args.timeout)} pairs")
+    return 0
+
+
+def _serving(args) -> int:
+    from sglang_specsot.bench.serving import main as serving_main
+
+    return serving_main(args)
+
+
+def _add_e2e(sub) -> None:
+    p = sub.add_parser("e2e", help="run the benchmark (resumable)")
+    p.add_argument("--target", required=True, help="registry name (python -m sglang_specsot.models list) or a checkpoint dir")
+    p.add_argument("--draft", default=None, help="draft model for STANDALONE and SPECSOT (same vocabulary)")
+    p.add_argument("--questions", default="vicuna80", help="question set name or .jsonl path")
+    p.add_argument("--limit", type=int, default=None, help="use the first N questions of the set")
+    p.add_argument("--suitable", type=int, default=None, help="then keep the first N SoT-suitable ones")
+    p.add_argument("--unsuitable", type=int, default=None, help="and the first N unsuitable ones")
+    p.add_argument("--configs", default=None, help="comma-separated configurations (plain is always run)")
+    p.add_argument("--max-tokens", type=int, default=384, help="answer token cap (normal and SoT alike)")
+    p.add_argument("--dtype", default="bfloat16", help="float32 makes greedy equality a must")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds per cell")
+    p.add_argument("--sot-config", default=None, help="JSON of SoTConfig fields for both SoT routes")
+    p.add_argument("--one-at-a-time", choices=("auto", "yes", "no"), default="auto",
+                   help="one server at a time in rounds over question blocks (auto: if weights > 700 MiB)")
+    p.add_argument("--block", type=int, default=6, help="questions per round when one server runs at a time")
+    p.add_argument("--out", default=None, help="run directory (default benchmarks/e2e-TARGET[-DRAFT])")
+    p.add_argument("--no-report", action="store_true")
+    p.add_argument("--no-quality", action="store_true", help="skip the embedding-based quality measures")
+    p.set_defaults(run=_e2e)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_e2e(sub)
+    p = sub.add_parser("report", help="rebuild the report from a run directory")
+    p.add_argument("out")
+    p.add_argument("--no-quality", action="store_true")
+    p.set_defaults(run=_report)
+    p = sub.add_parser("judge", help="pairwise judge pass over a run directory")
+    p.add_argument("out")
+    p.add_argument("--judge-model", default="qwen2.5-coder-1.5b")
+    p.add_argument("--configs", default="SoT-server,SpecSoT-server,SpecSoT-router")
+    p.add_argument("--timeout", type=float, default=300.0)
+    p.set_defaults(run=_judge)
+    from sglang_specsot.bench.serving import add_arguments
+
+    add_arguments(sub.add_parser("serving", help="sglang.bench_serving on the questions, merged table"))
+    sub.choices["serving"].set_defaults(run=_serving)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[specsot-bench] %(message)s")
+    try:
+        return args.run(args)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)  # bad input: one line the user can act on
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; finished cells are kept, re-run the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

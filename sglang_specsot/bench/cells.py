@@ -1,0 +1,169 @@
+"""Run one cell: flush the server's cache, ask one question one way, time the complete answer."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from sglang_specsot.bench.configs import FRONTEND, NORMAL, SERVER_SOT, CellConfig
+from sglang_specsot.bench.store import FAILED, OK, Branch, CellResult
+from sglang_specsot.sot.loops import find_loop
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    id: int
+    text: str
+    suitable: bool
+
+
+@dataclass
+class Target:
+    """What a cell needs of a running server; `endpoint` (the frontend's) is made on first use."""
+
+    url: str
+    render: object  # chat messages -> prompt text, the model's own template
+    alive: object = None  # () -> str | None: why the server is gone, None while it runs
+    endpoint: object = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    max_tokens: int  # the answer's token cap (normal answer; bounds every SoT generation)
+    timeout: float  # seconds per cell, enforced by the client
+    sot_config: dict | None = None  # SoTConfig fields for both SoT routes; None: defaults
+
+
+def post_json(url: str, payload: dict | None, timeout: float) -> dict | str:
+    data = None if payload is None else json.dumps(payload).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        body = r.read().decode()
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body
+
+
+def run_cell(cfg: CellConfig, question: Question, target: Target, settings: Settings) -> CellResult:
+    """Never raises and never waits past settings.timeout: a failure is a FAILED cell."""
+    gone = target.alive() if target.alive else None
+    if gone:
+        return failed(cfg, question, gone)
+    box: dict = {}
+
+    def work() -> None:
+        try:
+            box["cell"] = _ask(cfg, question, target, settings)
+        except Exception as exc:  # noqa: BLE001 - any request error becomes the cell's reason
+            box["error"] = _describe(exc)
+
+    thread = threading.Thread(target=work, daemon=True)  # abandoned, not joined, on a timeout
+    thread.start()
+    thread.join(settings.timeout + 5)
+    if thread.is_alive():
+        return failed(cfg, question, f"no answer within {settings.timeout:.0f}s")
+    if "error" in box:
+        gone = target.alive() if target.alive else None
+        return failed(cfg, question, gone or box["error"])
+    return box["cell"]
+
+
+def failed(cfg: CellConfig, question: Question, reason: str) -> CellResult:
+    logger.warning("cell %s / q%d failed: %s", cfg.name, question.id, reason)
+    return CellResult(question.id, cfg.name, FAILED, question.suitable, reason=reason)
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, urllib.error.HTTPError):
+        detail = exc.read().decode(errors="replace")[:300]
+        return f"HTTP {exc.code}: {detail}"
+    return f"{type(exc).__name__}: {exc}"[:400]
+
+
+def _ask(cfg: CellConfig, question: Question, target: Target, settings: Settings) -> CellResult:
+    post_json(target.url + "/flush_cache", None, settings.timeout)
+    started = time.perf_counter()
+    if cfg.kind == NORMAL:
+        fields = _normal(target, question, settings)
+    elif cfg.kind == SERVER_SOT:
+        fields = _server_sot(target, question, cfg.mode, settings)
+    elif cfg.kind == FRONTEND:
+        fields = _frontend(target, question, cfg.mode, settings)
+    else:
+        raise AssertionError(f"unknown cell kind {cfg.kind!r}")
+    latency = time.perf_counter() - started
+    answer = fields.pop("answer")
+    return CellResult(question.id, cfg.name, OK, question.suitable, latency=latency, answer=answer,
+                      looped=find_loop(answer) is not None, **fields)  # fmt: skip
+
+
+def _messages(question: Question) -> list[dict]:
+    return [{"role": "user", "content": question.text}]
+
+
+def _normal(target: Target, question: Question, settings: Settings) -> dict:
+    prompt = target.render(_messages(question))
+    out = post_json(target.url + "/generate", {"text": prompt, "sampling_params": {
+        "temperature": 0, "max_new_tokens": settings.max_tokens}}, settings.timeout)  # fmt: skip
+    meta = out["meta_info"]
+    finish = meta.get("finish_reason") or {}
+    return {"answer": out["text"], "output_tokens": meta["completion_tokens"],
+            "finish_reason": finish.get("type", "") if isinstance(finish, dict) else str(finish),
+            "accept_length": meta.get("spec_accept_length")}  # fmt: skip
+
+
+def _server_sot(target: Target, question: Question, mode: str, settings: Settings) -> dict:
+    specsot = {"mode": mode, **({"config": settings.sot_config} if settings.sot_config else {})}
+    out = post_json(target.url + "/v1/chat/completions", {
+        "model": "default", "messages": _messages(question), "temperature": 0,
+        "max_tokens": settings.max_tokens, "specsot": specsot}, settings.timeout)  # fmt: skip
+    trace = (out.get("metadata") or {}).get("specsot") or {}
+    choice = out["choices"][0]
+    fields = {"answer": choice["message"].get("content") or "", **from_trace(trace)}
+    # `usage` counts every token; a request the router sent down the normal path has no trace.
+    fields["output_tokens"] = (out.get("usage") or {}).get("completion_tokens", fields["output_tokens"])
+    if not trace:
+        fields["finish_reason"] = choice.get("finish_reason") or ""
+    return fields
+
+
+def _frontend(target: Target, question: Question, mode: str, settings: Settings) -> dict:
+    from sglang_specsot.frontend import SoTEndpoint, answer_question
+    from sglang_specsot.sot import SoTConfig
+    from sglang_specsot.sot.runner import SoTOptions
+
+    if target.endpoint is None:
+        target.endpoint = SoTEndpoint(target.url)
+    config = SoTConfig(**settings.sot_config) if settings.sot_config else SoTConfig()
+    options = SoTOptions(mode, config, settings.max_tokens)
+    answer = answer_question(target.endpoint, question.text, target.render, options, constrain_skeleton=False)
+    return {"answer": answer.answer, **from_trace(answer.trace())}
+
+
+def from_trace(trace: dict) -> dict:
+    """The cell's fields from a SoT trace (`metadata.specsot` or `SoTAnswer.trace()`)."""
+    skeleton = trace.get("skeleton") or {}
+    offset = skeleton.get("seconds", 0.0) + skeleton.get("parse_seconds", 0.0)
+    items = (trace.get("branches") or {}).get("items") or []
+    branches = tuple(Branch(b["index"], offset + b["started"], offset + b["finished"],
+                            b.get("completion_tokens", 0), b.get("finish_reason", "")) for b in items)  # fmt: skip
+    normal = trace.get("normal") or {}
+    capped = any(b.finish_reason == "length" for b in branches) or normal.get("finish_reason") == "length"
+    return {
+        "output_tokens": (trace.get("usage") or {}).get("completion_tokens", 0),
+        "path": trace.get("path", "normal"),
+        "finish_reason": "length" if capped else "stop",
+        "skeleton_seconds": skeleton.get("seconds"),
+        "skeleton_text": skeleton.get("text", ""),
+        "points": len(skeleton.get("points") or []),
+        "fallback": bool(trace.get("fallback")),
+        "branches": branches,
+    }

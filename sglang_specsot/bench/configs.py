@@ -1,0 +1,88 @@
+"""The configuration matrix: which servers run, and what each cell asks of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NORMAL, SERVER_SOT, FRONTEND = "normal", "server_sot", "frontend"  # how a cell asks
+ALL, SUITABLE, UNSUITABLE = "all", "suitable", "unsuitable"  # which questions a cell runs on
+BASELINE = "plain"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSpec:
+    """One SGLang server: its name and the flags beyond the common ones."""
+
+    name: str
+    args: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CellConfig:
+    """One column of the benchmark: a server, a way of asking, and the questions it runs on."""
+
+    name: str
+    server: str
+    kind: str  # NORMAL (/generate), SERVER_SOT (/v1/chat/completions + specsot), FRONTEND (sgl program)
+    mode: str = "off"  # the SoT mode sent (SERVER_SOT, FRONTEND)
+    subset: str = ALL
+
+    def runs_on(self, suitable: bool) -> bool:
+        return self.subset == ALL or (self.subset == SUITABLE) == suitable
+
+
+def servers(draft_path: str | None, ngram_tokens: int = 6, steps: int = 4) -> dict[str, ServerSpec]:
+    """Plain, NGRAM, SPECSOT from the SoT context alone and, with a draft, STANDALONE and
+    SPECSOT with the draft (the same chain; SPECSOT's window holds 3 context nodes more)."""
+    out = [
+        ServerSpec("plain", ()),
+        ServerSpec("ngram", ("--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(ngram_tokens))),
+        ServerSpec("specsot-ctx", ("--speculative-algorithm", "SPECSOT",
+                                   "--speculative-num-draft-tokens", str(ngram_tokens))),
+    ]  # fmt: skip
+    if draft_path:
+        chain = ("--speculative-draft-model-path", draft_path, "--speculative-num-steps", str(steps),
+                 "--speculative-eagle-topk", "1")  # fmt: skip
+        out.append(ServerSpec("standalone", ("--speculative-algorithm", "STANDALONE", *chain,
+                                             "--speculative-num-draft-tokens", str(steps + 1))))  # fmt: skip
+        out.append(ServerSpec("specsot", ("--speculative-algorithm", "SPECSOT", *chain,
+                                          "--speculative-num-draft-tokens", str(steps + 4))))  # fmt: skip
+    return {s.name: s for s in out}
+
+
+def matrix(has_draft: bool) -> list[CellConfig]:
+    """Every configuration, baseline first. SpecSoT runs on the draft server when there is one."""
+    spec = "specsot" if has_draft else "specsot-ctx"
+    cells = [
+        CellConfig(BASELINE, "plain", NORMAL),
+        CellConfig("NGRAM", "ngram", NORMAL),
+        CellConfig("SPECSOT-ctx", "specsot-ctx", NORMAL),
+    ]
+    if has_draft:
+        cells += [CellConfig("STANDALONE", "standalone", NORMAL), CellConfig("SPECSOT", "specsot", NORMAL)]
+    cells += [
+        CellConfig("SoT-server", "plain", SERVER_SOT, "on"),
+        CellConfig("SoT-frontend", "plain", FRONTEND, "on"),
+        CellConfig("SoT+NGRAM", "ngram", SERVER_SOT, "on"),
+        CellConfig("SpecSoT-server", spec, SERVER_SOT, "on"),
+        CellConfig("SpecSoT-frontend", spec, FRONTEND, "on"),
+        CellConfig("SpecSoT-router", spec, SERVER_SOT, "auto", UNSUITABLE),
+    ]
+    return cells
+
+
+# Pairs whose greedy answers must be token-identical (speculation is lossless) in float32.
+GREEDY_PAIRS = (("SpecSoT-server", "SoT-server"), ("SpecSoT-frontend", "SoT-frontend"),
+                ("SoT+NGRAM", "SoT-server"), ("SPECSOT", "plain"), ("SPECSOT-ctx", "plain"))  # fmt: skip
+
+
+def select(cells: list[CellConfig], names: list[str] | None) -> list[CellConfig]:
+    """The named configurations (the baseline always included); a ValueError names unknown ones."""
+    if not names:
+        return cells
+    known = {c.name: c for c in cells}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown configuration(s) {unknown}; known here: {', '.join(known)}")
+    wanted = set(names) | {BASELINE}
+    return [c for c in cells if c.name in wanted]

@@ -1,0 +1,112 @@
+"""From command-line arguments to a RunPlan, and from a run directory to its report."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from sglang_specsot.bench.cells import Question, Settings
+from sglang_specsot.bench.configs import matrix, select, servers
+from sglang_specsot.bench.runner import RunPlan
+from sglang_specsot.bench.store import CELLS_FILE, RUN_FILE, check_run_settings, load
+
+BIG_WEIGHTS = 700 * 2**20  # above this (target + draft) one server runs at a time
+
+
+def resolve_model(name: str, what: str) -> str:
+    """A checkpoint directory for a registry name (fetched if needed) or a directory."""
+    if Path(name).is_dir():
+        if not (Path(name) / "config.json").exists():
+            raise ValueError(f"--{what} {name} is a directory without config.json, not a checkpoint")
+        return str(Path(name).resolve())
+    from sglang_specsot.models import fetch, get_spec
+
+    if "/" in name:
+        raise ValueError(f"--{what} {name}: no such directory (give a checkpoint directory or a registry name)")
+
+    get_spec(name)  # a ValueError listing the known names
+    return str(fetch(name))
+
+
+def pick_questions(rows: list[dict], limit: int | None, suitable: int | None, unsuitable: int | None) -> list[Question]:
+    """The first `limit` rows, then the first `suitable` / `unsuitable` of each kind."""
+    qs = [Question(int(r.get("id", i)), r["question"], bool(r.get("sot_suitable", True))) for i, r in enumerate(rows, 1)]
+    qs = qs[:limit] if limit else qs
+    if suitable is not None or unsuitable is not None:
+        yes = [q for q in qs if q.suitable][: suitable if suitable is not None else len(qs)]
+        no = [q for q in qs if not q.suitable][: unsuitable if unsuitable is not None else len(qs)]
+        qs = [q for q in qs if q in yes or q in no]
+    if not qs:
+        raise ValueError("no questions selected; check --limit/--suitable/--unsuitable")
+    return qs
+
+
+def weights_bytes(path: str) -> int:
+    return sum(f.stat().st_size for f in Path(path).glob("*.safetensors"))
+
+
+def plan_from_args(args) -> RunPlan:
+    from sglang_specsot.data import load_questions
+
+    questions = pick_questions(load_questions(args.questions), args.limit, args.suitable, args.unsuitable)
+    target = resolve_model(args.target, "target")
+    draft = resolve_model(args.draft, "draft") if args.draft else None
+    configs = select(matrix(draft is not None), args.configs.split(",") if args.configs else None)
+    sot_config = json.loads(args.sot_config) if args.sot_config else None
+    if sot_config is not None:
+        from sglang_specsot.sot import SoTConfig
+
+        SoTConfig(**sot_config)  # validate now, not in every cell
+    big = weights_bytes(target) + (weights_bytes(draft) if draft else 0) > BIG_WEIGHTS
+    one = {"auto": big, "yes": True, "no": False}[args.one_at_a_time]
+    out = Path(args.out or f"benchmarks/e2e-{Path(args.target).name}" + (f"-{Path(args.draft).name}" if args.draft else ""))
+    settings = Settings(args.max_tokens, args.timeout, sot_config)
+    check_run_settings(out, {"target": args.target, "draft": args.draft, "dtype": args.dtype,
+                             "questions": args.questions, "max_tokens": args.max_tokens,
+                             "sot_config": sot_config})  # fmt: skip
+    return RunPlan(target, args.dtype, servers(draft), tuple(configs), tuple(questions), out, settings,
+                   one, args.block)  # fmt: skip
+
+
+def build_report(out: Path, quality: bool = True) -> dict:
+    """report.json, report.md and plots/ from out/cells.jsonl (and judge.jsonl if present)."""
+    from sglang_specsot.bench.judge import load_judgements
+    from sglang_specsot.bench.plots import speedup_plot, timeline_plot
+    from sglang_specsot.bench.quality import assess
+    from sglang_specsot.bench.report import greedy_equality, markdown, per_question, summarize
+    from sglang_specsot.data import load_questions
+
+    if not (out / CELLS_FILE).exists():
+        raise ValueError(f"{out} has no {CELLS_FILE}; run `e2e --out {out}` first")
+    settings = json.loads((out / RUN_FILE).read_text()) if (out / RUN_FILE).exists() else {}
+    cells = load(out / CELLS_FILE)
+    texts = {int(r.get("id", i)): r["question"] for i, r in enumerate(load_questions(settings.get("questions", "vicuna80")), 1)}
+    scores = []
+    if quality:
+        from sglang_specsot.models.embedding import SentenceEmbedder
+
+        scores = assess(cells, texts, SentenceEmbedder())
+    rows = summarize(cells, scores, load_judgements(out))
+    (out / "plots").mkdir(exist_ok=True)
+    plots = [speedup_plot(rows, out / "plots" / f"speedup-{s}.png", s) for s in ("suitable", "unsuitable", "all")]
+    plots += [timeline_plot(cells, qid, out / "plots" / f"timeline-q{qid}.png") for qid in sorted({k[0] for k in cells})]
+    report = {"settings": settings, "summary": [asdict(r) for r in rows], "greedy_equality": greedy_equality(cells),
+              "per_question": per_question(cells, scores), "failed": [
+                  {"question_id": c.question_id, "config": c.config, "reason": c.reason}
+                  for c in cells.values() if c.status != "ok"],
+              "plots": [str(p.relative_to(out)) for p in plots if p]}  # fmt: skip
+    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    table = markdown(rows)
+    (out / "report.md").write_text(_report_md(settings, table, report))
+    return report | {"table": table}
+
+
+def _report_md(settings: dict, table: str, report: dict) -> str:
+    lines = ["# SpecSoT end-to-end benchmark", "", f"Settings: `{json.dumps(settings)}`", "", table, "",
+             "Greedy equality (must hold in float32; speculation is lossless):", ""]  # fmt: skip
+    lines += [f"- {k}: {v['equal']}/{v['of']} equal; differ on {v['differ']}" for k, v in report["greedy_equality"].items()]
+    lines += ["", f"Failed cells: {len(report['failed'])}"]
+    lines += [f"- q{f['question_id']} {f['config']}: {f['reason']}" for f in report["failed"]]
+    lines += ["", "Plots: " + ", ".join(f"[{p}]({p})" for p in report["plots"]), ""]
+    return "\n".join(lines)

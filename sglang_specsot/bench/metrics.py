@@ -1,0 +1,68 @@
+"""Answer-quality measures that need no model: sentence split, coverage from a similarity
+matrix, length ratio, completeness of enumerated asks, and the judge's verdict logic."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from sglang_specsot.sot.asks import covered, enumerated_items
+
+# A sentence of the normal answer counts as covered when some sentence of the other answer is
+# at least this similar (cosine of all-MiniLM-L6-v2 embeddings; paraphrases score ~0.6-0.9,
+# unrelated sentences of one topic ~0.2-0.5).
+COVER_THRESHOLD = 0.6
+MIN_SENTENCE_WORDS = 3
+_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
+_DECOR = re.compile(r"^\s*(?:[-*#>]+|\d+[.)])\s*")
+WIN, TIE, LOSS = "win", "tie", "loss"
+
+
+def sentences(text: str) -> list[str]:
+    """Sentences and list lines, numbering and markdown stripped, fragments under 3 words dropped."""
+    out = []
+    for piece in _SPLIT.split(text):
+        piece = _DECOR.sub("", piece.replace("**", "")).strip()
+        if len(piece.split()) >= MIN_SENTENCE_WORDS:
+            out.append(piece)
+    return out
+
+
+def coverage(similarity: Sequence[Sequence[float]], threshold: float = COVER_THRESHOLD) -> float | None:
+    """Share of rows (sentences of the answer being covered) whose best match among the columns
+    (the covering answer's sentences) reaches `threshold`; None when there are no rows."""
+    if not similarity:
+        return None
+    hits = sum(1 for row in similarity if row and max(row) >= threshold)
+    return hits / len(similarity)
+
+
+def length_ratio(answer: str, reference: str) -> float | None:
+    """Words of `answer` over words of `reference` (None for an empty reference)."""
+    ref = len(reference.split())
+    return len(answer.split()) / ref if ref else None
+
+
+def completeness(question: str, answer: str) -> tuple[int, float | None]:
+    """(items the question enumerates, share of them the answer addresses); share None if none."""
+    items = enumerated_items(question)
+    if not items:
+        return 0, None
+    hits = covered(items, answer)
+    return len(items), sum(hits) / len(items)
+
+
+def parse_verdict(text: str) -> str | None:
+    """'A', 'B' or 'tie' from a judge's reply (its first such word), None if it gave none."""
+    match = re.search(r"\b(A|B|tie|TIE|Tie)\b", text)
+    if match is None:
+        return None
+    word = match.group(1)
+    return "tie" if word.lower() == "tie" else word
+
+
+def combine_verdicts(sot_first: str | None, normal_first: str | None) -> str:
+    """SoT's result from two orders (SoT shown as A, then as B); disagreement is a tie."""
+    first = {"A": WIN, "B": LOSS}.get(sot_first or "", TIE)
+    second = {"B": WIN, "A": LOSS}.get(normal_first or "", TIE)
+    return first if first == second else TIE

@@ -1,0 +1,155 @@
+"""Summaries from the cells JSONL: per question and per subset, as JSON and a markdown table."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+
+from sglang_specsot.bench.configs import BASELINE, GREEDY_PAIRS
+from sglang_specsot.bench.metrics import LOSS, TIE, WIN
+from sglang_specsot.bench.quality import Quality
+from sglang_specsot.bench.store import OK, CellResult
+
+SUBSETS = {"all": lambda c: True, "suitable": lambda c: c.suitable, "unsuitable": lambda c: not c.suitable}
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One configuration on one subset of questions (means over its successful cells)."""
+
+    config: str
+    subset: str
+    ok: int
+    failed: int
+    speedup: float | None  # geometric mean of plain latency / this latency, same question
+    latency: float | None  # median seconds to the complete answer
+    tokens: float | None
+    tokens_per_s: float | None
+    skeleton_s: float | None
+    longest_branch_s: float | None
+    points: float | None
+    accept_length: float | None
+    sot_share: float | None  # answered by SoT (not the router's or a fallback's normal path)
+    hit_cap: float | None  # share whose answer (or a branch) hit the token cap
+    looped: float | None
+    normal_covered: float | None
+    answer_covered: float | None
+    cosine: float | None
+    length_ratio: float | None
+    asks_addressed: float | None
+    judge: str = ""  # "wins/ties/losses" of this answer against the plain one
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.fmean(vals) if vals else None
+
+
+def _geomean(values: list[float]) -> float | None:
+    vals = [v for v in values if v > 0]
+    return math.exp(statistics.fmean(math.log(v) for v in vals)) if vals else None
+
+
+def speedups(cells: dict[tuple[int, str], CellResult], config: str) -> dict[int, float]:
+    """Per question: plain decoding's latency / this configuration's, both successful."""
+    out = {}
+    for (qid, name), cell in cells.items():
+        base = cells.get((qid, BASELINE))
+        if name == config and cell.status == OK and base and base.status == OK and cell.latency > 0:
+            out[qid] = base.latency / cell.latency
+    return out
+
+
+def summarize(cells: dict[tuple[int, str], CellResult], quality: list[Quality], judged: dict | None = None,
+              configs: list[str] | None = None) -> list[Row]:  # fmt: skip
+    """A Row for every configuration x subset that has cells."""
+    quality_by = {(q.question_id, q.config): q for q in quality}
+    names = configs or list(dict.fromkeys(name for _, name in sorted(cells, key=lambda k: k[1] != BASELINE)))
+    rows = []
+    for name in names:
+        ups = speedups(cells, name)
+        for subset, keep in SUBSETS.items():
+            mine = [c for (_, n), c in cells.items() if n == name and keep(c)]
+            if mine:
+                rows.append(_row(name, subset, mine, ups, quality_by, (judged or {}).get(name, {})))
+    return rows
+
+
+def _row(name, subset, mine: list[CellResult], ups, quality_by, judged: dict) -> Row:
+    ok = [c for c in mine if c.status == OK]
+    q = [quality_by[c.key] for c in ok if c.key in quality_by]
+    attr: Callable = lambda f: _mean(f(c) for c in ok)  # noqa: E731
+    sot = [c for c in ok if c.path == "sot"]
+    verdicts = [judged[c.question_id] for c in ok if c.question_id in judged]
+    return Row(
+        name, subset, len(ok), len(mine) - len(ok),
+        _geomean([ups[c.question_id] for c in ok if c.question_id in ups]),
+        statistics.median(c.latency for c in ok) if ok else None,
+        attr(lambda c: c.output_tokens), attr(lambda c: c.tokens_per_s),
+        _mean(c.skeleton_seconds for c in sot), _mean(c.longest_branch for c in sot),
+        _mean(c.points for c in sot), attr(lambda c: c.accept_length),
+        attr(lambda c: float(c.path == "sot")), attr(lambda c: float(c.hit_cap)), attr(lambda c: float(c.looped)),
+        _mean(x.normal_covered for x in q), _mean(x.answer_covered for x in q), _mean(x.cosine for x in q),
+        _mean(x.length_ratio for x in q), _mean(x.asks_addressed for x in q),
+        "/".join(str(verdicts.count(v)) for v in (WIN, TIE, LOSS)) if verdicts else "",
+    )  # fmt: skip
+
+
+def greedy_equality(cells: dict[tuple[int, str], CellResult]) -> dict[str, dict]:
+    """For each lossless pair: on how many questions both answers are identical."""
+    out = {}
+    for a, b in GREEDY_PAIRS:
+        pairs = [(c, cells.get((qid, b))) for (qid, n), c in cells.items() if n == a]
+        both = [(x, y) for x, y in pairs if x.status == OK and y is not None and y.status == OK]
+        if both:
+            same = [x.question_id for x, y in both if x.answer == y.answer]
+            out[f"{a} == {b}"] = {"equal": len(same), "of": len(both),
+                                  "differ": sorted(x.question_id for x, y in both if x.answer != y.answer)}  # fmt: skip
+    return out
+
+
+def per_question(cells: dict[tuple[int, str], CellResult], quality: list[Quality]) -> list[dict]:
+    quality_by = {(q.question_id, q.config): asdict(q) for q in quality}
+    ups: dict[str, dict[int, float]] = {}
+    out = []
+    for key, cell in sorted(cells.items()):
+        up = ups.setdefault(cell.config, speedups(cells, cell.config)).get(cell.question_id)
+        row = {"question_id": cell.question_id, "config": cell.config, "status": cell.status,
+               "reason": cell.reason, "suitable": cell.suitable, "latency": cell.latency, "speedup": up,
+               "tokens": cell.output_tokens, "tokens_per_s": cell.tokens_per_s, "path": cell.path,
+               "skeleton_s": cell.skeleton_seconds, "longest_branch_s": cell.longest_branch,
+               "points": cell.points, "accept_length": cell.accept_length, "hit_cap": cell.hit_cap,
+               "looped": cell.looped, "fallback": cell.fallback}  # fmt: skip
+        q = quality_by.get(key, {})
+        row.update({k: q[k] for k in ("normal_covered", "answer_covered", "cosine", "length_ratio",
+                                       "asks", "asks_addressed") if k in q})  # fmt: skip
+        out.append(row)
+    return out
+
+
+COLUMNS = [("config", "config"), ("subset", "subset"), ("ok", "ok"), ("failed", "failed"),
+           ("speedup", "speed-up vs plain"), ("latency", "median s"), ("tokens", "out tok"),
+           ("tokens_per_s", "tok/s"), ("skeleton_s", "skeleton s"), ("longest_branch_s", "longest branch s"),
+           ("points", "points"), ("accept_length", "accept"), ("sot_share", "SoT path"),
+           ("hit_cap", "hit cap"), ("looped", "looped"), ("normal_covered", "covers normal"),
+           ("answer_covered", "covered by normal"), ("cosine", "cosine"), ("length_ratio", "length ratio"),
+           ("asks_addressed", "asks addressed"), ("judge", "judge W/T/L")]  # fmt: skip
+
+
+def _fmt(value) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def markdown(rows: list[Row]) -> str:
+    """The summary rows as one markdown table."""
+    lines = ["| " + " | ".join(title for _, title in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for row in rows:
+        data = asdict(row)
+        lines.append("| " + " | ".join(_fmt(data[key]) for key, _ in COLUMNS) + " |")
+    return "\n".join(lines) + "\n"

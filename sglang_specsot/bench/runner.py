@@ -1,0 +1,129 @@
+"""Run the matrix: start servers, run every pending cell, append each to the JSONL.
+
+Two schedules. Small models: every server up at once (idle ones sleep), each question asked
+of every configuration in turn, the order rotated per question. Big models (several 1.5B
+servers do not fit in memory): rounds over blocks of questions; in a round one server is up
+and runs all its configurations on the block, the server order rotated per block. Ratios to
+plain decoding then compare cells minutes apart rather than seconds apart; the blocks keep
+that gap bounded.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglang_specsot.bench.cells import Question, Settings, Target, failed, run_cell
+from sglang_specsot.bench.configs import CellConfig, ServerSpec
+from sglang_specsot.bench.store import CELLS_FILE, append, done_keys, load
+
+logger = logging.getLogger(__name__)
+
+COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-tokens", "8192",
+          "--sleep-on-idle"]  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class RunPlan:
+    """Everything `e2e` decided from its arguments; the runner only executes it."""
+
+    model_path: str
+    dtype: str
+    servers: dict[str, ServerSpec]
+    configs: tuple[CellConfig, ...]
+    questions: tuple[Question, ...]
+    out: Path
+    settings: Settings
+    one_at_a_time: bool
+    block: int
+    startup_timeout: float = 900.0
+
+    def pending(self) -> list[tuple[Question, CellConfig]]:
+        done = done_keys(load(self.out / CELLS_FILE))
+        return [(q, c) for q in self.questions for c in self.configs
+                if c.runs_on(q.suitable) and (q.id, c.name) not in done]  # fmt: skip
+
+
+def run(plan: RunPlan) -> int:
+    """Run every pending cell; returns how many ran (failed ones included)."""
+    todo = plan.pending()
+    if not todo:
+        return 0
+    from tqdm import tqdm
+
+    from sglang_specsot.frontend import chat_renderer
+
+    render = chat_renderer(plan.model_path)
+    (plan.out / "logs").mkdir(parents=True, exist_ok=True)
+    with tqdm(total=len(todo), desc="cells", file=sys.stderr, dynamic_ncols=True) as bar:
+        blocks = _chunks(plan.questions, plan.block) if plan.one_at_a_time else [plan.questions]
+        for number, block in enumerate(blocks):
+            block_todo = [(q, c) for q, c in todo if q in block]
+            names = _rotate(sorted({c.server for _, c in block_todo}), number)
+            groups = [[n] for n in names] if plan.one_at_a_time else [names]
+            for group in groups:
+                _round(plan, [(q, c) for q, c in block_todo if c.server in group], group, render, bar)
+    return len(todo)
+
+
+def _round(plan: RunPlan, todo: list, names: list[str], render, bar) -> None:
+    """Start `names`, run `todo` question by question (config order rotated), stop them."""
+    servers, broken = {}, {}
+    try:
+        for name in names:
+            try:
+                servers[name] = _start(plan, name)
+            except (RuntimeError, TimeoutError, OSError) as exc:
+                broken[name] = f"server {name} did not start: {str(exc).splitlines()[0]} (log {_log(plan, name)})"
+        targets = {name: _target(server, name, render) for name, server in servers.items()}
+        for i, question in enumerate(dict.fromkeys(q for q, _ in todo)):
+            mine = [c for q, c in todo if q == question]
+            for cfg in _rotate(mine, i):
+                if cfg.server in broken:
+                    cell = failed(cfg, question, broken[cfg.server])
+                else:
+                    cell = run_cell(cfg, question, targets[cfg.server], plan.settings)
+                append(plan.out / CELLS_FILE, cell)
+                bar.set_postfix_str(f"q{question.id} {cfg.name} {cell.status}")
+                bar.update(1)
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+def _log(plan: RunPlan, name: str) -> Path:
+    return plan.out / "logs" / f"{name}.log"
+
+
+def _start(plan: RunPlan, name: str):
+    from sglang_specsot.launch import ServerProcess
+
+    memory = ["--mem-fraction-static", "0.6" if plan.one_at_a_time else "0.25"]
+    args = COMMON + memory + ["--dtype", plan.dtype] + list(plan.servers[name].args)
+    logger.info("starting server %s: %s", name, " ".join(args))
+    return ServerProcess(plan.model_path, args, log_path=_log(plan, name),
+                         startup_timeout=plan.startup_timeout).start()  # fmt: skip
+
+
+def _target(server, name: str, render) -> Target:
+    def alive() -> str | None:
+        code = server.proc.poll()
+        return None if code is None else f"server {name} exited with code {code} (log {server.log_path})"
+
+    return Target(server.base_url, render, alive)
+
+
+def _chunks(items: tuple, size: int) -> Iterator[tuple]:
+    for i in range(0, len(items), max(1, size)):
+        yield items[i : i + size]
+
+
+def _rotate(items: list, by: int) -> list:
+    """`items` started at position `by` (so no configuration is always asked first)."""
+    if not items:
+        return []
+    k = by % len(items)
+    return items[k:] + items[:k]

@@ -1,0 +1,107 @@
+"""run_cell against servers that fail in each way it must survive: refused, silent, dead, 500."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import threading
+
+import pytest
+
+from sglang_specsot.bench.cells import Question, Settings, Target, from_trace, run_cell
+from sglang_specsot.bench.configs import NORMAL, SERVER_SOT, CellConfig
+from sglang_specsot.bench.store import FAILED, OK
+
+QUESTION = Question(7, "How can I sleep better?", True)
+PLAIN = CellConfig("plain", "plain", NORMAL)
+SOT = CellConfig("SoT-server", "plain", SERVER_SOT, "on")
+render = lambda messages: messages[0]["content"]  # noqa: E731
+
+
+class FakeServer(http.server.BaseHTTPRequestHandler):
+    replies: dict = {}
+
+    def do_POST(self):  # noqa: N802 - the handler's API
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        status, body = self.replies.get(self.path, (404, {"error": "no route"}))
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+
+
+def url(server) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+TRACE = {"path": "sot", "fallback": False, "usage": {"completion_tokens": 30},
+         "skeleton": {"text": "1. a\n2. b", "points": ["a", "b"], "seconds": 1.0, "parse_seconds": 0.5},
+         "branches": {"items": [{"index": 0, "started": 0.0, "finished": 2.0, "completion_tokens": 10, "finish_reason": "stop"},
+                                {"index": 1, "started": 0.1, "finished": 3.0, "completion_tokens": 12, "finish_reason": "length"}]}}  # fmt: skip
+
+
+def test_from_trace_places_branches_after_the_skeleton():
+    fields = from_trace(TRACE)
+    assert fields["path"] == "sot" and fields["points"] == 2 and fields["finish_reason"] == "length"
+    assert [(b.start, b.end) for b in fields["branches"]] == [(1.5, 3.5), (1.6, 4.5)]
+    assert fields["output_tokens"] == 30
+
+
+def test_a_normal_cell_reads_generate(fake):
+    FakeServer.replies = {"/flush_cache": (200, {}), "/generate": (200, {"text": "Sleep early. Sleep early. Sleep early. " * 3,
+                          "meta_info": {"completion_tokens": 48, "finish_reason": {"type": "length"}, "spec_accept_length": 1.5}})}  # fmt: skip
+    result = run_cell(PLAIN, QUESTION, Target(url(fake), render), Settings(48, 10))
+    assert result.status == OK and result.output_tokens == 48 and result.hit_cap and result.accept_length == 1.5
+    assert result.looped  # the answer repeats itself up to the cap
+
+
+def test_a_server_sot_cell_reads_the_trace_and_usage(fake):
+    reply = {"choices": [{"message": {"content": "1. a x\n2. b y"}, "finish_reason": "stop"}],
+             "usage": {"completion_tokens": 31}, "metadata": {"specsot": TRACE}}  # fmt: skip
+    FakeServer.replies = {"/flush_cache": (200, {}), "/v1/chat/completions": (200, reply)}
+    result = run_cell(SOT, QUESTION, Target(url(fake), render), Settings(48, 10))
+    assert result.status == OK and result.path == "sot" and result.output_tokens == 31
+    assert result.longest_branch == pytest.approx(2.9)
+
+
+def test_an_http_error_is_a_failed_cell_with_its_reason(fake):
+    FakeServer.replies = {"/flush_cache": (200, {}), "/generate": (500, {"error": "boom"})}
+    result = run_cell(PLAIN, QUESTION, Target(url(fake), render), Settings(48, 10))
+    assert result.status == FAILED and "HTTP 500" in result.reason and "boom" in result.reason
+
+
+def test_a_refused_connection_is_a_failed_cell():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    result = run_cell(PLAIN, QUESTION, Target(f"http://127.0.0.1:{port}", render), Settings(48, 5))
+    assert result.status == FAILED and "Connection refused" in result.reason
+
+
+def test_a_silent_server_times_out_instead_of_hanging():
+    with socket.socket() as listener:  # accepts connections, never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        result = run_cell(PLAIN, QUESTION, Target(f"http://127.0.0.1:{port}", render), Settings(48, 1))
+    assert result.status == FAILED and "timed out" in result.reason
+
+
+def test_a_dead_server_fails_the_cell_without_a_request():
+    target = Target("http://127.0.0.1:9", render, alive=lambda: "server plain exited with code -9 (log x.log)")
+    result = run_cell(PLAIN, QUESTION, target, Settings(48, 5))
+    assert result.status == FAILED and result.reason.startswith("server plain exited with code -9")

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import pytest
+
+from sglang_specsot.bench.configs import BASELINE, SERVER_SOT, matrix, select, servers
+
+
+def test_matrix_with_a_draft_runs_spec_sot_on_the_draft_server():
+    cells = {c.name: c for c in matrix(has_draft=True)}
+    assert list(cells)[0] == BASELINE
+    assert {"STANDALONE", "SPECSOT", "SPECSOT-ctx", "NGRAM", "SoT-frontend", "SoT+NGRAM"} <= set(cells)
+    assert cells["SpecSoT-server"].server == "specsot" and cells["SpecSoT-server"].kind == SERVER_SOT
+    router = cells["SpecSoT-router"]
+    assert router.mode == "auto" and router.runs_on(False) and not router.runs_on(True)
+
+
+def test_matrix_without_a_draft_has_no_draft_servers():
+    cells = matrix(has_draft=False)
+    assert {c.server for c in cells} <= set(servers(None))
+    assert "STANDALONE" not in {c.name for c in cells}
+    assert next(c for c in cells if c.name == "SpecSoT-server").server == "specsot-ctx"
+
+
+def test_draft_servers_share_one_chain():
+    specs = servers("/models/draft", steps=4)
+    assert "/models/draft" in specs["standalone"].args and "/models/draft" in specs["specsot"].args
+    assert specs["specsot"].args[-1] == "8" and specs["standalone"].args[-1] == "5"
+
+
+def test_select_keeps_the_baseline_and_names_unknown_configurations():
+    chosen = select(matrix(False), ["SpecSoT-server"])
+    assert [c.name for c in chosen] == [BASELINE, "SpecSoT-server"]
+    with pytest.raises(ValueError, match="STANDALONE.*known here"):
+        select(matrix(False), ["STANDALONE"])

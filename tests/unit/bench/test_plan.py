@@ -1,0 +1,68 @@
+"""Resume and bad input: which cells a re-run skips, question selection, model names."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from sglang_specsot.bench.__main__ import main
+from sglang_specsot.bench.cells import Question, Settings
+from sglang_specsot.bench.configs import matrix, servers
+from sglang_specsot.bench.e2e import pick_questions, resolve_model
+from sglang_specsot.bench.runner import RunPlan, _rotate
+from sglang_specsot.bench.store import FAILED, append
+from tests.unit.bench.conftest import cell
+
+ROWS = [{"id": i, "question": f"q{i}", "sot_suitable": i % 3 != 0} for i in range(10)]
+
+
+def plan(tmp_path, questions) -> RunPlan:
+    return RunPlan("/m", "float32", servers(None), tuple(matrix(False)), tuple(questions), tmp_path,
+                   Settings(16, 5), one_at_a_time=False, block=2)  # fmt: skip
+
+
+def test_pending_skips_done_cells_retries_failed_ones_and_runs_the_router_only_on_unsuitable(tmp_path):
+    qs = [Question(1, "q1", True), Question(3, "q3", False)]
+    full = plan(tmp_path, qs).pending()
+    assert ("SpecSoT-router" in {c.name for q, c in full if q.id == 3})
+    assert "SpecSoT-router" not in {c.name for q, c in full if q.id == 1}
+    append(tmp_path / "cells.jsonl", cell(1, "plain"))
+    append(tmp_path / "cells.jsonl", cell(1, "NGRAM", status=FAILED, reason="x"))
+    left = {(q.id, c.name) for q, c in plan(tmp_path, qs).pending()}
+    assert (1, "plain") not in left and (1, "NGRAM") in left and len(left) == len(full) - 1
+
+
+def test_pick_questions_by_limit_and_kind():
+    assert [q.id for q in pick_questions(ROWS, 4, None, None)] == [0, 1, 2, 3]
+    picked = pick_questions(ROWS, None, 2, 1)
+    assert [(q.id, q.suitable) for q in picked] == [(0, False), (1, True), (2, True)]
+    with pytest.raises(ValueError, match="no questions selected"):
+        pick_questions(ROWS, None, 0, 0)
+
+
+def test_rotate_starts_each_question_at_another_configuration():
+    assert _rotate([1, 2, 3], 4) == [2, 3, 1] and _rotate([], 2) == []
+
+
+def test_bad_model_names_get_one_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="unknown model 'nope'; known models"):
+        resolve_model("nope", "target")
+    with pytest.raises(ValueError, match="--draft /no/such/dir: no such directory"):
+        resolve_model("/no/such/dir", "draft")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="without config.json"):
+        resolve_model(str(tmp_path / "empty"), "draft")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["e2e", "--target", "nope"], "unknown model 'nope'"),
+    (["e2e", "--target", "smollm2-135m", "--questions", "nope"], "unknown question set 'nope'"),
+    (["e2e", "--target", "smollm2-135m", "--draft", "/no/draft"], "--draft /no/draft: no such directory"),
+    (["report", "/no/such/run"], "has no cells.jsonl"),
+])  # fmt: skip
+def test_the_command_line_reports_bad_input_in_one_line(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import pytest
+
+from sglang_specsot.bench.quality import Quality, assess
+from sglang_specsot.bench.report import greedy_equality, markdown, per_question, speedups, summarize
+from tests.unit.bench.conftest import FAILED, cell, sot_cell
+
+
+def cells_of(*cells):
+    return {c.key: c for c in cells}
+
+
+CELLS = cells_of(
+    cell(1, "plain", 10.0, answer="A b c."), cell(2, "plain", 8.0, suitable=False, answer="Plain two."),
+    sot_cell(1, "SoT-server", 5.0, answer="Same."), sot_cell(1, "SpecSoT-server", 2.5, answer="Same."),
+    cell(2, "SpecSoT-server", 4.0, suitable=False, answer="Other."),
+    cell(2, "SoT-server", 0.0, suitable=False, status=FAILED, reason="HTTP 500"),
+)  # fmt: skip
+
+
+def test_speedup_is_plain_latency_over_the_configurations_on_the_same_question():
+    assert speedups(CELLS, "SpecSoT-server") == {1: 4.0, 2: 2.0}
+    assert speedups(CELLS, "SoT-server") == {1: 2.0}  # a failed cell has no ratio
+
+
+def test_summary_rows_per_subset_with_failures_counted():
+    rows = {(r.config, r.subset): r for r in summarize(CELLS, [])}
+    spec = rows[("SpecSoT-server", "all")]
+    assert spec.speedup == pytest.approx(8 ** 0.5)  # geometric mean of 4 and 2
+    assert spec.ok == 2 and spec.sot_share == 0.5 and spec.points == 2 and spec.longest_branch_s == 2.5
+    assert rows[("SoT-server", "unsuitable")].failed == 1 and rows[("SoT-server", "unsuitable")].ok == 0
+    assert rows[("plain", "all")].speedup == 1.0
+
+
+def test_summary_carries_quality_and_judge_results():
+    quality = [Quality(1, "SpecSoT-server", 0.5, 1.0, 0.8, 0.4, 3, 2 / 3)]
+    rows = summarize(CELLS, quality, {"SpecSoT-server": {1: "win", 2: "tie"}})
+    spec = next(r for r in rows if r.config == "SpecSoT-server" and r.subset == "all")
+    assert (spec.normal_covered, spec.cosine, spec.asks_addressed, spec.judge) == (0.5, 0.8, pytest.approx(2 / 3), "1/1/0")
+
+
+def test_greedy_equality_counts_identical_answers():
+    eq = greedy_equality(CELLS)
+    assert eq["SpecSoT-server == SoT-server"] == {"equal": 1, "of": 1, "differ": []}
+
+
+def test_markdown_has_one_line_per_row_and_dashes_for_missing_values():
+    rows = summarize(CELLS, [])
+    table = markdown(rows).splitlines()
+    assert len(table) == 2 + len(rows)
+    assert table[0].startswith("| config | subset | ok | failed | speed-up vs plain")
+    assert "| - |" in table[2]
+
+
+def test_per_question_rows_keep_failures_with_reasons():
+    rows = per_question(CELLS, [])
+    failed = [r for r in rows if r["status"] == FAILED]
+    assert failed == [pytest.approx(failed[0])] and failed[0]["reason"] == "HTTP 500"
+
+
+class WordEmbedder:
+    """Bag-of-words unit vectors: equal texts score 1, texts without shared words 0."""
+
+    def encode(self, texts):
+        import torch
+
+        vocab = sorted({w for t in texts for w in t.lower().split()}) or ["_"]
+        rows = [[float(w in t.lower().split()) for w in vocab] for t in texts]
+        return torch.nn.functional.normalize(torch.tensor(rows) + 1e-9, dim=-1)
+
+
+def test_assess_scores_each_answer_against_the_plain_one():
+    cells = cells_of(cell(1, "plain", answer="Sleep at regular hours. Avoid coffee after noon."),
+                     cell(1, "SoT-server", answer="1. Sleep at regular hours.\n2. Keep the room dark."))  # fmt: skip
+    quality = {q.config: q for q in assess(cells, {1: "Compare coffee, tea and water."}, WordEmbedder())}
+    sot = quality["SoT-server"]
+    assert sot.normal_covered == 0.5 and sot.answer_covered == 0.5
+    assert sot.length_ratio == pytest.approx(10 / 8) and sot.asks == 3  # "1." and "2." count as words
+    assert quality["plain"].cosine == pytest.approx(1.0)
