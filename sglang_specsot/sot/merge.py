@@ -65,6 +65,16 @@ def merge_answer(points: Sequence[str], expansions: Mapping[int, str]) -> Merged
     return answer
 
 
+_SENTENCE_END = re.compile(r"[.!?)\]](?:\*\*)?(?=\s|$)|\n")
+
+
+def drop_cut_sentence(text: str) -> str:
+    """`text` without its last, unfinished sentence: what a branch stopped by its token
+    budget leaves ("... Use a planner to") reads worse than one sentence less."""
+    ends = [m.end() for m in _SENTENCE_END.finditer(text.rstrip())]
+    return text[: ends[-1]].rstrip() if ends else text
+
+
 def clean_expansion(text: str, index: int, points: Sequence[str]) -> tuple[str, tuple[str, ...]]:
     """Strip an echoed header, any run into other points and a repeating tail; return the
     text and the repairs made."""
@@ -90,7 +100,7 @@ def _layout(text: str) -> str:
     for line_no, line in enumerate(text.split("\n")):
         item = classify_line(line, line_no) if line_no else None
         if item is None or item.kind == "hash":
-            prose.append(line)
+            prose.append(line.lstrip().lstrip("#"))  # a stray heading mark is not prose
             continue
         if prose:
             out.append(collapse_spaces(" ".join(prose)))

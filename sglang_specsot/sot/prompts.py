@@ -104,8 +104,9 @@ def expansion_prompt(
     user = (
         f"Question: {question}\n\nThe answer follows this skeleton:\n"
         f"{format_skeleton(points)}\n\n"
-        f'Write only point {number}, "{point}": a short paragraph of two to four sentences '
-        "with the facts, examples or steps a complete answer gives for it. Start with the "
+        f'Write only point {number}, "{point}": one short paragraph of two to four sentences, '
+        "prose without a list, with the facts, examples or steps a complete answer gives for "
+        "it. Start with the "
         "content itself: do not repeat the point's title, the question or the skeleton, do "
         "not number your text, and stop before any other point."
     )

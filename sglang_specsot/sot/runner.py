@@ -21,7 +21,7 @@ from typing import Protocol, runtime_checkable
 
 from sglang_specsot.sot.asks import cover_asks
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
-from sglang_specsot.sot.merge import MergedPoint, clean_expansion, format_point, merge_answer
+from sglang_specsot.sot.merge import MergedPoint, clean_expansion, drop_cut_sentence, format_point, merge_answer
 from sglang_specsot.sot.planner import BranchPlan, plan_branches
 from sglang_specsot.sot.prompts import expansion_prompt, skeleton_prompt
 from sglang_specsot.sot.router import RouteDecision, route_question
@@ -184,9 +184,14 @@ def merged_point(points: Sequence[str], index: int, text: str) -> MergedPoint:
     return MergedPoint(index, points[index], expansion, repairs)
 
 
+def usable_text(result: GenResult) -> str:
+    """A branch's text for the answer: one cut by its budget loses its unfinished sentence."""
+    return drop_cut_sentence(result.text) if result.finish_reason == "length" else result.text
+
+
 def merge_phase(branches: BranchesPhase) -> MergePhase:
     started = time.perf_counter()
-    merged = merge_answer(branches.plan.points, {b.index: b.result.text for b in branches.results})
+    merged = merge_answer(branches.plan.points, {b.index: usable_text(b.result) for b in branches.results})
     return MergePhase(merged, time.perf_counter() - started)
 
 
@@ -339,7 +344,7 @@ async def _run_branches(
                 )  # fmt: skip
                 done[index] = branch
                 if on_finish is not None:
-                    on_finish(index, result.text)
+                    on_finish(index, usable_text(result))
     finally:
         await _cancel(running.values())
     results = tuple(done[i] for i in sorted(done))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_specsot.sot import clean_expansion, merge_answer
+from sglang_specsot.sot.merge import drop_cut_sentence
 
 POINTS = ["Set clear goals", "Prioritize tasks", "Take breaks"]
 
@@ -91,3 +92,13 @@ def test_a_branch_that_lists_its_own_steps_keeps_them_as_bullets():
     )
     assert "cut text that ran into another point" in merged.points[0].repairs
     assert merged.text.count("\n2. ") == 1  # the answer's own numbering is not disturbed
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [("Plan ahead. Use a planner to", "Plan ahead."), ("Breathe! Then", "Breathe!"),
+     ("Steps:\n   - **Set", "Steps:"), ("Set goals (SMART). Write", "Set goals (SMART)."),
+     ("no sentence ended", "no sentence ended")],
+)  # fmt: skip
+def test_a_budget_cut_loses_its_unfinished_sentence(text, kept):
+    assert drop_cut_sentence(text) == kept

@@ -488,7 +488,7 @@ def test_frontend_program_reports_a_failed_branch_by_its_phase(fake_http):
 
 
 def test_field_absent_gives_the_server_default_and_present_defaults_to_auto():
-    from sglang_specsot.serving.chat import parse_field
+    from sglang_specsot.serving.field import parse_field
 
     assert parse_field(b'{"messages": []}', "off").mode == "off"
     assert parse_field(None, "auto").mode == "auto"
@@ -507,14 +507,15 @@ def test_field_absent_gives_the_server_default_and_present_defaults_to_auto():
      {"config": {"max_points": -1}}, {"config": {"nope": 1}}, {"skeleton_logit_processor": ""}],  # fmt: skip
 )
 def test_malformed_field_is_a_value_error(value):
-    from sglang_specsot.serving.chat import parse_field
+    from sglang_specsot.serving.field import parse_field
 
     with pytest.raises(ValueError, match="specsot|max_points"):
         parse_field(json.dumps({"specsot": value}).encode(), "off")
 
 
 def test_hook_hands_a_request_without_the_field_to_sglang_as_it_came(monkeypatch):
-    from sglang_specsot.serving.chat import MODE_ENV, _around_handle_request
+    from sglang_specsot.serving.chat import around_handle_request as _around_handle_request
+    from sglang_specsot.serving.field import MODE_ENV
 
     monkeypatch.delenv(MODE_ENV, raising=False)
     calls = []
@@ -533,7 +534,7 @@ def test_hook_hands_a_request_without_the_field_to_sglang_as_it_came(monkeypatch
 
 
 def test_server_default_mode_comes_from_the_environment(monkeypatch):
-    from sglang_specsot.serving.chat import MODE_ENV, default_mode
+    from sglang_specsot.serving.field import MODE_ENV, default_mode
 
     monkeypatch.delenv(MODE_ENV, raising=False)
     assert default_mode() == "off"
@@ -544,15 +545,6 @@ def test_server_default_mode_comes_from_the_environment(monkeypatch):
         default_mode()
 
 
-def test_install_is_a_no_op_outside_the_http_server():
-    from sglang.srt.plugins.hook_registry import HookRegistry
-
-    from sglang_specsot.serving.chat import HOOK_TARGET, install_sot_server
-
-    assert install_sot_server() is False
-    assert HOOK_TARGET not in HookRegistry._hooks
-
-
 def test_items_the_question_names_become_branches_when_the_skeleton_misses_them():
     question = "Compare the sorting algorithms bubble sort, quick sort, merge sort and heap sort."
     fake = FakeBackend(" Bubble sort\n2. Quick sort")
@@ -560,3 +552,16 @@ def test_items_the_question_names_become_branches_when_the_skeleton_misses_them(
     assert answer.path == SOT
     assert answer.branches.plan.points == ("Bubble sort", "Quick sort", "merge sort", "heap sort")
     assert "added points the question names" in " ".join(answer.trace()["skeleton"]["notes"])
+
+
+def test_a_branch_cut_by_its_budget_drops_its_unfinished_sentence_but_the_trace_keeps_it():
+    class Cut(FakeBackend):
+        async def _reply(self, text, request, on_text):
+            if request.tag.role == BRANCH:
+                return GenResult(f"Point {request.tag.point + 1} matters. It also", 1, 8, "length")
+            return await super()._reply(text, request, on_text)
+
+    answer = run(run_sot(QUESTION, Cut(), render, options()))
+    assert answer.answer.split("\n")[0] == "1. Plan the day. Point 1 matters."
+    assert answer.trace()["branches"]["items"][0]["text"].endswith("It also")
+    assert answer.trace()["branches"]["items"][0]["ended"] == "budget"
