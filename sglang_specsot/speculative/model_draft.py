@@ -41,8 +41,9 @@ class SoTDraftModel(sgl.StandaloneDraftWorker):
         # it; each stage sets its own width for its duration (_width), the way SGLang's
         # own adaptive speculation rewrites it (eagle_worker_v2.py:1937).
         self.speculative_num_draft_tokens = self.verify_width
-        # Per-decode KV reservation: the window, or every draft-step slot if more.
-        sgl.EagleDraftInput.ALLOC_LEN_PER_DECODE = max(self.speculative_num_steps * self.topk, self.verify_width)
+        # The per-decode KV reservation needs nothing from us: SGLang sizes it from the
+        # published spec config (get_alloc_len_per_decode, allocation_sizing.py:28) as
+        # max(steps * topk, num_draft_tokens): the verify window, or every draft-step slot.
 
     def _rebuild_topk1_chain_buffers(self) -> None:
         # SGLang's chain fast path assumes tree size == steps + 1; it holds for the draft
