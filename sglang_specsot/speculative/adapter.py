@@ -1,41 +1,105 @@
-"""Every SGLang private helper the SPECSOT worker uses, behind one module.
+"""Every SGLang name sglang-specsot uses that is not SGLang's public API, behind one module.
 
-These names moved several times in 2026 (e.g. PR #28093); keeping them here means one place to
-fix on the next SGLang, and tests/unit/test_spec_adapter.py fails loudly if one disappears.
+Internal module paths and private methods moved several times in 2026 (e.g. PR #28093), so
+they are all here: one place to fix on the next SGLang. tests/unit/speculative/test_adapter.py
+fails loudly when one disappears or a private method's parameters change, and when any other
+module of the package uses such a name directly.
+
+Names resolve on first use (PEP 562 `__getattr__`), so importing this module costs nothing:
+the frontend client needs only `TaggingRuntimeEndpoint`, the scheduler the speculative set.
+Where SGLang's contract is a private method, a subclass here gives it a public name.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 
-from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs_func
-from sglang.kernels.ops.speculative.reconstruct_tree import reconstruct_indices_from_tree_mask_func
-from sglang.srt.layers.logprob_processor import compute_spec_logprobs
-from sglang.srt.managers.utils import GenerationBatchResult
-from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
-from sglang.srt.runtime_context import get_device, get_schedule, get_spec
-from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
-from sglang.srt.layers.moe.utils import (
-    speculative_moe_a2a_backend_context,
-    speculative_moe_backend_context,
-)
-from sglang.srt.speculative.eagle_info import EagleDraftInput
-from sglang.srt.speculative.eagle_utils import eagle_sample
-from sglang.srt.speculative.spec_utils import (
-    GrammarTree,
-    build_grammar_vocab_mask,
-    commit_mamba_states_after_verify,
-    draft_tp_context,
-    move_accept_tokens_to_target_kvcache,
-    prepare_mamba_track_for_verify,
-    record_stream_for_v2_verify,
-)
-from sglang.srt.speculative.standalone_worker_v2 import StandaloneDraftWorker
+# name -> the SGLang module that defines it.
+NAMES: dict[str, str] = {
+    # The SPECSOT workers (speculative/worker.py, model_worker.py, model_draft.py).
+    "assign_extend_cache_locs_func": "sglang.kernels.ops.speculative.cache_locs",
+    "reconstruct_indices_from_tree_mask_func": "sglang.kernels.ops.speculative.reconstruct_tree",
+    "compute_spec_logprobs": "sglang.srt.layers.logprob_processor",
+    "GenerationBatchResult": "sglang.srt.managers.utils",
+    "CaptureHiddenMode": "sglang.srt.model_executor.forward_batch_info",
+    "ForwardMode": "sglang.srt.model_executor.forward_batch_info",
+    "get_device": "sglang.srt.runtime_context",
+    "get_spec": "sglang.srt.runtime_context",
+    "BaseSpecWorker": "sglang.srt.speculative.base_spec_worker",
+    "EagleDraftExtendInput": "sglang.srt.speculative.eagle_info",
+    "EagleDraftInput": "sglang.srt.speculative.eagle_info",
+    "EagleVerifyInput": "sglang.srt.speculative.eagle_info",
+    "eagle_sample": "sglang.srt.speculative.eagle_utils",
+    "GrammarTree": "sglang.srt.speculative.spec_utils",
+    "build_grammar_vocab_mask": "sglang.srt.speculative.spec_utils",
+    "commit_mamba_states_after_verify": "sglang.srt.speculative.spec_utils",
+    "move_accept_tokens_to_target_kvcache": "sglang.srt.speculative.spec_utils",
+    "prepare_mamba_track_for_verify": "sglang.srt.speculative.spec_utils",
+    "record_stream_for_v2_verify": "sglang.srt.speculative.spec_utils",
+    # Server-side SoT (serving/): the request SGLang's chat route builds, its response models.
+    "GenerateReqInput": "sglang.srt.managers.io_struct",
+    "ChatCompletionResponse": "sglang.srt.entrypoints.openai.protocol",
+    "ChatCompletionResponseChoice": "sglang.srt.entrypoints.openai.protocol",
+    "ChatCompletionResponseStreamChoice": "sglang.srt.entrypoints.openai.protocol",
+    "ChatCompletionStreamResponse": "sglang.srt.entrypoints.openai.protocol",
+    "ChatMessage": "sglang.srt.entrypoints.openai.protocol",
+    "DeltaMessage": "sglang.srt.entrypoints.openai.protocol",
+    "UsageInfo": "sglang.srt.entrypoints.openai.protocol",
+    # Host changes (host_changes.py): SGLang's own torch fallback, used on CPU.
+    "get_last_loc_torch": "sglang.srt.mem_cache.allocation",
+}
+
+# What the adapter calls or overrides on SGLang objects: class -> {method: its parameters}.
+PRIVATE_METHODS: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
+    ("sglang.srt.entrypoints.openai.serving_chat", "OpenAIServingChat"): {
+        "_validate_request": ("self", "request"),
+        "_convert_to_internal_request": ("self", "request", "raw_request"),
+    },
+    ("sglang.lang.backend.runtime_endpoint", "RuntimeEndpoint"): {"_add_images": ("self", "s", "data")},
+    ("sglang.srt.speculative.standalone_worker_v2", "StandaloneDraftWorker"): {
+        "_rebuild_topk1_chain_buffers": ("self",),
+        "_draft_extend_for_prefill": (
+            "self", "batch", "target_hidden_states", "next_token_ids", "mm_input_embeds", "kv_loc_plan",
+        ),
+        "_draft_extend_for_decode": ("self", "batch", "batch_result", "kv_loc_plan"),
+    },  # fmt: skip
+    ("sglang.srt.managers.overlap_utils", "FutureMap"): {"_resolve_spec_extras": ("self", "batch")},
+}
+# Instance attributes the adapter reads: class -> names SGLang's source sets on `self`.
+INSTANCE_ATTRIBUTES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("sglang.srt.managers.tokenizer_manager", "TokenizerManager"): ("incremental_streaming_output",),
+}
+
+
+def __getattr__(name: str):
+    if name in NAMES:
+        value = getattr(importlib.import_module(NAMES[name]), name)
+    elif name in _CLASSES:
+        value = _CLASSES[name]()
+        value.__module__, value.__qualname__ = __name__, name
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # resolve once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *NAMES, *_CLASSES])
+
+
+# -- functions over SGLang's private contracts ---------------------------------------------------
 
 
 @contextlib.contextmanager
 def draft_model_context(parallel_layout):
     """What EAGLEWorkerV2 enters around every draft-model forward (eagle_worker_v2.py:1473)."""
+    from sglang.srt.layers.moe.utils import (
+        speculative_moe_a2a_backend_context,
+        speculative_moe_backend_context,
+    )
+    from sglang.srt.speculative.spec_utils import draft_tp_context
+
     with (
         draft_tp_context(parallel_layout),
         speculative_moe_backend_context(),
@@ -43,25 +107,95 @@ def draft_model_context(parallel_layout):
     ):
         yield
 
-__all__ = [
-    "BaseSpecWorker",
-    "CaptureHiddenMode",
-    "EagleDraftInput",
-    "ForwardMode",
-    "GenerationBatchResult",
-    "GrammarTree",
-    "assign_extend_cache_locs_func",
-    "build_grammar_vocab_mask",
-    "commit_mamba_states_after_verify",
-    "compute_spec_logprobs",
-    "draft_model_context",
-    "eagle_sample",
-    "get_device",
-    "get_schedule",
-    "get_spec",
-    "move_accept_tokens_to_target_kvcache",
-    "prepare_mamba_track_for_verify",
-    "reconstruct_indices_from_tree_mask_func",
-    "record_stream_for_v2_verify",
-    "StandaloneDraftWorker",
-]
+
+def validate_chat_request(serving, request) -> str | None:
+    """SGLang's own check of a chat request (serving_chat.py:1103); the problem, or None."""
+    return serving._validate_request(request)
+
+
+def convert_chat_request(serving, request, raw_request):
+    """SGLang's chat request as its GenerateReqInput (serving_chat.py:1276): rendered with the
+    chat template, sampling defaults applied. ValueError for a request it cannot serve."""
+    adapted, _ = serving._convert_to_internal_request(request, raw_request)
+    return adapted
+
+
+def incremental_streaming_output(tokenizer_manager) -> bool:
+    """Whether a streamed generation yields only the new text of each step (the server's
+    --incremental-streaming-output) rather than all text so far."""
+    return tokenizer_manager.incremental_streaming_output
+
+
+# -- subclasses giving SGLang's private methods a public name -----------------------------------
+
+
+def _tagging_runtime_endpoint() -> type:
+    from sglang.lang.backend.runtime_endpoint import RuntimeEndpoint
+
+    class TaggingRuntimeEndpoint(RuntimeEndpoint):
+        """A RuntimeEndpoint whose subclasses may add fields to every /generate body."""
+
+        def _add_images(self, s, data):
+            # RuntimeEndpoint builds every /generate body inline and passes the finished body
+            # through this one method just before posting it (runtime_endpoint.py:109-335).
+            super()._add_images(s, data)
+            self.extend_generate_body(s, data)
+
+        def extend_generate_body(self, state, body: dict) -> None:
+            """Add to the /generate `body` of the program `state` about to post it."""
+
+    return TaggingRuntimeEndpoint
+
+
+def _draft_model_worker() -> type:
+    from sglang.srt.speculative.standalone_worker_v2 import StandaloneDraftWorker
+
+    class DraftModelWorker(StandaloneDraftWorker):
+        """SGLang's standalone draft worker with its draft-extend stages under public names."""
+
+        def _rebuild_topk1_chain_buffers(self) -> None:
+            self.rebuild_chain_buffers(super()._rebuild_topk1_chain_buffers)
+
+        def rebuild_chain_buffers(self, rebuild) -> None:
+            """Build SGLang's top-k 1 chain buffers by calling `rebuild()`; subclasses may wrap it
+            (SGLang calls it from __init__ and whenever the step count changes)."""
+            rebuild()
+
+        def draft_extend_for_prefill(self, batch, target_hidden_states, next_token_ids):
+            """Draft-extend over the prompt; SGLang's draft input (top-k for step one)."""
+            return self._draft_extend_for_prefill(batch, target_hidden_states, next_token_ids)
+
+        def draft_extend_for_decode(self, batch, result) -> None:
+            """Draft-extend over the verify window; fills `result.next_draft_input`."""
+            self._draft_extend_for_decode(batch, result)
+
+    return DraftModelWorker
+
+
+def _future_map_base() -> type:
+    from sglang.srt.managers.overlap_utils import FutureMap
+
+    class FutureMapBase(FutureMap):
+        """SGLang's FutureMap with its gather of the relayed spec extras under a public name."""
+
+        def _resolve_spec_extras(self, batch) -> None:
+            self.resolve_spec_extras(batch)
+
+        def resolve_spec_extras(self, batch) -> None:
+            """Fill `batch.spec_info` with the relayed top-k, bonus tokens and hidden states
+            (SGLang's own gather, overlap_utils.py:476-534, unless a subclass overrides it)."""
+            FutureMap._resolve_spec_extras(self, batch)
+
+    return FutureMapBase
+
+
+_CLASSES = {
+    "TaggingRuntimeEndpoint": _tagging_runtime_endpoint,
+    "DraftModelWorker": _draft_model_worker,
+    "FutureMapBase": _future_map_base,
+}
+
+__all__ = sorted(
+    [*NAMES, *_CLASSES, "convert_chat_request", "draft_model_context", "incremental_streaming_output",
+     "validate_chat_request"]
+)  # fmt: skip

@@ -1,21 +1,21 @@
 """SGLang's FutureMap, able to relay a draft model's top-k on a CPU.
 
-`FutureMap._resolve_spec_extras` (overlap_utils.py:476-534) gathers the relayed top-k, bonus
-tokens and hidden states of the next step with the fused Triton kernel `gather_spec_extras`,
-which cannot run on a CPU. `create_future_map` is SGLang's extension point for exactly this
-(PR #24999), so on CPU the same rows are gathered with plain tensor indexing; on other devices
-SGLang's own path runs unchanged.
+`FutureMap._resolve_spec_extras` (overlap_utils.py:476-534; the adapter's `resolve_spec_extras`)
+gathers the relayed top-k, bonus tokens and hidden states of the next step with the fused
+Triton kernel `gather_spec_extras`, which cannot run on a CPU. `create_future_map` is SGLang's
+extension point for exactly this (PR #24999), so on CPU the same rows are gathered with plain
+tensor indexing; on other devices SGLang's own path runs unchanged.
 """
 
 from __future__ import annotations
 
-from sglang.srt.managers.overlap_utils import FutureMap
+from sglang_specsot.speculative import adapter as sgl
 
 
-class SoTFutureMap(FutureMap):
-    def _resolve_spec_extras(self, batch) -> None:
+class SoTFutureMap(sgl.FutureMapBase):
+    def resolve_spec_extras(self, batch) -> None:
         if not (self.need_topk and str(self.device).startswith("cpu")):
-            super()._resolve_spec_extras(batch)
+            super().resolve_spec_extras(batch)
             return
         draft_input = batch.spec_info
         if draft_input is None or draft_input.future_indices is None:

@@ -25,7 +25,7 @@ def model_tree_size(num_steps: int, topk: int, num_draft_tokens: int) -> int:
     return min(num_draft_tokens, 1 + num_steps * topk)
 
 
-class SoTDraftModel(sgl.StandaloneDraftWorker):
+class SoTDraftModel(sgl.DraftModelWorker):
     """SGLang's standalone draft worker, drafting `model_tree_size` nodes per request."""
 
     def __init__(self, server_args, gpu_id: int, nccl_port: int, target_worker):
@@ -45,11 +45,11 @@ class SoTDraftModel(sgl.StandaloneDraftWorker):
         # published spec config (get_alloc_len_per_decode, allocation_sizing.py:28) as
         # max(steps * topk, num_draft_tokens): the verify window, or every draft-step slot.
 
-    def _rebuild_topk1_chain_buffers(self) -> None:
+    def rebuild_chain_buffers(self, rebuild) -> None:
         # SGLang's chain fast path assumes tree size == steps + 1; it holds for the draft
         # tree, which is all the chain buffers describe.
         with self._width(self.tree_size):
-            super()._rebuild_topk1_chain_buffers()
+            rebuild()
 
     @contextlib.contextmanager
     def _width(self, n: int):
@@ -82,7 +82,7 @@ class SoTDraftModel(sgl.StandaloneDraftWorker):
     def extend_after_prefill(self, batch, next_token_ids: torch.Tensor):
         """Draft-extend over the prompt; returns SGLang's draft input (top-k for step one)."""
         with sgl.draft_model_context(self.parallel_layout):
-            return self._draft_extend_for_prefill(batch, None, next_token_ids)
+            return self.draft_extend_for_prefill(batch, None, next_token_ids)
 
     def extend_after_verify(self, batch, result) -> None:
         """Draft-extend over this step's verify window; fills `result.next_draft_input`."""
@@ -91,7 +91,7 @@ class SoTDraftModel(sgl.StandaloneDraftWorker):
             f"verify window {width} outside [{self.tree_size}, {self.verify_width}]"
         )
         with self._width(width), sgl.draft_model_context(self.parallel_layout):
-            self._draft_extend_for_decode(batch, result)
+            self.draft_extend_for_decode(batch, result)
 
 
 def trees_from_links(
