@@ -1,0 +1,64 @@
+"""The SoT runner's generations, run through SGLang's TokenizerManager as /generate would."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from sglang_specsot.sot.runner import GenRequest, GenResult
+from sglang_specsot.sot.tag import PLAIN
+from sglang_specsot.speculative import adapter as sgl
+
+
+class TokenizerManagerBackend:
+    """Runs GenRequests through SGLang's TokenizerManager, as /generate would.
+
+    Sampling settings are the chat request's own (SGLang's conversion, so defaults and stop
+    strings match a normal answer); only the budget and the SoT tag differ per generation.
+    The raw request goes along so SGLang aborts generations whose client disconnected, and
+    cancelling a generation aborts it in the scheduler (tokenizer_manager.py:952-962).
+    """
+
+    def __init__(self, tokenizer_manager, chat_input, raw_request, group: str) -> None:
+        self.tokenizer_manager = tokenizer_manager
+        self.chat_input = chat_input  # SGLang's GenerateReqInput for the whole chat request
+        self.raw_request = raw_request
+        self.group = group
+        self.count = 0
+
+    async def generate(self, request: GenRequest, on_text: Callable[[str], None] | None = None) -> GenResult:
+        obj = self._input(request, stream=on_text is not None)
+        incremental = sgl.incremental_streaming_output(self.tokenizer_manager)
+        text, last = "", None
+        async for out in self.tokenizer_manager.generate_request(obj, self.raw_request):
+            piece = out["text"] if incremental and obj.stream else out["text"][len(text) :]
+            text += piece
+            last = out
+            if on_text is not None and piece:
+                on_text(piece)
+        return _result(text, last["meta_info"])
+
+    def _input(self, request: GenRequest, stream: bool):
+        self.count += 1
+        rid = f"specsot-{self.group}-{request.tag.role}-{self.count}"
+        params = self._sampling_params(request)
+        if request.tag.role == PLAIN:  # SGLang's own rendering and tokenization of the chat
+            return replace(self.chat_input, rid=rid, stream=stream, sampling_params=params)
+        return sgl.GenerateReqInput(
+            text=request.prompt, sampling_params=params, stream=stream, rid=rid,
+            custom_logit_processor=request.logit_processor, lora_path=self.chat_input.lora_path,
+        )  # fmt: skip
+
+    def _sampling_params(self, request: GenRequest) -> dict:
+        params = dict(self.chat_input.sampling_params or {})
+        if request.max_new_tokens is not None:
+            params["max_new_tokens"] = request.max_new_tokens
+        params["custom_params"] = {**(params.get("custom_params") or {}), **request.tag.to_custom_params()}
+        return params
+
+
+def _result(text: str, meta: dict) -> GenResult:
+    finish = meta.get("finish_reason") or {}
+    if finish.get("type") == "abort":
+        raise ValueError(finish.get("message") or "the generation was aborted")
+    return GenResult(text, meta.get("prompt_tokens", 0), meta.get("completion_tokens", 0), finish.get("type", "stop"))

@@ -1,0 +1,60 @@
+"""The `specsot` request field and the server default: every mode of sot.tag, errors that say
+what is wrong, with which value, and what is accepted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sglang_specsot.serving.field import FIELD_KEYS, MODE_ENV, SoTField, default_mode, parse_field
+from sglang_specsot.sot import SoTConfig
+from sglang_specsot.sot.runner import SoTOptions
+from sglang_specsot.sot.tag import MODES
+
+
+def _body(value: object) -> bytes:
+    return json.dumps({"model": "default", "messages": [], "specsot": value}).encode()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_of_the_tag_is_a_field_mode_and_a_server_default(mode, monkeypatch):
+    assert parse_field(_body({"mode": mode}), "off").mode == mode
+    monkeypatch.setenv(MODE_ENV, f" {mode.upper()} ")
+    assert default_mode() == mode
+
+
+def test_a_full_field_becomes_the_runner_options():
+    value = {"mode": "on", "config": {"max_running": 3}, "skeleton_logit_processor": "{...}"}
+    field = parse_field(_body(value), "off")
+    assert field == SoTField("on", SoTConfig(max_running=3), "{...}")
+    assert field.options(128) == SoTOptions("on", SoTConfig(max_running=3), 128, "{...}")
+
+
+@pytest.mark.parametrize("body", [None, b"", b"[1, 2]", b'{"messages": []}', _body(None)])
+def test_no_field_gives_the_server_default(body):
+    assert parse_field(body, "auto") == SoTField("auto", SoTConfig())
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ({"mode": "always"}, '"specsot.mode" must be "auto", "on" or "off", got "always"'),
+        ({"mode": "ON"}, 'got "ON"'),
+        ("on", '"specsot" must be an object such as {"mode": "auto"}, got "on"'),
+        ({"extra": 1, "mode": "on"}, f"unknown keys ['extra']; known keys are {list(FIELD_KEYS)}"),
+        ({"config": [1]}, '"specsot.config" must be an object of SoTConfig fields, got [1]'),
+        ({"config": {"nope": 1}}, "\"specsot.config\" has unknown fields ['nope']; SoTConfig has ["),
+        ({"skeleton_logit_processor": 7}, "must be a serialized CustomLogitProcessor string"),
+    ],
+)
+def test_a_malformed_field_says_what_and_which_value(value, says):
+    with pytest.raises(ValueError) as info:
+        parse_field(_body(value), "off")
+    assert says in str(info.value)
+
+
+def test_a_bad_server_default_names_the_variable_and_the_modes(monkeypatch):
+    monkeypatch.setenv(MODE_ENV, "sometimes")
+    with pytest.raises(ValueError, match=rf"{MODE_ENV}='sometimes' is not one of 'auto', 'on', 'off'"):
+        default_mode()
