@@ -3,7 +3,8 @@
 Each entry is applied through SGLang's own `HookRegistry` (sglang/srt/plugins/hook_registry.py),
 names the SGLang file:line it changes, says why no public seam served, and has the same
 change as an upstream-ready diff against sglang 0.5.23 in `patches/` (checked by
-tests/unit/test_patches.py). Entries whose `when` is false in this process are skipped.
+tests/unit/test_patches.py). Entries whose `when` is false in this process are skipped: most
+apply on SGLang's CPU path only, the chat route in the HTTP server's process only.
 
 `HookRegistry.apply_hooks` logs and swallows failures, so `apply_host_changes` re-checks
 that every applied target is really wrapped and raises otherwise.
@@ -18,8 +19,10 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import pkgutil
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -43,6 +46,18 @@ def _cpu_only() -> bool:
     from sglang_specsot._bootstrap import cpu_engine_requested
 
     return cpu_engine_requested()
+
+
+_HTTP_LAUNCHERS = ("sglang/launch_server.py", "sglang/cli/serve.py")
+
+
+def _http_server_only() -> bool:
+    """Whether this is the process of SGLang's HTTP server (the one with the chat route)."""
+    # The launchers call load_plugins() under `if __name__ == "__main__"`, so only the
+    # server's main process has them on its stack; spawned children do not.
+    return any(
+        frame.filename.replace(os.sep, "/").endswith(_HTTP_LAUNCHERS) for frame in traceback.extract_stack()
+    )
 
 
 # The ordered list. Later entries may rely on earlier ones having been applied.
@@ -97,16 +112,19 @@ def apply_host_changes() -> list[str]:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     pending = [c for c in HOST_CHANGES if c.name not in _applied and c.when()]
+    # Every hook is built before anything is changed: a factory that refuses (e.g. a bad
+    # setting, as SystemExit) leaves SGLang untouched.
+    hooks = {change.name: change.hook() for change in pending}
     originals = {}
     for change in pending:
         originals[change.name] = _resolve(change.target)
         if change.hook_type == "bind":
-            _bind_unset_name(change.target, change.hook())
+            _bind_unset_name(change.target, hooks[change.name])
             continue
         assert originals[change.name] is not None, (
             f"host change {change.name!r}: {change.target} is None here; use hook_type 'bind'"
         )
-        HookRegistry.register(change.target, change.hook(), HookType(change.hook_type))
+        HookRegistry.register(change.target, hooks[change.name], HookType(change.hook_type))
     HookRegistry.apply_hooks()
     for change in pending:
         if _resolve(change.target) is originals[change.name]:
@@ -246,5 +264,35 @@ register_host_change(
         ),
         patch=_SAMPLING_PATCH,
         when=_cpu_only,
+    )
+)
+
+
+# --- Server-side SoT on the OpenAI chat route (sglang_specsot/serving/) -----------------------
+
+
+def _chat_route_hook() -> Callable:
+    # Refuses (SystemExit) a bad SGLANG_SPECSOT_SOT_MODE, so the server fails at start-up.
+    from sglang_specsot.serving.chat import sot_chat_hook
+
+    return sot_chat_hook()
+
+
+register_host_change(
+    HostChange(
+        name="sot-chat-route",
+        target="sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat.handle_request",
+        hook_type="around",
+        hook=_chat_route_hook,
+        why=(
+            "OpenAIServingChat inherits handle_request (sglang/srt/entrypoints/openai/"
+            "serving_base.py:80-147), which validates, converts and generates one answer; no "
+            "seam lets a plugin answer a chat request itself. The hook answers requests that "
+            "opt in (the `specsot` field, or SGLANG_SPECSOT_SOT_MODE) by Skeleton-of-Thought and "
+            "hands every other request to the original as it came. A FastAPI middleware or "
+            "route would have to re-parse and re-validate every request instead."
+        ),
+        patch="chat-request-handlers.diff",
+        when=_http_server_only,
     )
 )

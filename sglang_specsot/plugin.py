@@ -120,7 +120,8 @@ def _check_launch_device() -> None:
 
 
 def register() -> None:
-    """Check the launch line and SGLang version, register the CPU backend, apply host changes.
+    """Check the launch line and SGLang version, register the CPU backend, apply host changes
+    (server-side SoT on the chat route among them), register SPECSOT.
 
     Idempotent; SGLang calls it once per process (main, scheduler, detokenizer).
     """
@@ -139,7 +140,6 @@ def register() -> None:
         from sglang_specsot.speculative.algorithm import register_specsot
 
         register_specsot()
-        __import__("sglang_specsot.serving.chat", fromlist=["_"]).install_sot_server()
     except Exception as exc:
         _write_trace(_process_record(applied, f"{type(exc).__name__}: {exc}"))
         raise

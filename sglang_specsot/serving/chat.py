@@ -1,7 +1,7 @@
 """Server-side Skeleton-of-Thought behind SGLang's OpenAI chat route.
 
-Seam: one AROUND hook (SGLang's public HookRegistry) on `OpenAIServingChat.handle_request`,
-installed in the HTTP server's process only. It sees the
+Seam: one AROUND hook on `OpenAIServingChat.handle_request`, the host change
+"sot-chat-route" (host_changes.py), applied in the HTTP server's process only. It sees the
 validated request, the raw request (body and disconnects) and the serving object (tokenizer
 manager, SGLang's own chat conversion); a request in mode "off" goes to the original method
 as it came. A FastAPI middleware or route would have to re-parse and re-validate every request.
@@ -21,8 +21,6 @@ per-phase trace `metadata.specsot`; streamed as serving/stream.py says.
 from __future__ import annotations
 
 import logging
-import os
-import traceback
 from collections.abc import Callable
 
 from sglang_specsot.serving.backend import TokenizerManagerBackend
@@ -33,35 +31,6 @@ from sglang_specsot.sot.runner import RoutePhase, SoTOptions, SoTPhaseError, new
 from sglang_specsot.speculative import adapter as sgl
 
 logger = logging.getLogger(__name__)
-
-HOOK_TARGET = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat.handle_request"
-_HTTP_LAUNCHERS = ("sglang/launch_server.py", "sglang/cli/serve.py")
-_installed = False
-
-
-def install_sot_server() -> bool:
-    """Hook server-side SoT into the chat route when this process runs SGLang's HTTP server.
-
-    Idempotent; a no-op (False) in scheduler, detokenizer and non-HTTP processes.
-    """
-    global _installed
-    if _installed or not _in_http_launcher():
-        return _installed
-    hook = sot_chat_hook()
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    HookRegistry.register(HOOK_TARGET, hook, HookType.AROUND)
-    _installed = True
-    return True
-
-
-def _in_http_launcher() -> bool:
-    # The launchers call load_plugins() under `if __name__ == "__main__"`, so only the
-    # server's main process has them on its stack; spawned children do not.
-    return any(
-        frame.filename.replace(os.sep, "/").endswith(_HTTP_LAUNCHERS)
-        for frame in traceback.extract_stack()
-    )
 
 
 def sot_chat_hook() -> Callable:

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from sglang_specsot import plugin
-from sglang_specsot.host_changes import HOST_CHANGES, HostChange, register_host_change
+from sglang_specsot.host_changes import HOST_CHANGES, HostChange, _http_server_only, register_host_change
 
 
 def test_entry_point_is_declared_for_sglang():
@@ -85,5 +85,7 @@ def test_register_in_a_sglang_cpu_process_applies_everything(tmp_path):
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=600)
     records = [json.loads(line) for line in trace.read_text().splitlines()]
     assert len(records) == 2 and {r["error"] for r in records} == {None}
-    expected = [c.name for c in HOST_CHANGES]
+    # Every change whose process this is: all but the chat route (no HTTP launcher here).
+    expected = [c.name for c in HOST_CHANGES if c.when is not _http_server_only]
     assert records[0]["host_changes"] == expected == records[1]["host_changes"]
+    assert len(expected) == len(HOST_CHANGES) - 1

@@ -1,0 +1,121 @@
+"""The host change "sot-chat-route": applied and verified in the HTTP server's process only,
+refused twice, and a bad server default stops start-up before SGLang is changed."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+
+import pytest
+
+from sglang_specsot import host_changes
+from sglang_specsot.host_changes import HOST_CHANGES, HostChange, apply_host_changes, register_host_change
+from sglang_specsot.serving.field import MODE_ENV
+
+NAME = "sot-chat-route"
+CHANGE = next(c for c in HOST_CHANGES if c.name == NAME)
+
+
+@pytest.fixture
+def serving_chat(monkeypatch):
+    """OpenAIServingChat with HookRegistry and the applied list restored after the test."""
+    from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    own = vars(OpenAIServingChat).get("handle_request")
+    hooks, patched = {k: list(v) for k, v in HookRegistry._hooks.items()}, set(HookRegistry._patched)
+    monkeypatch.setattr(host_changes, "_applied", [])
+    yield OpenAIServingChat
+    if own is not None:
+        OpenAIServingChat.handle_request = own
+    elif "handle_request" in vars(OpenAIServingChat):
+        delattr(OpenAIServingChat, "handle_request")  # it inherits OpenAIServingBase's
+    HookRegistry._hooks.clear()
+    HookRegistry._hooks.update(hooks)
+    HookRegistry._patched.clear()
+    HookRegistry._patched.update(patched)
+
+
+def _only(monkeypatch, change: HostChange) -> None:
+    monkeypatch.setattr(host_changes, "HOST_CHANGES", [change])
+
+
+class _Serving:
+    def create_error_response(self, message, err_type="BadRequestError", status_code=400):
+        return (status_code, message)
+
+
+class _Raw:
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    async def body(self) -> bytes:
+        return self._body
+
+
+def test_the_entry_names_its_target_seam_and_patch():
+    assert CHANGE.target == "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat.handle_request"
+    assert CHANGE.hook_type == "around" and CHANGE.patch == "chat-request-handlers.diff"
+    assert CHANGE.when is host_changes._http_server_only
+
+
+def test_only_the_http_server_process_takes_it():
+    assert host_changes._http_server_only() is False  # pytest is no launcher
+    ns = {"f": host_changes._http_server_only}
+    for launcher in ("sglang/launch_server.py", "sglang/cli/serve.py"):
+        exec(compile("result = f()", os.path.join("/site-packages", launcher), "exec"), ns)
+        assert ns["result"] is True, launcher
+
+
+def test_outside_the_http_server_the_chat_route_is_untouched(serving_chat, monkeypatch):
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    before = serving_chat.handle_request
+    _only(monkeypatch, CHANGE)
+    assert apply_host_changes() == []
+    assert serving_chat.handle_request is before and CHANGE.target not in HookRegistry._hooks
+
+
+def test_applied_and_verified_in_the_http_server(serving_chat, monkeypatch):
+    monkeypatch.delenv(MODE_ENV, raising=False)
+    original = serving_chat.handle_request
+    _only(monkeypatch, dataclasses.replace(CHANGE, when=lambda: True))
+    assert apply_host_changes() == [NAME]
+    assert apply_host_changes() == [NAME]  # idempotent
+    route = serving_chat.handle_request
+    assert route.__wrapped__ is original
+    # The hook answers a malformed field itself (400) instead of calling SGLang's handler.
+    status, message = asyncio.run(route(_Serving(), object(), _Raw(b'{"specsot": 1}')))
+    assert status == 400 and '"specsot" must be an object' in message
+
+
+def test_a_hook_that_did_not_take_is_an_error(serving_chat, monkeypatch):
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    monkeypatch.setattr(HookRegistry, "apply_hooks", classmethod(lambda cls: None))
+    _only(monkeypatch, dataclasses.replace(CHANGE, when=lambda: True))
+    with pytest.raises(RuntimeError, match=f"host change '{NAME}' was not applied to {CHANGE.target}"):
+        apply_host_changes()
+
+
+def test_a_bad_server_default_stops_start_up_before_anything_changes(serving_chat, monkeypatch):
+    monkeypatch.setenv(MODE_ENV, "sometimes")
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    before = serving_chat.handle_request
+    earlier = HostChange("earlier", "sglang.srt.plugins.hook_registry.plugin_hook", "around",
+                         lambda: (lambda original, *a, **k: original(*a, **k)), "why", "p.diff")  # fmt: skip
+    monkeypatch.setattr(host_changes, "HOST_CHANGES", [earlier, dataclasses.replace(CHANGE, when=lambda: True)])
+    with pytest.raises(SystemExit, match=f"sglang-specsot: {MODE_ENV}='sometimes'"):
+        apply_host_changes()
+    assert serving_chat.handle_request is before
+    assert earlier.target not in HookRegistry._hooks and CHANGE.target not in HookRegistry._hooks
+
+
+def test_the_chat_route_is_refused_twice():
+    with pytest.raises(ValueError, match=f"duplicates '{NAME}'"):
+        register_host_change(dataclasses.replace(CHANGE, name="another-chat-route"))
+    with pytest.raises(ValueError, match="duplicates"):
+        register_host_change(dataclasses.replace(CHANGE, target="sglang.x.y"))
+    assert [c.name for c in HOST_CHANGES].count(NAME) == 1
