@@ -167,7 +167,7 @@ register_host_change(
 
 
 def _last_loc_hook() -> Callable:
-    from sglang.srt.mem_cache.allocation import get_last_loc_torch
+    from sglang_specsot.speculative.adapter import get_last_loc_torch
 
     return get_last_loc_torch
 
