@@ -103,10 +103,13 @@ def build_report(out: Path, quality: bool = True) -> dict:
 
 
 def _report_md(settings: dict, table: str, report: dict) -> str:
+    from sglang_specsot.bench.report import question_markdown
+
     lines = ["# SpecSoT end-to-end benchmark", "", f"Settings: `{json.dumps(settings)}`", "", table, "",
              "Greedy equality (must hold in float32; speculation is lossless):", ""]  # fmt: skip
     lines += [f"- {k}: {v['equal']}/{v['of']} equal; differ on {v['differ']}" for k, v in report["greedy_equality"].items()]
     lines += ["", f"Failed cells: {len(report['failed'])}"]
     lines += [f"- q{f['question_id']} {f['config']}: {f['reason']}" for f in report["failed"]]
     lines += ["", "Plots: " + ", ".join(f"[{p}]({p})" for p in report["plots"]), ""]
+    lines += ["## Per question", "", question_markdown(report["per_question"])]
     return "\n".join(lines)

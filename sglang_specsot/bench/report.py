@@ -32,6 +32,7 @@ class Row:
     points: float | None
     accept_length: float | None
     sot_share: float | None  # answered by SoT (not the router's or a fallback's normal path)
+    fallback: float | None  # SoT tried, but the skeleton was no plan: the normal answer followed
     hit_cap: float | None  # share whose answer (or a branch) hit the token cap
     looped: float | None
     normal_covered: float | None
@@ -88,9 +89,9 @@ def _row(name, subset, mine: list[CellResult], ups, quality_by, judged: dict) ->
         _geomean([ups[c.question_id] for c in ok if c.question_id in ups]),
         statistics.median(c.latency for c in ok) if ok else None,
         attr(lambda c: c.output_tokens), attr(lambda c: c.tokens_per_s),
-        _mean(c.skeleton_seconds for c in sot), _mean(c.longest_branch for c in sot),
+        _mean(c.skeleton_seconds for c in ok), _mean(c.longest_branch for c in sot),
         _mean(c.points for c in sot), attr(lambda c: c.accept_length),
-        attr(lambda c: float(c.path == "sot")), attr(lambda c: float(c.hit_cap)), attr(lambda c: float(c.looped)),
+        attr(lambda c: float(c.path == "sot")), attr(lambda c: float(c.fallback)), attr(lambda c: float(c.hit_cap)), attr(lambda c: float(c.looped)),
         _mean(x.normal_covered for x in q), _mean(x.answer_covered for x in q), _mean(x.cosine for x in q),
         _mean(x.length_ratio for x in q), _mean(x.asks_addressed for x in q),
         "/".join(str(verdicts.count(v)) for v in (WIN, TIE, LOSS)) if verdicts else "",
@@ -133,7 +134,7 @@ COLUMNS = [("config", "config"), ("subset", "subset"), ("ok", "ok"), ("failed", 
            ("speedup", "speed-up vs plain"), ("latency", "median s"), ("tokens", "out tok"),
            ("tokens_per_s", "tok/s"), ("skeleton_s", "skeleton s"), ("longest_branch_s", "longest branch s"),
            ("points", "points"), ("accept_length", "accept"), ("sot_share", "SoT path"),
-           ("hit_cap", "hit cap"), ("looped", "looped"), ("normal_covered", "covers normal"),
+           ("fallback", "fallback"),           ("hit_cap", "hit cap"), ("looped", "looped"), ("normal_covered", "covers normal"),
            ("answer_covered", "covered by normal"), ("cosine", "cosine"), ("length_ratio", "length ratio"),
            ("asks_addressed", "asks addressed"), ("judge", "judge W/T/L")]  # fmt: skip
 
@@ -152,4 +153,19 @@ def markdown(rows: list[Row]) -> str:
     for row in rows:
         data = asdict(row)
         lines.append("| " + " | ".join(_fmt(data[key]) for key, _ in COLUMNS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+QUESTION_COLUMNS = [("question_id", "q"), ("config", "config"), ("status", "status"), ("latency", "s"),
+                    ("speedup", "speed-up"), ("tokens", "out tok"), ("path", "path"), ("points", "points"),
+                    ("skeleton_s", "skeleton s"), ("longest_branch_s", "longest branch s"),
+                    ("accept_length", "accept"), ("hit_cap", "hit cap"), ("looped", "looped"),
+                    ("normal_covered", "covers normal"), ("asks_addressed", "asks addressed")]  # fmt: skip
+
+
+def question_markdown(rows: list[dict]) -> str:
+    """Per-question rows (from `per_question`) as a markdown table."""
+    lines = ["| " + " | ".join(t for _, t in QUESTION_COLUMNS) + " |", "|" + "---|" * len(QUESTION_COLUMNS)]
+    for row in rows:
+        lines.append("| " + " | ".join(_fmt(row.get(k)) for k, _ in QUESTION_COLUMNS) + " |")
     return "\n".join(lines) + "\n"
