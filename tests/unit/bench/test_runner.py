@@ -1,0 +1,86 @@
+"""The runner's schedules with fake servers: all up and interleaved, or one at a time in
+rounds over question blocks; a server that does not start fails its cells with the reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_specsot.bench import runner
+from sglang_specsot.bench.cells import Question, Settings
+from sglang_specsot.bench.configs import select, matrix, servers
+from sglang_specsot.bench.store import FAILED, OK, CellResult, load
+
+QUESTIONS = (Question(1, "q1", True), Question(2, "q2", True), Question(3, "q3", False))
+
+
+class FakeProc:
+    returncode = None
+
+    def poll(self):
+        return None
+
+
+class FakeServer:
+    def __init__(self, name, log):
+        self.name, self.base_url, self.proc, self.log_path, self.stopped = name, f"http://{name}", FakeProc(), "x", False
+        log.append(("start", name))
+
+    def stop(self):
+        self.stopped = True
+
+
+@pytest.fixture
+def fake_world(monkeypatch):
+    log: list = []
+    broken: set = set()
+
+    def start(plan, name):
+        if name in broken:
+            raise RuntimeError(f"SGLang server exited with code 1 during start-up; last log lines:\nboom {name}")
+        return FakeServer(name, log)
+
+    def run_cell(cfg, question, target, settings):
+        log.append(("cell", question.id, cfg.name, target.url))
+        return CellResult(question.id, cfg.name, OK, question.suitable, latency=1.0, answer="a")
+
+    monkeypatch.setattr(runner, "_start", start)
+    monkeypatch.setattr(runner, "run_cell", run_cell)
+    monkeypatch.setattr("sglang_specsot.frontend.chat_renderer", lambda path: (lambda messages: ""))
+    return log, broken
+
+
+def plan(tmp_path, one_at_a_time: bool, block: int = 2) -> runner.RunPlan:
+    configs = select(matrix(False), ["NGRAM", "SpecSoT-server", "SpecSoT-router"])
+    return runner.RunPlan("/m", "float32", servers(None), tuple(configs), QUESTIONS, tmp_path,
+                          Settings(16, 5), one_at_a_time, block)  # fmt: skip
+
+
+def test_all_servers_up_interleaves_every_configuration_per_question(tmp_path, fake_world):
+    log, _ = fake_world
+    assert runner.run(plan(tmp_path, one_at_a_time=False)) == 3 * 3 + 1
+    starts = [e for e in log if e[0] == "start"]
+    assert len(starts) == 3  # plain, ngram, specsot-ctx, each once
+    questions = [e[1] for e in log if e[0] == "cell"]
+    assert questions == sorted(questions)  # question by question
+    assert [e[2] for e in log if e[0] == "cell"][:3] != [e[2] for e in log if e[0] == "cell"][3:6]  # rotated
+    assert runner.run(plan(tmp_path, one_at_a_time=False)) == 0  # resumed: nothing left
+
+
+def test_one_at_a_time_runs_rounds_over_blocks(tmp_path, fake_world):
+    log, _ = fake_world
+    runner.run(plan(tmp_path, one_at_a_time=True, block=2))
+    # Block 1 (q1, q2) then block 2 (q3): each server started once per block, alone.
+    starts = [e[1] for e in log if e[0] == "start"]
+    assert len(starts) == 6 and set(starts[:3]) == set(starts[3:]) and starts[:3] != starts[3:]
+    first_block = log[: log.index(("start", starts[3]))]
+    assert {e[1] for e in first_block if e[0] == "cell"} == {1, 2}
+
+
+def test_a_server_that_does_not_start_fails_its_cells_and_the_run_goes_on(tmp_path, fake_world):
+    log, broken = fake_world
+    broken.add("ngram")
+    runner.run(plan(tmp_path, one_at_a_time=False))
+    cells = load(tmp_path / "cells.jsonl")
+    ngram = [c for (q, name), c in cells.items() if name == "NGRAM"]
+    assert len(ngram) == 3 and all(c.status == FAILED and "server ngram did not start" in c.reason for c in ngram)
+    assert all(c.status == OK for (q, name), c in cells.items() if name != "NGRAM")
