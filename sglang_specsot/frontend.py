@@ -26,7 +26,6 @@ import contextlib
 import dataclasses
 
 import sglang as sgl
-from sglang.lang.backend.runtime_endpoint import RuntimeEndpoint
 
 from sglang_specsot.sot.runner import (
     GenRequest,
@@ -40,6 +39,7 @@ from sglang_specsot.sot.runner import (
     shared_prefix,
 )
 from sglang_specsot.sot.tag import BRANCH, SKELETON
+from sglang_specsot.speculative.adapter import TaggingRuntimeEndpoint
 
 # The executor variable holding the GenRequest of the generation it runs next; forks copy it.
 REQUEST_VAR = "__specsot_request__"
@@ -47,22 +47,18 @@ REQUEST_VAR = "__specsot_request__"
 DEFAULT_MAX_NEW_TOKENS = 1024
 
 
-class SoTEndpoint(RuntimeEndpoint):
+class SoTEndpoint(TaggingRuntimeEndpoint):
     """A RuntimeEndpoint that adds each generation's SoT tag (`sampling_params.custom_params`)
     and the skeleton's custom logit processor to its /generate body."""
 
-    def _add_images(self, s, data):
-        # RuntimeEndpoint builds every /generate body inline and passes the finished body
-        # through this one method just before posting it (runtime_endpoint.py:157-230), so
-        # extending it tags generations without copying generate() and generate_stream().
-        super()._add_images(s, data)
-        request: GenRequest | None = s.variables.get(REQUEST_VAR)
-        params = data.get("sampling_params", {})
+    def extend_generate_body(self, state, body: dict) -> None:
+        request: GenRequest | None = state.variables.get(REQUEST_VAR)
+        params = body.get("sampling_params", {})
         if request is None or not params.get("max_new_tokens"):
             return  # a fork's prefix commit (max_new_tokens=0) generates nothing to tag
         params["custom_params"] = {**(params.get("custom_params") or {}), **request.tag.to_custom_params()}
         if request.logit_processor is not None:
-            data["custom_logit_processor"] = request.logit_processor
+            body["custom_logit_processor"] = request.logit_processor
 
 
 def chat_renderer(tokenizer_path: str) -> Render:

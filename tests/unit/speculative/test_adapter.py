@@ -45,8 +45,6 @@ NOT_YET_MOVED = {
     ("speculative/algorithm.py", "sglang.srt.runtime_context"): "adapter.get_spec",
     ("speculative/inputs.py", "sglang.srt.model_executor.forward_batch_info"): "adapter.CaptureHiddenMode",
     ("speculative/inputs.py", "sglang.srt.speculative.eagle_info"): "adapter.EagleDraftInput and co.",
-    ("frontend.py", "sglang.lang.backend.runtime_endpoint"): "adapter.TaggingRuntimeEndpoint",
-    ("frontend.py", "_add_images"): "TaggingRuntimeEndpoint.extend_generate_body",
     # BaseSpecWorker's target_worker / draft_worker properties read these (base_spec_worker.py:
     # 203-210), so a subclass must set them: an adapter base that sets them from public names.
     ("speculative/worker.py", "_target_worker"): "an adapter base of BaseSpecWorker",
