@@ -119,3 +119,19 @@ def test_the_chat_route_is_refused_twice():
     with pytest.raises(ValueError, match="duplicates"):
         register_host_change(dataclasses.replace(CHANGE, target="sglang.x.y"))
     assert [c.name for c in HOST_CHANGES].count(NAME) == 1
+
+
+def test_a_request_without_the_field_goes_to_sglang_as_it_came(monkeypatch):
+    from sglang_specsot.serving.chat import around_handle_request
+
+    monkeypatch.delenv(MODE_ENV, raising=False)
+    calls = []
+
+    async def original(*args):
+        calls.append(args)
+        return "sglang's response"
+
+    serving, request = object(), object()
+    raw = _Raw(b'{"model": "default", "messages": [{"role": "user", "content": "hi"}]}')
+    assert asyncio.run(around_handle_request(original, serving, request, raw)) == "sglang's response"
+    assert len(calls) == 1 and all(a is b for a, b in zip(calls[0], (serving, request, raw), strict=True))

@@ -58,3 +58,29 @@ def test_a_bad_server_default_names_the_variable_and_the_modes(monkeypatch):
     monkeypatch.setenv(MODE_ENV, "sometimes")
     with pytest.raises(ValueError, match=rf"{MODE_ENV}='sometimes' is not one of 'auto', 'on', 'off'"):
         default_mode()
+
+
+def test_only_the_top_level_key_is_the_field_and_a_bare_config_means_auto():
+    # The word inside a message is not the field.
+    quoted = json.dumps({"messages": [{"role": "user", "content": 'what is "specsot"?'}]}).encode()
+    assert parse_field(quoted, "off").mode == "off"
+    field = parse_field(_body({"config": {"max_running": 2}}), "off")
+    assert field.mode == "auto" and field.config.max_running == 2
+    assert field.options(64) == SoTOptions("auto", SoTConfig(max_running=2), 64)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["on", 1, [], {"mode": "ON"}, {"mode": None}, {"extra": 1}, {"config": "fast"},
+     {"config": {"max_points": -1}}, {"config": {"nope": 1}}, {"skeleton_logit_processor": ""}],  # fmt: skip
+)
+def test_every_malformed_field_is_a_value_error(value):
+    with pytest.raises(ValueError, match="specsot|max_points"):
+        parse_field(_body(value), "off")
+
+
+def test_the_server_default_is_off_unless_the_environment_says(monkeypatch):
+    monkeypatch.delenv(MODE_ENV, raising=False)
+    assert default_mode() == "off"
+    monkeypatch.setenv(MODE_ENV, "Auto")
+    assert default_mode() == "auto"

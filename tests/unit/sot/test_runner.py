@@ -484,67 +484,6 @@ def test_frontend_program_reports_a_failed_branch_by_its_phase(fake_http):
         answer_question(SoTEndpoint("http://fake"), QUESTION, render, SoTOptions(mode="on"), constrain_skeleton=False)
 
 
-# -- the server hook, without a server ---------------------------------------------------------
-
-
-def test_field_absent_gives_the_server_default_and_present_defaults_to_auto():
-    from sglang_specsot.serving.field import parse_field
-
-    assert parse_field(b'{"messages": []}', "off").mode == "off"
-    assert parse_field(None, "auto").mode == "auto"
-    assert parse_field(b'{"specsot": null}', "off").mode == "off"
-    # The word inside a message is not the field.
-    quoted = json.dumps({"messages": [{"role": "user", "content": 'what is "specsot"?'}]}).encode()
-    assert parse_field(quoted, "off").mode == "off"
-    field = parse_field(json.dumps({"specsot": {"config": {"max_running": 2}}}).encode(), "off")
-    assert field.mode == "auto" and field.config.max_running == 2
-    assert field.options(64) == SoTOptions("auto", SoTConfig(max_running=2), 64)
-
-
-@pytest.mark.parametrize(
-    "value",
-    ["on", 1, [], {"mode": "ON"}, {"mode": None}, {"extra": 1}, {"config": "fast"},
-     {"config": {"max_points": -1}}, {"config": {"nope": 1}}, {"skeleton_logit_processor": ""}],  # fmt: skip
-)
-def test_malformed_field_is_a_value_error(value):
-    from sglang_specsot.serving.field import parse_field
-
-    with pytest.raises(ValueError, match="specsot|max_points"):
-        parse_field(json.dumps({"specsot": value}).encode(), "off")
-
-
-def test_hook_hands_a_request_without_the_field_to_sglang_as_it_came(monkeypatch):
-    from sglang_specsot.serving.chat import around_handle_request as _around_handle_request
-    from sglang_specsot.serving.field import MODE_ENV
-
-    monkeypatch.delenv(MODE_ENV, raising=False)
-    calls = []
-
-    async def original(*args):
-        calls.append(args)
-        return "sglang's response"
-
-    class RawRequest:
-        async def body(self):
-            return b'{"model": "default", "messages": [{"role": "user", "content": "hi"}]}'
-
-    serving, request, raw = object(), object(), RawRequest()
-    assert run(_around_handle_request(original, serving, request, raw)) == "sglang's response"
-    assert len(calls) == 1 and all(a is b for a, b in zip(calls[0], (serving, request, raw), strict=True))
-
-
-def test_server_default_mode_comes_from_the_environment(monkeypatch):
-    from sglang_specsot.serving.field import MODE_ENV, default_mode
-
-    monkeypatch.delenv(MODE_ENV, raising=False)
-    assert default_mode() == "off"
-    monkeypatch.setenv(MODE_ENV, "Auto")
-    assert default_mode() == "auto"
-    monkeypatch.setenv(MODE_ENV, "always")
-    with pytest.raises(ValueError, match=MODE_ENV):
-        default_mode()
-
-
 def test_items_the_question_names_become_branches_when_the_skeleton_misses_them():
     question = "Compare the sorting algorithms bubble sort, quick sort, merge sort and heap sort."
     fake = FakeBackend(" Bubble sort\n2. Quick sort")
