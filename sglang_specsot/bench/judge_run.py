@@ -32,6 +32,7 @@ def run_judge(out: Path, judge_model: str, configs: list[str], timeout: float) -
     texts = {int(r.get("id", i)): r["question"] for i, r in enumerate(load_questions(settings["questions"]), 1)}
     path = resolve_model(judge_model, "judge-model")
     render = chat_renderer(path)
+    (out / "logs").mkdir(exist_ok=True)
     with ServerProcess(path, JUDGE_ARGS, log_path=out / "logs" / "judge.log") as server:
         for cell, base in tqdm(todo, desc="judge", file=sys.stderr):
             if cell.answer == base.answer:
