@@ -98,7 +98,8 @@ def _layout(text: str) -> str:
     out: list[str] = []
     prose: list[str] = []
     for line_no, line in enumerate(text.split("\n")):
-        item = classify_line(line, line_no) if line_no else None
+        has_text = any(part.strip() for part in prose) or bool(out)
+        item = classify_line(line, line_no) if has_text else None  # a list follows some prose
         if item is None or item.kind == "hash":
             prose.append(line.lstrip().lstrip("#"))  # a stray heading mark is not prose
             continue
