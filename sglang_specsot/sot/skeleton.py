@@ -43,7 +43,7 @@ _CODE_LINE = re.compile(
 )
 # One repeated point is a slip the merge loses nothing by dropping; more is a decoding loop
 # ("Increased global trade" five times) whose plan cannot be trusted to cover the question.
-_MAX_DUPLICATES = 2
+MAX_REPEATED_POINTS = 1
 _SYMBOLS_OK = set("*#_-.,:;()[]|`>~=+\"'!?/%&")
 
 
@@ -97,7 +97,7 @@ def parse_skeleton(
         return _finish(SkeletonParse(ERROR, (), problem, "none"))
     list_format, items = _extract_items(_with_prefill(body, prefill), config)
     points, notes, long_points, duplicates = _clean_points(items, config)
-    if duplicates >= _MAX_DUPLICATES and len(points) >= config.min_points:
+    if duplicates > MAX_REPEATED_POINTS and len(points) >= config.min_points:
         reason = f"the skeleton repeats {duplicates} points: a decoding loop, not a plan"
         return _finish(SkeletonParse(ERROR, (), reason, list_format, notes))
     if len(text) > _MAX_SCAN_CHARS:

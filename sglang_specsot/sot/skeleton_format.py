@@ -9,8 +9,8 @@ reads text and says which kinds of text may come next (`Allowed`); a token-level
 Points are kept to text that `parse_skeleton` reads back exactly as written: words start
 with a letter or digit and hold letters, digits, "-" or "'" after a letter, and "," at the
 end. A point may end when it is new (its `point_key` differs from earlier points'), or when
-it can no longer grow into a new one: the parser then drops it as a repeat, so the machine
-does not count it. Every finished text parses as a plan of its counted points.
+it can no longer grow into a new one, once (`MAX_REPEATED_POINTS`): the parser then drops it
+as a repeat, so the machine does not count it, and it rejects a plan with more repeats. Every finished text parses as a plan of its counted points.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from enum import IntEnum
 
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
 from sglang_specsot.sot.prompts import SKELETON_PREFILL
+from sglang_specsot.sot.skeleton import MAX_REPEATED_POINTS
 from sglang_specsot.sot.text import point_key
 
 DIGITS = "0123456789"
@@ -116,7 +117,7 @@ class SkeletonFormat:
     """The format's state after some text; `feed` more text, ask `allowed`, `copy` to branch."""
 
     __slots__ = ("config", "_mode", "_number", "_typed", "_words", "_chars", "_last",
-                 "_point", "_keys", "_letters", "_digits")  # fmt: skip
+                 "_point", "_keys", "_repeats", "_letters", "_digits")  # fmt: skip
 
     def __init__(self, config: SoTConfig = DEFAULT_CONFIG, prefill: str = SKELETON_PREFILL):
         """Start at the beginning of the skeleton and read the pre-filled text."""
@@ -129,6 +130,7 @@ class SkeletonFormat:
         self._last = ""  # the current point's last character
         self._point = ""
         self._keys: tuple[str, ...] = ()  # point_key of every finished point that counts
+        self._repeats = 0  # finished points that repeat an earlier one (the parser drops them)
         self._letters = 0  # over all text read: parse_skeleton rejects mostly-digit text
         self._digits = 0
         if not self.feed(prefill):
@@ -235,6 +237,8 @@ class SkeletonFormat:
     def _finish_point(self) -> None:
         if self._is_new():
             self._keys += (point_key(self._point),)
+        elif point_key(self._point) in self._keys:
+            self._repeats += 1
         self._number += 1
         self._mode, self._typed, self._words, self._chars = _LINE, "", 0, 0
         self._last, self._point = "", ""
@@ -257,7 +261,10 @@ class SkeletonFormat:
         parser then drops it; ending beats a model stuck at its limits)."""
         if self._mode != _WORD or self._last in JOINERS:
             return False
-        return self._is_new() or not self._can_grow()
+        if self._is_new():
+            return True
+        repeat_allowed = point_key(self._point) not in self._keys or self._repeats < MAX_REPEATED_POINTS
+        return repeat_allowed and not self._can_grow()
 
     def can_end(self) -> bool:
         """The text read so far is a finished skeleton: end of text may come now."""
