@@ -66,6 +66,13 @@ PRIVATE_METHODS: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
     },  # fmt: skip
     ("sglang.srt.managers.overlap_utils", "FutureMap"): {"_resolve_spec_extras": ("self", "batch")},
 }
+# Private fields the adapter sets for SGLang to read: class -> {field: the property reading it}.
+PRIVATE_FIELDS: dict[tuple[str, str], dict[str, str]] = {
+    ("sglang.srt.speculative.base_spec_worker", "BaseSpecWorker"): {
+        "_target_worker": "target_worker",
+        "_draft_worker": "draft_worker",
+    },
+}
 # Instance attributes the adapter reads: class -> names SGLang's source sets on `self`.
 INSTANCE_ATTRIBUTES: dict[tuple[str, str], tuple[str, ...]] = {
     ("sglang.srt.managers.tokenizer_manager", "TokenizerManager"): ("incremental_streaming_output",),
@@ -172,6 +179,21 @@ def _draft_model_worker() -> type:
     return DraftModelWorker
 
 
+def _spec_worker_base() -> type:
+    from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
+
+    class SpecWorkerBase(BaseSpecWorker):
+        """SGLang's BaseSpecWorker, whose `target_worker` / `draft_worker` properties read two
+        private fields (base_spec_worker.py:202-210), with a public way to set them."""
+
+        def bind_workers(self, target_worker, draft_worker=None) -> None:
+            """The workers the scheduler reaches through `target_worker` / `draft_worker`."""
+            self._target_worker = target_worker
+            self._draft_worker = draft_worker
+
+    return SpecWorkerBase
+
+
 def _future_map_base() -> type:
     from sglang.srt.managers.overlap_utils import FutureMap
 
@@ -193,6 +215,7 @@ _CLASSES = {
     "TaggingRuntimeEndpoint": _tagging_runtime_endpoint,
     "DraftModelWorker": _draft_model_worker,
     "FutureMapBase": _future_map_base,
+    "SpecWorkerBase": _spec_worker_base,
 }
 
 __all__ = sorted(

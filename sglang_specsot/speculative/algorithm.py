@@ -29,10 +29,10 @@ def draft_model_configured() -> bool:
     SGLang publishes its config bags before it sizes pools or builds workers; before that
     (argument handling in the launcher) nothing reads this.
     """
-    from sglang.srt.runtime_context import get_spec
+    from sglang_specsot.speculative import adapter as sgl
 
     try:
-        return get_spec().speculative_draft_model_path is not None
+        return sgl.get_spec().speculative_draft_model_path is not None
     except ValueError:  # the "spec" namespace is not published in this process yet
         return False
 

@@ -11,12 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
-from sglang.srt.speculative.eagle_info import (
-    EagleDraftExtendInput,
-    EagleDraftInput,
-    EagleVerifyInput,
-)
+
+from sglang_specsot.speculative import adapter as sgl
 
 from sglang_specsot.sot.tag import SoTTag
 
@@ -26,7 +22,7 @@ _RELAYED = ("bonus_tokens", "topk_p", "topk_index", "hidden_states", "draft_prob
 
 
 @dataclass
-class SoTDraftInput(EagleDraftInput):
+class SoTDraftInput(sgl.EagleDraftInput):
     """State relayed between iterations (through FutureMap under overlap).
 
     Context drafting needs only `bonus_tokens` (relayed by FutureMap.stash); its draft tokens
@@ -34,14 +30,14 @@ class SoTDraftInput(EagleDraftInput):
     model they carry the top-k its last draft-extend proposed for the first draft step.
     """
 
-    capture_hidden_mode: CaptureHiddenMode = CaptureHiddenMode.NULL
+    capture_hidden_mode: sgl.CaptureHiddenMode = sgl.CaptureHiddenMode.NULL
 
     @classmethod
     def from_bonus(cls, bonus_tokens: torch.Tensor) -> SoTDraftInput:
         return cls(bonus_tokens=bonus_tokens)
 
     @classmethod
-    def from_eagle(cls, first: EagleDraftInput) -> SoTDraftInput:
+    def from_eagle(cls, first: sgl.EagleDraftInput) -> SoTDraftInput:
         """SGLang's draft input after a draft model's extend, as ours (same fields)."""
         return cls(**{name: getattr(first, name) for name in _RELAYED})
 
@@ -80,7 +76,7 @@ class SoTDraftInput(EagleDraftInput):
 
 
 @dataclass
-class SoTVerifyInput(EagleVerifyInput):
+class SoTVerifyInput(sgl.EagleVerifyInput):
     """One verify window per request: a token tree merged from every configured drafter."""
 
     # The per-request SoT tags the drafters used (host side, one per row).
@@ -100,7 +96,7 @@ class SoTVerifyInput(EagleVerifyInput):
 
 
 @dataclass
-class SoTDraftExtendInput(EagleDraftExtendInput):
+class SoTDraftExtendInput(sgl.EagleDraftExtendInput):
     """What the draft-extend stage consumes after verify: the accepted tokens per request.
 
     For context drafting this feeds the token history of each request (and so its SoT

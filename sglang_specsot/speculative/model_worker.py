@@ -32,20 +32,16 @@ class SpecSoTModelWorker(SpecSoTWorker):
 
     def __init__(self, server_args, gpu_id: int, nccl_port: int, target_worker):
         super().__init__(server_args, gpu_id, nccl_port, target_worker)
-        self._draft_worker = SoTDraftModel(server_args, gpu_id, nccl_port, target_worker)
-        check_vocab_compatible(target_worker, self._draft_worker)
+        self.bind_workers(target_worker, SoTDraftModel(server_args, gpu_id, nccl_port, target_worker))
+        check_vocab_compatible(target_worker, self.draft_worker)
         logger.info(
             "SPECSOT drafts with %s: %d-node %s per request, up to %d SoT-context nodes more",
-            sgl.get_spec().speculative_draft_model_path, self._draft_worker.tree_size,
-            "chain" if self._draft_worker.topk == 1 else "tree",
-            self.num_draft_tokens - self._draft_worker.tree_size,
+            sgl.get_spec().speculative_draft_model_path, self.draft_worker.tree_size,
+            "chain" if self.draft_worker.topk == 1 else "tree",
+            self.num_draft_tokens - self.draft_worker.tree_size,
         )  # fmt: skip
 
     # -- what the scheduler asks of a spec worker with a draft model ----------------------
-
-    @property
-    def draft_worker(self) -> SoTDraftModel:
-        return self._draft_worker
 
     def alloc_memory_pool(self, **kwargs) -> None:
         # The draft model gets its own KV tensors on the shared slot ids (as STANDALONE).
@@ -55,40 +51,40 @@ class SpecSoTModelWorker(SpecSoTWorker):
     def last_shared_read_runner(self):
         # draft-extend, on the draft runner, is the step's last shared-buffer read
         # (base_spec_worker.py:249; as EAGLEWorkerV2.last_shared_read_runner).
-        return self._draft_worker.draft_runner
+        return self.draft_worker.draft_runner
 
     @property
     def spec_v2_attn_backends(self) -> tuple:
-        dw = self._draft_worker
+        dw = self.draft_worker
         extend = dw.draft_extend_attn_backend or dw.draft_runner.attn_backend
-        return (self._target_worker.model_runner.attn_backend, dw.draft_attn_backend, extend)
+        return (self.target_worker.model_runner.attn_backend, dw.draft_attn_backend, extend)
 
     # -- prefill ---------------------------------------------------------------------------
 
     def _forward_prefill(self, batch, on_publish, pp_proxy_tensors):
         result = super()._forward_prefill(batch, on_publish, pp_proxy_tensors)
         if batch.forward_mode.is_extend() and result.next_token_ids is not None:
-            first = self._draft_worker.extend_after_prefill(batch, result.next_token_ids)
+            first = self.draft_worker.extend_after_prefill(batch, result.next_token_ids)
             result.next_draft_input = SoTDraftInput.from_eagle(first)
         return result
 
     # -- draft / draft-extend --------------------------------------------------------------
 
     def _draft_trees(self, batch) -> list[DraftTree]:
-        seeds = self._draft_worker.draft_trees(batch)
+        seeds = self.draft_worker.draft_trees(batch)
         return [self._context_tree(req, self.num_draft_tokens, seed) for req, seed in zip(batch.reqs, seeds)]
 
     def _verify_width(self, trees: list[DraftTree]) -> int:
         # The model's tree is always full; context nodes widen the window only on steps
         # where some request has them (a wider verify and draft-extend cost more), unless
         # draft-extend graphs pin the width.
-        if self._draft_worker.fixed_window:
+        if self.draft_worker.fixed_window:
             return self.num_draft_tokens
         return max(t.size for t in trees)
 
     def draft_extend(self, batch, result) -> None:
         super().draft_extend(batch, result)  # the context history first (host side)
-        self._draft_worker.extend_after_verify(batch, result)
+        self.draft_worker.extend_after_verify(batch, result)
 
 
 def check_vocab_compatible(target_worker, draft: SoTDraftModel) -> None:

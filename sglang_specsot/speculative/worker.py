@@ -29,14 +29,13 @@ from sglang_specsot.sot.tag import PLAIN_TAG, SoTTag
 logger = logging.getLogger(__name__)
 
 
-class SpecSoTWorker(sgl.BaseSpecWorker):
+class SpecSoTWorker(sgl.SpecWorkerBase):
     """Speculative worker whose drafts come from the SoT context (prompt, skeleton, siblings)."""
 
     def __init__(self, server_args, gpu_id: int, nccl_port: int, target_worker):
         super().__init__()
         self.server_args = server_args
-        self._target_worker = target_worker
-        self._draft_worker = None  # no draft model: BaseSpecWorker's defaults then skip it
+        self.bind_workers(target_worker)  # no draft model: BaseSpecWorker's defaults then skip it
         self.model_runner = target_worker.model_runner
         self.device = sgl.get_device().device
         self.num_draft_tokens: int = sgl.get_spec().speculative_num_draft_tokens
@@ -48,13 +47,9 @@ class SpecSoTWorker(sgl.BaseSpecWorker):
 
     # -- what the scheduler asks of every spec worker -------------------------------------
 
-    @property
-    def draft_worker(self):
-        return None
-
     def alloc_memory_pool(self, **kwargs) -> None:
         # The target's pools exist by now (scheduler.py:1098-1111); we own no KV of our own.
-        self.req_to_token_pool, self.token_to_kv_pool_allocator = self._target_worker.get_memory_pool()
+        self.req_to_token_pool, self.token_to_kv_pool_allocator = self.target_worker.get_memory_pool()
 
     def clear_cache_pool(self) -> None:
         self.drafter = ContextDrafter(self.drafter.config)
@@ -85,7 +80,7 @@ class SpecSoTWorker(sgl.BaseSpecWorker):
     # -- prefill ---------------------------------------------------------------------------
 
     def _forward_prefill(self, batch, on_publish, pp_proxy_tensors):
-        result = self._target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors)
+        result = self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors)
         # Spec-V2 convention: seq_lens is the length before this iteration's sampled token.
         result.new_seq_lens = batch.seq_lens
         if on_publish is not None:
@@ -175,7 +170,7 @@ class SpecSoTWorker(sgl.BaseSpecWorker):
         )  # fmt: skip
         sgl.prepare_mamba_track_for_verify(batch)
         batch.spec_info = verify_input
-        target = self._target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors, is_verify=True)
+        target = self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors, is_verify=True)
         logits_output = target.logits_output
         if batch.sampling_info.has_custom_logit_processor:
             # SGLang's EAGLE verify skips custom processors; here each tree node's row gets
@@ -194,7 +189,7 @@ class SpecSoTWorker(sgl.BaseSpecWorker):
             watermark_state=self.model_runner.watermark_state,
         )  # fmt: skip
         new_seq_lens = batch.seq_lens + accept_lens
-        sgl.commit_mamba_states_after_verify(self._target_worker, batch, accept_lens, accept_index, n)
+        sgl.commit_mamba_states_after_verify(self.target_worker, batch, accept_lens, accept_index, n)
         accept_tokens = predict[accept_index]  # (bs, n); rows past accept_lens are garbage
         sgl.move_accept_tokens_to_target_kvcache(batch, accept_index, accept_lens - 1, self.token_to_kv_pool_allocator)
         if batch.return_logprob:

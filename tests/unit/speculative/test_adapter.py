@@ -41,17 +41,7 @@ EXEMPT = {
 }
 # Uses in modules this change does not own, to move behind the adapter by their owners:
 # (module, name) -> what to use instead. A stale entry fails test_the_allow_list_is_current.
-NOT_YET_MOVED = {
-    ("speculative/algorithm.py", "sglang.srt.runtime_context"): "adapter.get_spec",
-    ("speculative/inputs.py", "sglang.srt.model_executor.forward_batch_info"): "adapter.CaptureHiddenMode",
-    ("speculative/inputs.py", "sglang.srt.speculative.eagle_info"): "adapter.EagleDraftInput and co.",
-    # BaseSpecWorker's target_worker / draft_worker properties read these (base_spec_worker.py:
-    # 203-210), so a subclass must set them: an adapter base that sets them from public names.
-    ("speculative/worker.py", "_target_worker"): "an adapter base of BaseSpecWorker",
-    ("speculative/worker.py", "_draft_worker"): "an adapter base of BaseSpecWorker",
-    ("speculative/model_worker.py", "_target_worker"): "an adapter base of BaseSpecWorker",
-    ("speculative/model_worker.py", "_draft_worker"): "an adapter base of BaseSpecWorker",
-}
+NOT_YET_MOVED: dict[tuple[str, str], str] = {}  # uses not yet behind the adapter: none
 
 
 # -- every name the adapter relies on exists ---------------------------------------------------
@@ -82,8 +72,25 @@ def test_instance_attributes_are_still_set_by_sglang(owner, names):
 
 def test_the_adapter_declares_every_private_name_it_uses():
     declared = {m for methods in adapter.PRIVATE_METHODS.values() for m in methods}
+    declared |= {f for fields in adapter.PRIVATE_FIELDS.values() for f in fields}
     used = {name for name, _ in _private_uses(ast.parse(ADAPTER.read_text())) if name not in vars(adapter)}
     assert used == declared
+
+
+@pytest.mark.parametrize(("owner", "fields"), list(adapter.PRIVATE_FIELDS.items()))
+def test_private_fields_are_what_sglangs_properties_read(owner, fields):
+    cls = getattr(importlib.import_module(owner[0]), owner[1])
+    for field, prop in fields.items():
+        assert f"self.{field}" in inspect.getsource(vars(cls)[prop].fget), (owner, prop, field)
+
+
+def test_spec_worker_base_binds_the_workers_sglang_reads():
+    worker = adapter.SpecWorkerBase.__new__(adapter.SpecWorkerBase)
+    target, draft = object(), object()
+    worker.bind_workers(target, draft)
+    assert worker.target_worker is target and worker.draft_worker is draft
+    worker.bind_workers(target)
+    assert worker.draft_worker is None
 
 
 def test_every_lazy_import_in_the_adapter_resolves():
