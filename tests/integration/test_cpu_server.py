@@ -9,12 +9,11 @@ import json
 import pytest
 
 from sglang_specsot.launch import ServerProcess
+from tests.integration.conftest import cpu_args
 
 pytestmark = pytest.mark.integration
 
-# Small on purpose: two cores serve every configuration below.
-COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--dtype", "float32",
-          "--max-total-tokens", "4096", "--sleep-on-idle", "--mem-fraction-static", "0.3"]  # fmt: skip
+COMMON = cpu_args()
 MAX_NEW = 40
 
 # Ten prompts, some repetitive so that n-gram drafting has something to match.

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from sglang_specsot.launch import ServerProcess
+from tests.integration.conftest import cpu_args
 
 pytestmark = pytest.mark.integration
 
-COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--dtype", "float32",
-          "--max-total-tokens", "4096", "--sleep-on-idle", "--mem-fraction-static", "0.2"]  # fmt: skip
+COMMON = cpu_args(mem_fraction_static=0.2)
 PROMPTS = ["The quick brown fox", "Once upon a time", "How can I improve my time management skills?"]
 MAX_NEW = 24
 

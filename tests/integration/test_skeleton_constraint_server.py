@@ -15,12 +15,11 @@ from sglang_specsot.launch import ServerProcess
 from sglang_specsot.serving.skeleton_constraint import skeleton_processor_for
 from sglang_specsot.sot import SoTConfig, parse_skeleton, skeleton_prompt
 from sglang_specsot.sot.runner import SoTOptions
+from tests.integration.conftest import SPECSOT, cpu_args
 
 pytestmark = pytest.mark.integration
 
-COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--dtype", "float32",
-          "--enable-custom-logit-processor", "--max-total-tokens", "4096", "--sleep-on-idle"]  # fmt: skip
-SPECSOT = ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens", "6"]
+COMMON = cpu_args(mem_fraction_static=None) + ["--enable-custom-logit-processor"]
 # SGLang's plain overlap scheduler samples before the previous token reaches req.output_ids
 # (tp_worker.py:718-745), so a processor would read a history one token short; delayed
 # sampling (SGLang's own switch) runs it after, which makes the plain server a true reference.

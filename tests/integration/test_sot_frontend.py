@@ -7,14 +7,12 @@ import pytest
 from sglang_specsot.launch import ServerProcess
 from sglang_specsot.sot import SoTConfig
 from sglang_specsot.sot.runner import SoTOptions
+from tests.integration.conftest import SPECSOT, cpu_args
 
 pytestmark = pytest.mark.integration
 
-COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--dtype", "float32",
-          "--max-total-tokens", "4096", "--sleep-on-idle", "--mem-fraction-static", "0.3"]  # fmt: skip
 SUITABLE = "How can I improve my time management skills?"
 MATH = "Solve for x: 3x + 10 = 5x - 10."
-SPECSOT = ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens", "6"]
 MAX_TOKENS = 48
 # Small budgets keep the suite fast on two cores; router_min_answer_tokens=1 lets the rules,
 # not the short cap, decide the route.
@@ -23,16 +21,10 @@ CONFIG = SoTConfig(skeleton_max_tokens=24, max_points=3, max_running=2, default_
 
 
 @pytest.fixture(scope="module")
-def server(smollm2_path):
-    with ServerProcess(smollm2_path, COMMON) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def endpoint(server):
+def endpoint(smollm2_server):
     from sglang_specsot.frontend import SoTEndpoint
 
-    return SoTEndpoint(server.base_url)
+    return SoTEndpoint(smollm2_server.base_url)
 
 
 @pytest.fixture(scope="module")
@@ -70,14 +62,14 @@ def test_suitable_question_gives_a_plan_shaped_answer(sot_answer):
     assert trace["seconds"] >= trace["skeleton"]["seconds"] + trace["branches"]["seconds"] > 0
 
 
-def test_unsuitable_question_takes_the_normal_path(endpoint, render, server):
+def test_unsuitable_question_takes_the_normal_path(endpoint, render, smollm2_server):
     from sglang_specsot.frontend import answer_question
 
     answer = answer_question(endpoint, MATH, render, SoTOptions("auto", CONFIG, MAX_TOKENS))
     assert answer.path == "normal" and answer.route.decision.rule == "math"
     assert answer.skeleton is None and answer.branches is None
     # The normal path is exactly the model's own chat answer.
-    chat = server.post("/v1/chat/completions", {
+    chat = smollm2_server.post("/v1/chat/completions", {
         "model": "default", "messages": [{"role": "user", "content": MATH}],
         "temperature": 0, "max_tokens": MAX_TOKENS,
     })  # fmt: skip
@@ -99,7 +91,7 @@ def test_same_greedy_answer_on_a_specsot_server(smollm2_path, render, sot_answer
     from sglang_specsot.frontend import SoTEndpoint, answer_question
 
     # Speculation is lossless, so the whole program (skeleton, every branch) must not change.
-    with ServerProcess(smollm2_path, COMMON + SPECSOT) as server:
+    with ServerProcess(smollm2_path, cpu_args() + SPECSOT) as server:
         endpoint = SoTEndpoint(server.base_url)
         answer = answer_question(endpoint, SUITABLE, render, SoTOptions("auto", CONFIG, MAX_TOKENS))
     assert answer.skeleton.text == sot_answer.skeleton.text

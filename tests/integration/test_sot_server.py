@@ -18,20 +18,12 @@ from sglang_specsot.sot.runner import SoTOptions
 
 pytestmark = pytest.mark.integration
 
-COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--dtype", "float32",
-          "--max-total-tokens", "4096", "--sleep-on-idle", "--mem-fraction-static", "0.3"]  # fmt: skip
 SUITABLE = "How can I improve my time management skills?"
 MATH = "Solve for x: 3x + 10 = 5x - 10."
 MAX_TOKENS = 48
 CONFIG = {"skeleton_max_tokens": 24, "max_points": 3, "max_running": 2, "default_branch_tokens": 16,
           "min_branch_tokens": 8, "router_min_answer_tokens": 1}  # fmt: skip
 IDLE_DEADLINE = 120.0  # hang guard while waiting for the server to go idle after a disconnect
-
-
-@pytest.fixture(scope="module")
-def server(smollm2_path):
-    with ServerProcess(smollm2_path, COMMON) as server:
-        yield server
 
 
 def chat(question: str, **extra) -> dict:
@@ -62,17 +54,17 @@ def stream_events(server: ServerProcess, payload: dict) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def sot_reply(server) -> dict:
-    status, reply = post(server, chat(SUITABLE, specsot={"mode": "on", "config": CONFIG}))
+def sot_reply(smollm2_server) -> dict:
+    status, reply = post(smollm2_server, chat(SUITABLE, specsot={"mode": "on", "config": CONFIG}))
     assert status == 200, reply
     return reply
 
 
-def test_server_side_sot_gives_the_frontend_programs_answer(server, sot_reply, smollm2_path):
+def test_server_side_sot_gives_the_frontend_programs_answer(smollm2_server, sot_reply, smollm2_path):
     from sglang_specsot.frontend import SoTEndpoint, answer_question, chat_renderer
 
     options = SoTOptions("on", SoTConfig(**CONFIG), MAX_TOKENS)
-    frontend = answer_question(SoTEndpoint(server.base_url), SUITABLE, chat_renderer(smollm2_path), options)
+    frontend = answer_question(SoTEndpoint(smollm2_server.base_url), SUITABLE, chat_renderer(smollm2_path), options)
     message, trace = sot_reply["choices"][0]["message"], sot_reply["metadata"]["specsot"]
     assert trace["path"] == "sot" == frontend.path
     assert message["reasoning_content"] == frontend.skeleton.text
@@ -87,9 +79,9 @@ def test_server_side_sot_gives_the_frontend_programs_answer(server, sot_reply, s
     assert sot_reply["choices"][0]["finish_reason"] == frontend.finish_reason
 
 
-def test_stream_sends_skeleton_then_points_and_every_token_once(server, sot_reply):
-    events = stream_events(server, chat(SUITABLE, specsot={"mode": "on", "config": CONFIG},
-                                        stream_options={"include_usage": True}))  # fmt: skip
+def test_stream_sends_skeleton_then_points_and_every_token_once(smollm2_server, sot_reply):
+    events = stream_events(smollm2_server, chat(SUITABLE, specsot={"mode": "on", "config": CONFIG},
+                                                stream_options={"include_usage": True}))  # fmt: skip
     deltas = [(c["delta"], c["finish_reason"]) for e in events for c in e["choices"]]
     kinds = [("reasoning" if d.get("reasoning_content") else "content")
              for d, _ in deltas if d.get("reasoning_content") or d.get("content")]  # fmt: skip
@@ -106,9 +98,9 @@ def test_stream_sends_skeleton_then_points_and_every_token_once(server, sot_repl
     assert events[-1]["usage"]["completion_tokens"] == sot_reply["usage"]["completion_tokens"]
 
 
-def test_unsuitable_question_takes_the_normal_path(server):
-    plain = post(server, chat(MATH))[1]
-    status, routed = post(server, chat(MATH, specsot={"mode": "auto", "config": CONFIG}))
+def test_unsuitable_question_takes_the_normal_path(smollm2_server):
+    plain = post(smollm2_server, chat(MATH))[1]
+    status, routed = post(smollm2_server, chat(MATH, specsot={"mode": "auto", "config": CONFIG}))
     assert status == 200
     assert routed["metadata"]["specsot"]["path"] == "normal"
     assert routed["metadata"]["specsot"]["route"]["rule"] == "math"
@@ -116,17 +108,17 @@ def test_unsuitable_question_takes_the_normal_path(server):
     assert routed["usage"] == plain["usage"]
 
 
-def test_request_without_the_field_is_untouched(server, smollm2_path):
+def test_request_without_the_field_is_untouched(smollm2_server, smollm2_path):
     from sglang_specsot.frontend import chat_renderer
 
-    status, reply = post(server, chat(SUITABLE))
+    status, reply = post(smollm2_server, chat(SUITABLE))
     assert status == 200 and "specsot" not in (reply.get("metadata") or {})
     assert not reply["id"].startswith("chatcmpl-specsot")
     assert reply["choices"][0]["message"]["reasoning_content"] is None
     # SGLang's own answer: the same as /generate on the chat-templated prompt.
     prompt = chat_renderer(smollm2_path)([{"role": "user", "content": SUITABLE}])
-    out = server.post("/generate", {"text": prompt,
-                                    "sampling_params": {"temperature": 0, "max_new_tokens": MAX_TOKENS}})  # fmt: skip
+    out = smollm2_server.post("/generate", {"text": prompt,
+                                            "sampling_params": {"temperature": 0, "max_new_tokens": MAX_TOKENS}})  # fmt: skip
     assert reply["choices"][0]["message"]["content"] == out["text"]
     assert reply["usage"]["completion_tokens"] == out["meta_info"]["completion_tokens"]
 
@@ -143,24 +135,24 @@ def test_request_without_the_field_is_untouched(server, smollm2_path):
         ({"skeleton_logit_processor": 7}, "skeleton_logit_processor"),
     ],
 )
-def test_bad_field_is_a_400_with_a_message(server, field, message):
-    status, reply = post(server, chat(SUITABLE, specsot=field))
+def test_bad_field_is_a_400_with_a_message(smollm2_server, field, message):
+    status, reply = post(smollm2_server, chat(SUITABLE, specsot=field))
     assert status == 400 and message in reply["message"], reply
 
 
-def test_forced_sot_on_an_unsupported_request_is_a_400(server):
-    status, reply = post(server, chat(SUITABLE, n=2, specsot={"mode": "on"}))
+def test_forced_sot_on_an_unsupported_request_is_a_400(smollm2_server):
+    status, reply = post(smollm2_server, chat(SUITABLE, n=2, specsot={"mode": "on"}))
     assert status == 400 and "n=2" in reply["message"]
     history = chat(SUITABLE, specsot={"mode": "on"})
     history["messages"].insert(0, {"role": "system", "content": "Be brief."})
-    status, reply = post(server, history)
+    status, reply = post(smollm2_server, history)
     assert status == 400 and "single user message" in reply["message"]
 
 
-def test_question_longer_than_the_context_is_a_400(server):
-    status, reply = post(server, chat("why " * 9000, specsot={"mode": "on", "config": CONFIG}))
+def test_question_longer_than_the_context_is_a_400(smollm2_server):
+    status, reply = post(smollm2_server, chat("why " * 9000, specsot={"mode": "on", "config": CONFIG}))
     assert status == 400 and "context" in reply["message"].lower(), reply
-    assert _idle(server)
+    assert _idle(smollm2_server)
 
 
 def _load(server: ServerProcess) -> dict:
@@ -180,18 +172,18 @@ def _wait_for(predicate, what: str) -> None:
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "non-stream"])
-def test_disconnect_mid_branch_leaves_no_branch_running(server, stream):
+def test_disconnect_mid_branch_leaves_no_branch_running(smollm2_server, stream):
     # Branches that ignore EOS run to a 384-token budget: finishing them all would take far
     # longer than IDLE_DEADLINE, so an idle server soon after the disconnect means aborted.
     config = {**CONFIG, "max_points": 8, "default_branch_tokens": 384, "max_branch_tokens": 384}
     payload = chat(SUITABLE, specsot={"mode": "on", "config": config}, ignore_eos=True,
                    stream=stream, max_tokens=None)  # fmt: skip
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=600)
+    conn = http.client.HTTPConnection("127.0.0.1", smollm2_server.port, timeout=600)
     conn.request("POST", "/v1/chat/completions", json.dumps(payload), {"Content-Type": "application/json"})
-    _wait_for(lambda: _load(server)["num_running_reqs"] >= 2, "two branches running")
+    _wait_for(lambda: _load(smollm2_server)["num_running_reqs"] >= 2, "two branches running")
     conn.sock.close()  # the client goes away mid-branch
     conn.close()
-    _wait_for(lambda: _idle(server), "the server to go idle")
+    _wait_for(lambda: _idle(smollm2_server), "the server to go idle")
     for _ in range(10):  # and no waiting branch starts afterwards
         time.sleep(0.5)
-        assert _idle(server), _load(server)
+        assert _idle(smollm2_server), _load(smollm2_server)

@@ -15,13 +15,13 @@ import pytest
 from transformers import AutoTokenizer
 
 from sglang_specsot.launch import ServerProcess
+from tests.integration.conftest import cpu_args
 from tests.integration.parity import STRICT_MEM_CHECK_ENV, assert_no_leak_when_idle, mismatches, parity_prompts, run_batches
 
 pytestmark = pytest.mark.integration
 
 # SGLang counts the draft's weights against --mem-fraction-static too (is_standalone()).
-COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--dtype", "float32",
-          "--max-total-tokens", "8192", "--sleep-on-idle", "--mem-fraction-static", "0.5"]  # fmt: skip
+COMMON = cpu_args(max_total_tokens=8192, mem_fraction_static=0.5)
 MAX_NEW = 16
 DRAFT_LAYERS = 12  # of 24: agrees with the target often, not always
 CONFIGS = {

@@ -7,11 +7,11 @@ sibling branches of one SoT group draft from each other; malformed SoT metadata 
 
 from __future__ import annotations
 
-
 import pytest
 from transformers import AutoTokenizer
 
 from sglang_specsot.launch import ServerProcess
+from tests.integration.conftest import SPECSOT, cpu_args
 from tests.integration.parity import (
     STRICT_MEM_CHECK_ENV,
     assert_no_leak_when_idle,
@@ -23,9 +23,7 @@ from tests.integration.parity import (
 
 pytestmark = pytest.mark.integration
 
-COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--dtype", "float32",
-          "--max-total-tokens", "8192", "--sleep-on-idle", "--mem-fraction-static", "0.3"]  # fmt: skip
-SPECSOT = ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens", "6"]
+COMMON = cpu_args(max_total_tokens=8192)  # room for a batch of 8 parity prompts
 MAX_NEW = 32
 
 
