@@ -1,8 +1,12 @@
-"""What the integration modules share: the CPU server arguments and a plain SmolLM2 server."""
+"""What the integration modules share: the CPU server arguments, a plain SmolLM2 server, and
+SPECSOT servers whose teardown proves SGLang's strict idle memory check ran and passed."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +14,12 @@ from sglang_specsot.launch import ServerProcess
 
 # SGLang's context-only SPECSOT: no draft model, a 6-token verify window.
 SPECSOT = ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens", "6"]
+# SGLang's strict idle memory check (scheduler.py:5290-5310, in on_idle) raises on a leaked KV
+# slot or request row, which kills the scheduler, instead of logging a warning.
+STRICT_MEM_CHECK_ENV = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}
+LEAK_NEEDLES = ("memory leak detected", "double free", "use-after-free")
+IDLE_CHECK_ROUNDS = 3  # fresh idle snapshots to see; the first may predate the idle loop
+IDLE_CHECK_DEADLINE = 120.0  # a hang guard: an idle scheduler publishes one about every second
 
 
 def cpu_args(max_total_tokens: int = 4096, mem_fraction_static: float | None = 0.3) -> list[str]:
@@ -30,3 +40,54 @@ def smollm2_server(smollm2_path) -> Iterator[ServerProcess]:
     """A plain SmolLM2 server per module."""
     with ServerProcess(smollm2_path, cpu_args()) as server:
         yield server
+
+
+@contextmanager
+def leak_checked_server(model_path: str, args: list[str], log_path: Path) -> Iterator[ServerProcess]:
+    """A server under SGLang's strict idle memory check; once the caller is done with it, this
+    proves the check ran after the last request and found nothing, or fails."""
+    with ServerProcess(model_path, args, env=STRICT_MEM_CHECK_ENV, log_path=log_path) as server:
+        yield server
+        assert_idle_memory_check_passed(server)
+
+
+def assert_idle_memory_check_passed(server: ServerProcess) -> None:
+    """Wait for IDLE_CHECK_ROUNDS load snapshots the idle scheduler published after now.
+
+    SGLang publishes the fully-idle snapshot in on_idle only after the memory check
+    (scheduler.py:5322, `snapshot = self.publish_load_snapshot(force=True)`, after
+    `_check_all_pools` and `_check_req_pool` at 5292-5297, skipped only with hisparse or
+    disaggregated decoding, neither used here); a leak raises there under the strict check and
+    the scheduler dies before publishing. Busy paths publish too, but only while requests run
+    (scheduler.py:5082) or for one loop turn after the last batch (5260): of several fresh
+    snapshots with nothing running or waiting, all but the first come from the idle path.
+    """
+    since, seen = time.time(), set()
+    deadline = time.monotonic() + IDLE_CHECK_DEADLINE
+    while len(seen) < IDLE_CHECK_ROUNDS:
+        assert time.monotonic() < deadline, (
+            f"SGLang's idle memory check did not run {IDLE_CHECK_ROUNDS} times in "
+            f"{IDLE_CHECK_DEADLINE:.0f}s (fresh idle load snapshots: {len(seen)}):\n{_log_tail(server)}"
+        )
+        load = _load_snapshot(server)
+        if load["timestamp"] > since and load["num_running_reqs"] == load["num_waiting_reqs"] == 0:
+            seen.add(load["timestamp"])
+        time.sleep(0.25)
+    log = server.log_path.read_text()
+    found = [needle for needle in LEAK_NEEDLES if needle in log]
+    assert not found, f"SGLang's memory check reported {found}:\n{_log_tail(server)}"
+
+
+def _load_snapshot(server: ServerProcess) -> dict:
+    """The scheduler's last published load; a dead server (under the strict check a leak kills
+    the scheduler, and SGLang then the whole server) fails with its log."""
+    try:
+        return server.get("/v1/loads")["loads"][0]
+    except OSError as exc:  # refused or reset: URLError and ConnectionResetError are OSErrors
+        raise AssertionError(f"the server died while idle ({exc!r}):\n{_log_tail(server)}") from exc
+
+
+def _log_tail(server: ServerProcess, lines: int = 40) -> str:
+    """The server log's last lines, without the access lines of this module's own polling."""
+    kept = [line for line in server.log_tail(2000).splitlines() if "GET /v1/loads" not in line]
+    return "\n".join(kept[-lines:])

@@ -15,8 +15,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from sglang_specsot.launch import ServerProcess
-from tests.integration.conftest import cpu_args
-from tests.integration.parity import STRICT_MEM_CHECK_ENV, assert_no_leak_when_idle, mismatches, parity_prompts, run_batches
+from tests.integration.conftest import cpu_args, leak_checked_server
+from tests.integration.parity import mismatches, parity_prompts, run_batches
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +65,8 @@ def plain_ids(qwen05_path, prompts) -> list[list[int]]:
 def draft_server(request, qwen05_path, draft_path, tmp_path_factory):
     log = tmp_path_factory.mktemp("specsot-draft") / "server.log"
     args = COMMON + ["--speculative-algorithm", "SPECSOT", "--speculative-draft-model-path", draft_path]
-    with ServerProcess(qwen05_path, args + CONFIGS[request.param], env=STRICT_MEM_CHECK_ENV, log_path=log) as server:
+    # Its teardown, after every test on this server, proves the idle memory check passed.
+    with leak_checked_server(qwen05_path, args + CONFIGS[request.param], log) as server:
         server.config = request.param
         yield server
 
@@ -80,11 +81,6 @@ def test_greedy_parity_with_a_draft_model(draft_server, prompts, plain_ids):
     assert "SPECSOT drafts with" in log  # the draft-model worker, not the context-only one
     loop = "synchronous" if "no-overlap" in draft_server.config else "overlap (event_loop_overlap)"
     assert f"SPECSOT worker driven by the {loop} scheduler loop" in log
-
-
-def test_no_kv_slot_leaked_when_idle(draft_server):
-    """Runs last for each server: after the requests above, the idle check found no leak."""
-    assert_no_leak_when_idle(draft_server)
 
 
 def test_draft_model_with_another_vocabulary_is_refused(smollm2_path, tiny_model_path, tmp_path):
