@@ -37,8 +37,11 @@ def cpu_args(max_total_tokens: int = 4096, mem_fraction_static: float | None = 0
 
 @pytest.fixture(scope="module")
 def smollm2_server(smollm2_path) -> Iterator[ServerProcess]:
-    """A plain SmolLM2 server per module."""
-    with ServerProcess(smollm2_path, cpu_args()) as server:
+    """A plain SmolLM2 server per module, set up for the disconnect tests at little cost: at
+    debug level SGLang logs each request it aborts (scheduler.py:5722, 5805), and a load
+    snapshot published every decode step (not every 15th) keeps /v1/loads one step behind."""
+    args = cpu_args() + ["--log-level", "debug", "--load-snapshot-publish-interval", "1"]
+    with ServerProcess(smollm2_path, args) as server:
         yield server
 
 
