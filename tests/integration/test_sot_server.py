@@ -21,8 +21,8 @@ pytestmark = pytest.mark.integration
 
 SUITABLE = "How can I improve my time management skills?"
 MATH = "Solve for x: 3x + 10 = 5x - 10."
-MAX_TOKENS = 48
-CONFIG = {"skeleton_max_tokens": 24, "max_points": 3, "max_running": 2, "default_branch_tokens": 16,
+MAX_TOKENS = 96  # room for a whole skeleton: one cut by its cap falls back to a normal answer
+CONFIG = {"skeleton_max_tokens": 96, "max_points": 3, "max_running": 2, "default_branch_tokens": 16,
           "min_branch_tokens": 8, "router_min_answer_tokens": 1}  # fmt: skip
 IDLE_DEADLINE = 120.0  # hang guard while waiting on the server after a disconnect
 UNBOUNDED = 1600  # a branch budget no answer reaches; two such branches fit the KV pool together
@@ -189,7 +189,7 @@ def test_disconnect_mid_branch_aborts_every_running_branch(smollm2_server, strea
     # it resumes a branch can end only by an abort, however fast or slow this CPU is. The pause
     # lands within a few decode steps of the branches' start (fast polling, a load snapshot each
     # step); greedy, the first two branches of this plan run 58 and 110 tokens to their EOS.
-    config = {**CONFIG, "skeleton_max_tokens": 96, "max_points": 8,
+    config = {**CONFIG, "max_points": 8,
               "default_branch_tokens": UNBOUNDED, "max_branch_tokens": UNBOUNDED}  # fmt: skip
     payload = chat(SUITABLE, specsot={"mode": "on", "config": config}, stream=stream, max_tokens=None)
     start = len(server.log_path.read_text())
