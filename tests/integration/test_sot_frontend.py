@@ -13,10 +13,10 @@ pytestmark = pytest.mark.integration
 
 SUITABLE = "How can I improve my time management skills?"
 MATH = "Solve for x: 3x + 10 = 5x - 10."
-MAX_TOKENS = 48
+MAX_TOKENS = 96  # room for a whole skeleton: one cut by its cap falls back to a normal answer
 # Small budgets keep the suite fast on two cores; router_min_answer_tokens=1 lets the rules,
 # not the short cap, decide the route.
-CONFIG = SoTConfig(skeleton_max_tokens=24, max_points=3, max_running=2, default_branch_tokens=16,
+CONFIG = SoTConfig(skeleton_max_tokens=96, max_points=3, max_running=2, default_branch_tokens=16,
                    min_branch_tokens=8, router_min_answer_tokens=1)  # fmt: skip
 
 
