@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -98,9 +99,20 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stop_on_sigterm() -> None:
+    """SIGTERM (a session ending, `kill PID`) unwinds like Ctrl-C, so the servers are stopped;
+    a background job ignores SIGINT, so SIGTERM is how one stops it."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[specsot-bench] %(message)s")
+    _stop_on_sigterm()
     try:
         return args.run(args)
     except (ValueError, OSError) as exc:

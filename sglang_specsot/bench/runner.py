@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,11 @@ logger = logging.getLogger(__name__)
 
 COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-tokens", "8192",
           "--sleep-on-idle"]  # fmt: skip
+# On CPU SGLang sizes its pools from the memory free at start-up, which other processes on a
+# shared machine change; the KV pool is capped by --max-total-tokens anyway (8192 tokens of the
+# 1.5B are ~235 MB), so a server that runs alone may claim most of what is free.
+SOLO_MEM_FRACTION, SHARED_MEM_FRACTION = "0.9", "0.25"
+START_RETRIES, RETRY_PAUSE = 1, 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,13 +105,22 @@ def _log(plan: RunPlan, name: str) -> Path:
 
 
 def _start(plan: RunPlan, name: str):
+    """Start one server; a failed start is tried once more after a pause (memory on a shared
+    machine comes and goes), then the error goes up to become the cells' reason."""
     from sglang_specsot.launch import ServerProcess
 
-    memory = ["--mem-fraction-static", "0.6" if plan.one_at_a_time else "0.25"]
+    memory = ["--mem-fraction-static", SOLO_MEM_FRACTION if plan.one_at_a_time else SHARED_MEM_FRACTION]
     args = COMMON + memory + ["--dtype", plan.dtype] + list(plan.servers[name].args)
-    logger.info("starting server %s: %s", name, " ".join(args))
-    return ServerProcess(plan.model_path, args, log_path=_log(plan, name),
-                         startup_timeout=plan.startup_timeout).start()  # fmt: skip
+    for attempt in range(1 + START_RETRIES):
+        logger.info("starting server %s: %s", name, " ".join(args))
+        try:
+            return ServerProcess(plan.model_path, args, log_path=_log(plan, name),
+                                 startup_timeout=plan.startup_timeout).start()  # fmt: skip
+        except (RuntimeError, TimeoutError, OSError) as exc:
+            if attempt == START_RETRIES:
+                raise
+            logger.warning("server %s did not start (%s); retrying in %ds", name, str(exc).splitlines()[0], RETRY_PAUSE)
+            time.sleep(RETRY_PAUSE)
 
 
 def _target(server, name: str, render) -> Target:

@@ -84,3 +84,23 @@ def test_a_server_that_does_not_start_fails_its_cells_and_the_run_goes_on(tmp_pa
     ngram = [c for (q, name), c in cells.items() if name == "NGRAM"]
     assert len(ngram) == 3 and all(c.status == FAILED and "server ngram did not start" in c.reason for c in ngram)
     assert all(c.status == OK for (q, name), c in cells.items() if name != "NGRAM")
+
+
+def test_a_server_that_fails_to_start_is_tried_once_more(tmp_path, monkeypatch):
+    attempts = []
+
+    class FlakyServer:
+        def __init__(self, model_path, args, log_path=None, startup_timeout=0):
+            self.args = args
+
+        def start(self):
+            attempts.append(self.args)
+            if len(attempts) == 1:
+                raise RuntimeError("SGLang server exited with code -9 during start-up")
+            return self
+
+    monkeypatch.setattr("sglang_specsot.launch.ServerProcess", FlakyServer)
+    monkeypatch.setattr(runner, "RETRY_PAUSE", 0)
+    server = runner._start(plan(tmp_path, one_at_a_time=True), "plain")
+    assert len(attempts) == 2 and isinstance(server, FlakyServer)
+    assert attempts[0][attempts[0].index("--mem-fraction-static") + 1] == runner.SOLO_MEM_FRACTION
