@@ -87,7 +87,7 @@ def build_report(out: Path, quality: bool = True) -> dict:
         from sglang_specsot.models.embedding import SentenceEmbedder
 
         scores = assess(cells, texts, SentenceEmbedder())
-    rows = summarize(cells, scores, load_judgements(out))
+    rows = summarize(cells, scores, load_judgements(out), calibrated=load_judgements(out, "calibrated"))
     (out / "plots").mkdir(exist_ok=True)
     plots = [speedup_plot(rows, out / "plots" / f"speedup-{s}.png", s) for s in ("suitable", "unsuitable", "all")]
     plots += [timeline_plot(cells, qid, out / "plots" / f"timeline-q{qid}.png") for qid in sorted({k[0] for k in cells})]

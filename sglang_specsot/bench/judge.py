@@ -1,5 +1,7 @@
 """Pairwise judgement of each SoT answer against the plain answer by a judge model, asked in
-both orders (position bias); orders that disagree make a tie. Appends to judge.jsonl."""
+both orders (position bias); orders that disagree make a tie. A second, calibrated verdict
+compares log P("A") - log P("B") of the judge's first token across the two orders, which
+cancels a judge that always names the first answer. Appends to judge.jsonl."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 
 from sglang_specsot.bench.cells import post_json
 from sglang_specsot.bench.configs import BASELINE
-from sglang_specsot.bench.metrics import combine_verdicts, parse_verdict
+from sglang_specsot.bench.metrics import calibrated_verdict, combine_verdicts, parse_verdict
 from sglang_specsot.bench.store import OK, CellResult
 
 logger = logging.getLogger(__name__)
@@ -31,16 +33,27 @@ Which answer is more helpful, correct and complete? Reply with exactly one word:
 
 
 @dataclass(frozen=True, slots=True)
+class Reply:
+    """The judge's answer to one order: its word, and log P("A") - log P("B") of its first token."""
+
+    word: str | None
+    margin: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class Judgement:
     question_id: int
     config: str
     sot_first: str | None  # the judge's reply with the SoT answer shown as A
     normal_first: str | None  # ... shown as B
-    verdict: str  # for the SoT answer: win | tie | loss
+    verdict: str  # for the SoT answer: win | tie | loss (orders must agree)
+    sot_first_margin: float | None = None  # log P(A) - log P(B), SoT shown as A
+    normal_first_margin: float | None = None  # ... SoT shown as B
+    calibrated: str = ""  # win | tie | loss from the two margins (metrics.calibrated_verdict)
 
 
-def load_judgements(out: Path) -> dict[str, dict[int, str]]:
-    """{config: {question_id: verdict}} from judge.jsonl (missing file: empty)."""
+def load_judgements(out: Path, key: str = "verdict") -> dict[str, dict[int, str]]:
+    """{config: {question_id: row[key]}} from judge.jsonl (missing file or key: empty)."""
     path = out / JUDGE_FILE
     result: dict[str, dict[int, str]] = {}
     if path.exists():
@@ -49,7 +62,8 @@ def load_judgements(out: Path) -> dict[str, dict[int, str]]:
                 row = json.loads(line)
             except ValueError:
                 continue
-            result.setdefault(row["config"], {})[row["question_id"]] = row["verdict"]
+            if row.get(key):
+                result.setdefault(row["config"], {})[row["question_id"]] = row[key]
     return result
 
 
@@ -63,20 +77,35 @@ def pending(cells: dict[tuple[int, str], CellResult], configs: list[str], judged
     return out
 
 
-def judge_pair(url: str, render, question: str, sot: str, normal: str, timeout: float) -> tuple[str | None, str | None]:
-    replies = []
-    for a, b in ((sot, normal), (normal, sot)):
-        prompt = render([{"role": "user", "content": PROMPT.format(
-            question=question, a=a[:ANSWER_CHARS], b=b[:ANSWER_CHARS])}])  # fmt: skip
-        out = post_json(url + "/generate", {"text": prompt, "sampling_params": {
-            "temperature": 0, "max_new_tokens": 8}}, timeout)  # fmt: skip
-        replies.append(parse_verdict(out["text"]))
-    return replies[0], replies[1]
+def judge_pair(url: str, render, choice_ids: tuple[int, int], question: str, sot: str, normal: str,
+               timeout: float) -> tuple[Reply, Reply]:  # fmt: skip
+    """Ask in both orders (SoT as A, then as B); `choice_ids` are the token ids of "A" and "B"."""
+    return tuple(_ask_judge(url, render, choice_ids, question, a, b, timeout) for a, b in ((sot, normal), (normal, sot)))
 
 
-def record(out: Path, cell: CellResult, replies: tuple[str | None, str | None]) -> Judgement:
-    # Identical answers need no judge, but they still count as a tie through combine_verdicts.
-    judgement = Judgement(cell.question_id, cell.config, *replies, combine_verdicts(*replies))
+def _ask_judge(url: str, render, choice_ids: tuple[int, int], question: str, a: str, b: str, timeout: float) -> Reply:
+    prompt = render([{"role": "user", "content": PROMPT.format(question=question, a=a[:ANSWER_CHARS], b=b[:ANSWER_CHARS])}])
+    out = post_json(url + "/generate", {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": 8},
+                                        "return_logprob": True, "token_ids_logprob": list(choice_ids)}, timeout)  # fmt: skip
+    return Reply(parse_verdict(out["text"]), first_token_margin(out["meta_info"], choice_ids))
+
+
+def first_token_margin(meta: dict, choice_ids: tuple[int, int]) -> float | None:
+    """log P(A) - log P(B) at the first generated token, from SGLang's output_token_ids_logprobs
+    (per output token: [(logprob, token_id, text), ...]); None if SGLang returned none."""
+    steps = meta.get("output_token_ids_logprobs") or []
+    if not steps or not steps[0]:
+        return None
+    by_id = {int(entry[1]): float(entry[0]) for entry in steps[0]}
+    if choice_ids[0] not in by_id or choice_ids[1] not in by_id:
+        return None
+    return by_id[choice_ids[0]] - by_id[choice_ids[1]]
+
+
+def record(out: Path, cell: CellResult, replies: tuple[Reply, Reply]) -> Judgement:
+    first, second = replies
+    judgement = Judgement(cell.question_id, cell.config, first.word, second.word, combine_verdicts(first.word, second.word),
+                          first.margin, second.margin, calibrated_verdict(first.margin, second.margin))  # fmt: skip
     with (out / JUDGE_FILE).open("a") as f:
         f.write(json.dumps(asdict(judgement)) + "\n")
     return judgement

@@ -16,6 +16,11 @@ MIN_SENTENCE_WORDS = 3
 _SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
 _DECOR = re.compile(r"^\s*(?:[-*#>]+|\d+[.)])\s*")
 WIN, TIE, LOSS = "win", "tie", "loss"
+# Calibrated verdict: half the difference of log P(A) - log P(B) between the two orders is the
+# judge's preference for the SoT answer with an additive position bias cancelled (Wang et al.
+# 2023, "Large Language Models are not Fair Evaluators": balanced position calibration).
+# Within +-CALIBRATED_TIE nats it is a tie.
+CALIBRATED_TIE = 0.1
 
 
 def sentences(text: str) -> list[str]:
@@ -66,3 +71,12 @@ def combine_verdicts(sot_first: str | None, normal_first: str | None) -> str:
     first = {"A": WIN, "B": LOSS}.get(sot_first or "", TIE)
     second = {"B": WIN, "A": LOSS}.get(normal_first or "", TIE)
     return first if first == second else TIE
+
+
+def calibrated_verdict(sot_first_margin: float | None, normal_first_margin: float | None,
+                       band: float = CALIBRATED_TIE) -> str:  # fmt: skip
+    """SoT's result from log P(A) - log P(B) in both orders (SoT shown as A, then as B)."""
+    if sot_first_margin is None or normal_first_margin is None:
+        return TIE
+    preference = (sot_first_margin - normal_first_margin) / 2
+    return WIN if preference > band else LOSS if preference < -band else TIE

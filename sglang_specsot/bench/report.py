@@ -40,7 +40,8 @@ class Row:
     cosine: float | None
     length_ratio: float | None
     asks_addressed: float | None
-    judge: str = ""  # "wins/ties/losses" of this answer against the plain one
+    judge: str = ""  # "wins/ties/losses" of this answer against the plain one (both orders agree)
+    judge_calibrated: str = ""  # the same from log-probabilities, position bias cancelled
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -64,7 +65,7 @@ def speedups(cells: dict[tuple[int, str], CellResult], config: str) -> dict[int,
 
 
 def summarize(cells: dict[tuple[int, str], CellResult], quality: list[Quality], judged: dict | None = None,
-              configs: list[str] | None = None) -> list[Row]:  # fmt: skip
+              configs: list[str] | None = None, calibrated: dict | None = None) -> list[Row]:  # fmt: skip
     """A Row for every configuration x subset that has cells."""
     quality_by = {(q.question_id, q.config): q for q in quality}
     names = configs or list(dict.fromkeys(name for _, name in sorted(cells, key=lambda k: k[1] != BASELINE)))
@@ -74,16 +75,22 @@ def summarize(cells: dict[tuple[int, str], CellResult], quality: list[Quality], 
         for subset, keep in SUBSETS.items():
             mine = [c for (_, n), c in cells.items() if n == name and keep(c)]
             if mine:
-                rows.append(_row(name, subset, mine, ups, quality_by, (judged or {}).get(name, {})))
+                verdicts = ((judged or {}).get(name, {}), (calibrated or {}).get(name, {}))
+                rows.append(_row(name, subset, mine, ups, quality_by, *verdicts))
     return rows
 
 
-def _row(name, subset, mine: list[CellResult], ups, quality_by, judged: dict) -> Row:
+def _wtl(judged: dict[int, str], ok: list[CellResult]) -> str:
+    """'wins/ties/losses' over the cells that have a verdict ('' if none has)."""
+    verdicts = [judged[c.question_id] for c in ok if c.question_id in judged]
+    return "/".join(str(verdicts.count(v)) for v in (WIN, TIE, LOSS)) if verdicts else ""
+
+
+def _row(name, subset, mine: list[CellResult], ups, quality_by, judged: dict, calibrated: dict) -> Row:
     ok = [c for c in mine if c.status == OK]
     q = [quality_by[c.key] for c in ok if c.key in quality_by]
     attr: Callable = lambda f: _mean(f(c) for c in ok)  # noqa: E731
     sot = [c for c in ok if c.path == "sot"]
-    verdicts = [judged[c.question_id] for c in ok if c.question_id in judged]
     return Row(
         name, subset, len(ok), len(mine) - len(ok),
         _geomean([ups[c.question_id] for c in ok if c.question_id in ups]),
@@ -94,7 +101,7 @@ def _row(name, subset, mine: list[CellResult], ups, quality_by, judged: dict) ->
         attr(lambda c: float(c.path == "sot")), attr(lambda c: float(c.fallback)), attr(lambda c: float(c.hit_cap)), attr(lambda c: float(c.looped)),
         _mean(x.normal_covered for x in q), _mean(x.answer_covered for x in q), _mean(x.cosine for x in q),
         _mean(x.length_ratio for x in q), _mean(x.asks_addressed for x in q),
-        "/".join(str(verdicts.count(v)) for v in (WIN, TIE, LOSS)) if verdicts else "",
+        _wtl(judged, ok), _wtl(calibrated, ok),
     )  # fmt: skip
 
 
@@ -136,7 +143,8 @@ COLUMNS = [("config", "config"), ("subset", "subset"), ("ok", "ok"), ("failed", 
            ("points", "points"), ("accept_length", "accept"), ("sot_share", "SoT path"),
            ("fallback", "fallback"),           ("hit_cap", "hit cap"), ("looped", "looped"), ("normal_covered", "covers normal"),
            ("answer_covered", "covered by normal"), ("cosine", "cosine"), ("length_ratio", "length ratio"),
-           ("asks_addressed", "asks addressed"), ("judge", "judge W/T/L")]  # fmt: skip
+           ("asks_addressed", "asks addressed"), ("judge", "judge W/T/L"),
+           ("judge_calibrated", "judge W/T/L calibrated")]  # fmt: skip
 
 
 def _fmt(value) -> str:

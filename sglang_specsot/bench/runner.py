@@ -77,26 +77,61 @@ def run(plan: RunPlan) -> int:
 
 def _round(plan: RunPlan, todo: list, names: list[str], render, bar) -> None:
     """Start `names`, run `todo` question by question (config order rotated), stop them."""
-    servers, broken = {}, {}
+    pool = _Pool(plan, render)
     try:
         for name in names:
-            try:
-                servers[name] = _start(plan, name)
-            except (RuntimeError, TimeoutError, OSError) as exc:
-                broken[name] = f"server {name} did not start: {str(exc).splitlines()[0]} (log {_log(plan, name)})"
-        targets = {name: _target(server, name, render) for name, server in servers.items()}
+            pool.start(name)
         for i, question in enumerate(dict.fromkeys(q for q, _ in todo)):
             mine = [c for q, c in todo if q == question]
             for cfg in _rotate(mine, i):
-                if cfg.server in broken:
-                    cell = failed(cfg, question, broken[cfg.server])
+                reason = pool.ready(cfg.server)
+                if reason:
+                    cell = failed(cfg, question, reason)
                 else:
-                    cell = run_cell(cfg, question, targets[cfg.server], plan.settings)
+                    cell = run_cell(cfg, question, pool.targets[cfg.server], plan.settings)
                 append(plan.out / CELLS_FILE, cell)
                 bar.set_postfix_str(f"q{question.id} {cfg.name} {cell.status}")
                 bar.update(1)
     finally:
-        for server in servers.values():
+        pool.stop()
+
+
+class _Pool:
+    """The servers of one round. One found dead (on a shared machine the OOM killer picks the
+    biggest process) is restarted once per round; after that its cells fail with the reason."""
+
+    def __init__(self, plan: RunPlan, render) -> None:
+        self.plan, self.render = plan, render
+        self.servers: dict = {}
+        self.targets: dict[str, Target] = {}
+        self.broken: dict[str, str] = {}  # server name -> why its cells fail
+        self.restarted: set[str] = set()
+
+    def start(self, name: str) -> None:
+        try:
+            server = _start(self.plan, name)
+        except (RuntimeError, TimeoutError, OSError) as exc:
+            self.broken[name] = f"server {name} did not start: {str(exc).splitlines()[0]} (log {_log(self.plan, name)})"
+            return
+        self.servers[name], self.targets[name] = server, _target(server, name, self.render)
+
+    def ready(self, name: str) -> str | None:
+        """None when `name` is up (restarting it if it died and was not restarted yet), else why not."""
+        if name in self.broken:
+            return self.broken[name]
+        gone = self.targets[name].alive()
+        if gone and name not in self.restarted:
+            logger.warning("%s; restarting it", gone)
+            self.restarted.add(name)
+            self.servers.pop(name).stop()
+            self.start(name)
+            return self.broken.get(name)
+        if gone:
+            self.broken[name] = gone
+        return self.broken.get(name)
+
+    def stop(self) -> None:
+        for server in self.servers.values():
             server.stop()
 
 
@@ -113,9 +148,12 @@ def _start(plan: RunPlan, name: str):
     args = COMMON + memory + ["--dtype", plan.dtype] + list(plan.servers[name].args)
     for attempt in range(1 + START_RETRIES):
         logger.info("starting server %s: %s", name, " ".join(args))
+        server = ServerProcess(plan.model_path, args, log_path=_log(plan, name), startup_timeout=plan.startup_timeout)
         try:
-            return ServerProcess(plan.model_path, args, log_path=_log(plan, name),
-                                 startup_timeout=plan.startup_timeout).start()  # fmt: skip
+            return server.start()
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM while it starts: it is no one's to stop yet
+            server.stop()
+            raise
         except (RuntimeError, TimeoutError, OSError) as exc:
             if attempt == START_RETRIES:
                 raise

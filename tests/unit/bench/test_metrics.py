@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_specsot.bench.metrics import (
-    LOSS, TIE, WIN, combine_verdicts, completeness, coverage, length_ratio, parse_verdict, sentences,
+    LOSS, TIE, WIN, calibrated_verdict, combine_verdicts, completeness, coverage, length_ratio, parse_verdict, sentences,
 )  # fmt: skip
 
 
@@ -43,3 +43,12 @@ def test_verdicts_in_both_orders_and_disagreement_is_a_tie():
     assert combine_verdicts("A", "A") == TIE  # position bias: the judge picked the first both times
     assert combine_verdicts(None, "B") == TIE
     assert combine_verdicts("tie", "tie") == TIE
+
+
+def test_calibrated_verdict_cancels_a_judge_that_always_names_the_first_answer():
+    # The judge prefers position A by 3 nats whichever answer is there, plus 0.5 for SoT's answer.
+    assert calibrated_verdict(3.5, 2.5) == WIN
+    assert calibrated_verdict(2.5, 3.5) == LOSS
+    assert calibrated_verdict(3.0, 3.0) == TIE  # only position bias
+    assert calibrated_verdict(3.05, 2.95) == TIE  # inside the +-0.1 nat band
+    assert calibrated_verdict(None, 1.0) == TIE

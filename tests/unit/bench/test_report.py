@@ -35,9 +35,11 @@ def test_summary_rows_per_subset_with_failures_counted():
 
 def test_summary_carries_quality_and_judge_results():
     quality = [Quality(1, "SpecSoT-server", 0.5, 1.0, 0.8, 0.4, 3, 2 / 3)]
-    rows = summarize(CELLS, quality, {"SpecSoT-server": {1: "win", 2: "tie"}})
+    rows = summarize(CELLS, quality, {"SpecSoT-server": {1: "win", 2: "tie"}},
+                     calibrated={"SpecSoT-server": {1: "win", 2: "loss"}})
     spec = next(r for r in rows if r.config == "SpecSoT-server" and r.subset == "all")
     assert (spec.normal_covered, spec.cosine, spec.asks_addressed, spec.judge) == (0.5, 0.8, pytest.approx(2 / 3), "1/1/0")
+    assert spec.judge_calibrated == "1/0/1"
 
 
 def test_greedy_equality_counts_identical_answers():

@@ -17,13 +17,14 @@ class FakeProc:
     returncode = None
 
     def poll(self):
-        return None
+        return self.returncode
 
 
 class FakeServer:
     def __init__(self, name, log):
         self.name, self.base_url, self.proc, self.log_path, self.stopped = name, f"http://{name}", FakeProc(), "x", False
         log.append(("start", name))
+        log.append(("server", name, self))
 
     def stop(self):
         self.stopped = True
@@ -99,8 +100,49 @@ def test_a_server_that_fails_to_start_is_tried_once_more(tmp_path, monkeypatch):
                 raise RuntimeError("SGLang server exited with code -9 during start-up")
             return self
 
+        def stop(self):
+            pass
+
     monkeypatch.setattr("sglang_specsot.launch.ServerProcess", FlakyServer)
     monkeypatch.setattr(runner, "RETRY_PAUSE", 0)
     server = runner._start(plan(tmp_path, one_at_a_time=True), "plain")
     assert len(attempts) == 2 and isinstance(server, FlakyServer)
     assert attempts[0][attempts[0].index("--mem-fraction-static") + 1] == runner.SOLO_MEM_FRACTION
+
+
+def test_a_server_that_dies_is_restarted_once_then_its_cells_fail(tmp_path, fake_world, monkeypatch):
+    log, _ = fake_world
+    deaths = iter([True, True, False, False])  # dies after its 1st cell, again after its 2nd (restarted)
+
+    def run_cell(cfg, question, target, settings):
+        server = [e[2] for e in log if e[0] == "server" and e[1] == cfg.server][-1]
+        if cfg.server == "ngram" and next(deaths):
+            server.proc.returncode = -9
+        log.append(("cell", question.id, cfg.name, target.url))
+        return CellResult(question.id, cfg.name, OK, question.suitable, latency=1.0, answer="a")
+
+    monkeypatch.setattr(runner, "run_cell", run_cell)
+    runner.run(plan(tmp_path, one_at_a_time=False))
+    assert [e[1] for e in log if e[0] == "start"].count("ngram") == 2
+    ngram = sorted((q, c.status, c.reason) for (q, name), c in load(tmp_path / "cells.jsonl").items() if name == "NGRAM")
+    assert [s for _, s, _ in ngram] == [OK, OK, FAILED]
+    assert "server ngram exited with code -9" in ngram[2][2]
+
+
+def test_an_interrupt_while_a_server_starts_stops_it(tmp_path, monkeypatch):
+    stopped = []
+
+    class SlowServer:
+        def __init__(self, model_path, args, log_path=None, startup_timeout=0):
+            pass
+
+        def start(self):
+            raise KeyboardInterrupt  # SIGTERM arrives while the server loads
+
+        def stop(self):
+            stopped.append(True)
+
+    monkeypatch.setattr("sglang_specsot.launch.ServerProcess", SlowServer)
+    with pytest.raises(KeyboardInterrupt):
+        runner._start(plan(tmp_path, one_at_a_time=True), "plain")
+    assert stopped == [True]
