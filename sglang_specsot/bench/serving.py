@@ -3,7 +3,8 @@
 The questions become bench_serving's `custom` dataset (a JSONL of two-turn conversations; the
 assistant turn only sets the output length, which --sharegpt-output-len fixes anyway). Each
 configuration starts its server alone, runs `python -m sglang.benchmark.serving` with the
-`sglang-oai-chat` backend at each concurrency, and the JSON line it appends is tagged and merged.
+`sglang-oai-chat` backend at each concurrency, and the JSON line it appends is tagged and merged
+into serving.md; a re-run skips the (configuration, concurrency) pairs that have a result.
 SoT goes through `--extra-request-body '{"specsot": {"mode": "on"}}'`.
 
 What the numbers mean for a SoT response: bench_serving counts streamed `reasoning_content`
@@ -81,7 +82,7 @@ def merge(rows: list[dict]) -> str:
 
 def main(args) -> int:
     from sglang_specsot.bench.e2e import pick_questions, resolve_model
-    from sglang_specsot.bench.runner import COMMON
+    from sglang_specsot.bench.runner import COMMON, SOLO_MEM_FRACTION
     from sglang_specsot.data import load_questions
     from sglang_specsot.launch import ServerProcess
 
@@ -97,22 +98,43 @@ def main(args) -> int:
     (out / "logs").mkdir(parents=True, exist_ok=True)
     dataset = write_dataset(questions, out / "questions.jsonl", args.max_tokens)
     merged = out / "serving.jsonl"
+    concurrencies = [int(x) for x in args.concurrency.split(",")]
     for name in names:
+        todo = [c for c in concurrencies if (name, c) not in finished(merged)]
+        if not todo:
+            continue  # resumed: measured in an earlier run of this command
         server_name, body = CONFIGS[name]
         server_name = server_name if server_name in specs else "specsot-ctx"  # no draft: context drafting
-        args_ = COMMON + ["--mem-fraction-static", "0.6", "--dtype", args.dtype] + list(specs[server_name].args)
+        args_ = COMMON + ["--mem-fraction-static", SOLO_MEM_FRACTION, "--dtype", args.dtype] + list(specs[server_name].args)
         try:
             with ServerProcess(target, args_, log_path=out / "logs" / f"serving-{name}.log") as server:
-                for c in [int(x) for x in args.concurrency.split(",")]:
+                for c in todo:
                     _one(server.base_url, target, dataset, len(questions), c, args, body, out, name, merged)
         except (RuntimeError, TimeoutError, OSError) as exc:
             _append(merged, {"config": name, "error": str(exc).splitlines()[0]})
             print(f"{name}: failed: {str(exc).splitlines()[0]}", flush=True)
-    rows = [json.loads(line) for line in merged.read_text().splitlines() if line.strip()]
-    table = merge([r for r in rows if "error" not in r])
+    table = merge(latest(merged))
     (out / "serving.md").write_text(table)
     print(table)
     return 0
+
+
+def _rows(merged: Path) -> list[dict]:
+    return [json.loads(line) for line in merged.read_text().splitlines() if line.strip()] if merged.exists() else []
+
+
+def finished(merged: Path) -> set[tuple[str, int]]:
+    """(config, concurrency) pairs with a result line, which a re-run skips."""
+    return {(r["config"], r["concurrency"]) for r in _rows(merged) if "error" not in r and "concurrency" in r}
+
+
+def latest(merged: Path) -> list[dict]:
+    """The last successful line of each (config, concurrency), in first-measured order."""
+    rows: dict[tuple[str, int], dict] = {}
+    for r in _rows(merged):
+        if "error" not in r and "concurrency" in r:
+            rows[(r["config"], r["concurrency"])] = r
+    return list(rows.values())
 
 
 def _one(url, target, dataset, n, c, args, body, out: Path, name: str, merged: Path) -> None:

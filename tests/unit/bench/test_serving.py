@@ -1,0 +1,37 @@
+"""bench_serving glue without a server: the custom dataset, the command, resume and the table."""
+
+from __future__ import annotations
+
+import json
+
+from sglang_specsot.bench.cells import Question
+from sglang_specsot.bench.serving import bench_command, finished, latest, merge, write_dataset
+
+
+def test_dataset_is_bench_servings_custom_format(tmp_path):
+    path = write_dataset([Question(1, "Why?", True)], tmp_path / "q.jsonl", 4)
+    (row,) = [json.loads(line) for line in path.read_text().splitlines()]
+    assert row["conversations"][0] == {"role": "user", "content": "Why?"}
+    assert row["conversations"][1]["role"] == "assistant"
+
+
+def test_command_sends_sot_through_the_extra_request_body(tmp_path):
+    cmd = bench_command("http://h", "/m", tmp_path / "q.jsonl", 5, 8, 64, {"specsot": {"mode": "on"}}, tmp_path / "o")
+    assert cmd[1:3] == ["-m", "sglang.benchmark.serving"]
+    assert cmd[cmd.index("--max-concurrency") + 1] == "8" and cmd[cmd.index("--dataset-name") + 1] == "custom"
+    assert json.loads(cmd[cmd.index("--extra-request-body") + 1]) == {"specsot": {"mode": "on"}}
+    assert "--extra-request-body" not in bench_command("http://h", "/m", tmp_path, 5, 1, 64, {}, tmp_path / "o")
+
+
+def test_resume_skips_measured_pairs_and_the_table_keeps_the_latest(tmp_path):
+    merged = tmp_path / "serving.jsonl"
+    rows = [{"config": "plain", "concurrency": 1, "median_e2e_latency_ms": 9.0},
+            {"config": "SoT", "concurrency": 1, "error": "boom"},
+            {"config": "plain", "concurrency": 1, "median_e2e_latency_ms": 7.0},
+            {"config": "SoT", "error": "server did not start"}]  # fmt: skip
+    merged.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert finished(merged) == {("plain", 1)}
+    assert [r["median_e2e_latency_ms"] for r in latest(merged)] == [7.0]
+    table = merge(latest(merged))
+    assert table.splitlines()[2].startswith("| plain | 1 | - | ") and "| 7.0 |" in table
+    assert finished(tmp_path / "missing.jsonl") == set()
