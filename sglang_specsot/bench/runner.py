@@ -30,6 +30,7 @@ COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-
 # 1.5B are ~235 MB), so a server that runs alone may claim most of what is free.
 SOLO_MEM_FRACTION, SHARED_MEM_FRACTION = "0.9", "0.25"
 START_RETRIES, RETRY_PAUSE = 1, 30
+SERVER_ORDER = ("plain", "specsot", "specsot-ctx", "ngram", "standalone")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +69,7 @@ def run(plan: RunPlan) -> int:
         blocks = _chunks(plan.questions, plan.block) if plan.one_at_a_time else [plan.questions]
         for number, block in enumerate(blocks):
             block_todo = [(q, c) for q, c in todo if q in block]
-            names = _rotate(sorted({c.server for _, c in block_todo}), number)
+            names = _rotate(sorted({c.server for _, c in block_todo}, key=_server_rank), number)
             groups = [[n] for n in names] if plan.one_at_a_time else [names]
             for group in groups:
                 _round(plan, [(q, c) for q, c in block_todo if c.server in group], group, render, bar)
@@ -133,6 +134,12 @@ class _Pool:
     def stop(self) -> None:
         for server in self.servers.values():
             server.stop()
+
+
+def _server_rank(name: str) -> tuple[int, str]:
+    """Round order in the first block: the headline pair (plain, then SpecSoT's server) first, so
+    a run cut short by the end of a session has it; later blocks rotate this order."""
+    return (SERVER_ORDER.index(name) if name in SERVER_ORDER else len(SERVER_ORDER), name)
 
 
 def _log(plan: RunPlan, name: str) -> Path:

@@ -73,6 +73,7 @@ def test_one_at_a_time_runs_rounds_over_blocks(tmp_path, fake_world):
     # Block 1 (q1, q2) then block 2 (q3): each server started once per block, alone.
     starts = [e[1] for e in log if e[0] == "start"]
     assert len(starts) == 6 and set(starts[:3]) == set(starts[3:]) and starts[:3] != starts[3:]
+    assert starts[:3] == ["plain", "specsot-ctx", "ngram"]  # the headline pair first, then rotated
     first_block = log[: log.index(("start", starts[3]))]
     assert {e[1] for e in first_block if e[0] == "cell"} == {1, 2}
 
