@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import pytest
+
+from sglang_specsot.bench.goals import check, markdown
+from sglang_specsot.bench.profile import profiles
+from sglang_specsot.bench.report import SUBSETS, summarize
+from tests.unit.bench.conftest import cell, sot_cell
+
+
+def cells_of(*cells):
+    return {c.key: c for c in cells}
+
+
+CELLS = cells_of(
+    cell(1, "plain", 12.0, output_tokens=60), cell(1, "NGRAM", 6.0), cell(1, "SoT-server", 0.0, status="failed"),
+    sot_cell(1, "SpecSoT-server", 4.0), cell(2, "plain", 8.0, suitable=False), cell(2, "SpecSoT-router", 10.0, suitable=False),
+)  # fmt: skip
+
+
+def test_goals_name_what_is_met_missed_and_not_measured():
+    goals = {g.name: g for g in check(summarize(CELLS, [], {"SpecSoT-server": {1: "loss"}}))}
+    assert goals["SpecSoT-server vs plain"].value == pytest.approx(3.0) and goals["SpecSoT-server vs plain"].met
+    assert goals["SpecSoT-server vs best speculative-only"].value == pytest.approx(1.5)  # 3.0 / NGRAM's 2.0
+    assert goals["SpecSoT-server vs SoT-server"].met is None  # SoT-server's cell failed
+    assert goals["SpecSoT-server judge (both orders agree)"].met is False  # 0 wins, 1 loss
+    assert goals["SpecSoT-router vs plain on unsuitable questions"].met is False  # 0.8x
+    assert "| SpecSoT-router vs plain on unsuitable questions | 0.80 | >= 1 | **no** |" in markdown(list(goals.values()))
+
+
+def test_profile_splits_the_answer_into_skeleton_branches_and_the_rest():
+    (row,) = [p for p in profiles(CELLS, SUBSETS) if p.subset == "suitable"]
+    # sot_cell: skeleton 0.9 s, branches 1.0-2.0 (10 tokens) and 1.0-3.5 (20 tokens), 4 s in all.
+    assert (row.config, row.n) == ("SpecSoT-server", 1)
+    assert row.skeleton_share == pytest.approx(0.9 / 4) and row.branch_share == pytest.approx(2.5 / 4)
+    assert row.other_share == pytest.approx(0.6 / 4)
+    assert row.overlap == pytest.approx(3.5 / 2.5) and row.longest_over_phase == pytest.approx(1.0)
+    assert row.branch_tok_s == pytest.approx(30 / 2.5) and row.plain_tok_s == pytest.approx(60 / 12)
+    assert row.tokens_vs_plain == pytest.approx(40 / 60)
