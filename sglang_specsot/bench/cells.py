@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 import urllib.error
@@ -101,8 +102,9 @@ def _ask(cfg: CellConfig, question: Question, target: Target, settings: Settings
         raise AssertionError(f"unknown cell kind {cfg.kind!r}")
     latency = time.perf_counter() - started
     answer = fields.pop("answer")
+    # Timings on a machine shared with other jobs: the load average says how shared it was.
     return CellResult(question.id, cfg.name, OK, question.suitable, latency=latency, answer=answer,
-                      looped=find_loop(answer) is not None, **fields)  # fmt: skip
+                      looped=find_loop(answer) is not None, load=os.getloadavg()[0], **fields)  # fmt: skip
 
 
 def _messages(question: Question) -> list[dict]:

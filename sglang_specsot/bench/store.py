@@ -41,6 +41,7 @@ class CellResult:
     points: int = 0
     fallback: bool = False  # SoT was tried but the skeleton was no plan
     branches: tuple[Branch, ...] = field(default=())
+    load: float | None = None  # the machine's 1-minute load average when the answer arrived
 
     @property
     def key(self) -> tuple[int, str]:

@@ -66,6 +66,7 @@ def test_a_normal_cell_reads_generate(fake):
                           "meta_info": {"completion_tokens": 48, "finish_reason": {"type": "length"}, "spec_accept_length": 1.5}})}  # fmt: skip
     result = run_cell(PLAIN, QUESTION, Target(url(fake), render), Settings(48, 10))
     assert result.status == OK and result.output_tokens == 48 and result.hit_cap and result.accept_length == 1.5
+    assert result.load is not None and result.load >= 0  # the machine's load when the answer came
     assert result.looped  # the answer repeats itself up to the cap
 
 
