@@ -145,8 +145,9 @@ def _frontend(target: Target, question: Question, mode: str, settings: Settings)
     if target.endpoint is None:
         target.endpoint = SoTEndpoint(target.url)
     config = SoTConfig(**settings.sot_config) if settings.sot_config else SoTConfig()
-    options = SoTOptions(mode, config, settings.max_tokens)
-    answer = answer_question(target.endpoint, question.text, target.render, options, constrain_skeleton=False)
+    options = SoTOptions(mode=mode, config=config, max_new_tokens=settings.max_tokens)
+    answer = answer_question(target.endpoint, question.text, render=target.render, options=options,
+                             constrain_skeleton=False)  # fmt: skip
     return {"answer": answer.answer, **from_trace(answer.trace())}
 
 

@@ -106,3 +106,18 @@ def test_a_dead_server_fails_the_cell_without_a_request():
     target = Target("http://127.0.0.1:9", render, alive=lambda: "server plain exited with code -9 (log x.log)")
     result = run_cell(PLAIN, QUESTION, target, Settings(48, 5))
     assert result.status == FAILED and result.reason.startswith("server plain exited with code -9")
+
+
+def test_the_frontend_names_frontend_cells_call_still_exist():
+    """frontend.py and sot/runner.py are refactored elsewhere; the smoke run asks no frontend
+    cell, so this catches a renamed parameter before a long run does."""
+    import dataclasses
+    import inspect
+
+    from sglang_specsot.frontend import SoTAnswer, SoTEndpoint, answer_question  # noqa: F401
+    from sglang_specsot.sot.runner import SoTOptions
+
+    params = inspect.signature(answer_question).parameters
+    assert {"render", "options", "constrain_skeleton"} <= set(params)
+    assert {"mode", "config", "max_new_tokens"} <= {f.name for f in dataclasses.fields(SoTOptions)}
+    assert callable(getattr(SoTAnswer, "trace", None))
