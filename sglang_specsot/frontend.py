@@ -104,11 +104,9 @@ def _with_skeleton_constraint(
 ) -> SoTOptions:
     """`options` with the skeleton constraint added where it is wanted and can run.
 
-    By default (None) only on a server started with --enable-custom-logit-processor whose
-    processors see each request's current output: SPECSOT (verify hands them every tree
-    node's history), or overlap scheduling off. SGLang's plain overlap scheduler samples
-    before the previous token reaches `req.output_ids` (tp_worker.py:718-745), which would
-    put the format one token behind; pass True there if SGLANG_ENABLE_DELAY_SAMPLE=1 is set.
+    By default (None) where server-side SoT adds it too (`constraint_runs`: processors
+    enabled, and each request's current output in view). The client cannot see the server's
+    SGLANG_ENABLE_DELAY_SAMPLE: pass True for a plain overlap server that sets it.
     """
     if wanted is False or options.skeleton_logit_processor is not None:
         return options
@@ -122,11 +120,15 @@ def _with_skeleton_constraint(
                 "start it with --enable-custom-logit-processor"
             )
         return options
-    current = info.get("disable_overlap_schedule") or info.get("speculative_algorithm") == "SPECSOT"
-    if wanted is None and not current:
-        return options
-    from sglang_specsot.serving.skeleton_constraint import skeleton_processor_for
+    from sglang_specsot.serving.skeleton_constraint import constraint_runs, skeleton_processor_for
 
+    runs = constraint_runs(
+        enable_custom_logit_processor=True,
+        speculative_algorithm=info.get("speculative_algorithm"),
+        disable_overlap_schedule=bool(info.get("disable_overlap_schedule")),
+    )
+    if wanted is None and not runs:
+        return options
     processor = skeleton_processor_for(endpoint.get_model_name(), options.config)
     return dataclasses.replace(options, skeleton_logit_processor=processor)
 

@@ -9,7 +9,9 @@ as it came. A FastAPI middleware or route would have to re-parse and re-validate
 A request opts in with the `specsot` field (serving/field.py); left at the server default
 "off", requests that do not opt in go to SGLang's own handler untouched. "auto" routes by the
 rules in `sot.router`; "on" forces SoT. A question the router sends to a normal answer is
-answered by SGLang's own handler (its response gains `metadata.specsot`).
+answered by SGLang's own handler (its response gains `metadata.specsot`). On a server that
+can run it (`skeleton_constraint.constraint_runs`), the skeleton is constrained to numbered
+points unless the client sent its own processor.
 
 The SoT answer: router -> skeleton -> branches (at most `max_running` at once) -> merge, all
 through `TokenizerManager.generate_request` (serving/backend.py), returned as one chat
@@ -26,6 +28,7 @@ from collections.abc import Callable
 from sglang_specsot.serving.backend import TokenizerManagerBackend
 from sglang_specsot.serving.field import FIELD, SoTField, default_mode, parse_field
 from sglang_specsot.serving.responses import chat_completion
+from sglang_specsot.serving.skeleton_constraint import with_server_constraint
 from sglang_specsot.serving.stream import SoTStream
 from sglang_specsot.sot.runner import RoutePhase, SoTOptions, SoTPhaseError, new_group, route_phase, run_sot
 from sglang_specsot.speculative import adapter as sgl
@@ -105,6 +108,7 @@ class _SoTChat:
             adapted = sgl.convert_chat_request(self.serving, self.request, self.raw_request)
         except ValueError as exc:
             return self._error(str(exc))
+        options = with_server_constraint(options, self.serving.tokenizer_manager.server_args)
         backend = TokenizerManagerBackend(self.serving.tokenizer_manager, adapted, self.raw_request, self.group)
         run = lambda on_delta=None: run_sot(  # noqa: E731
             question, backend, self._render, options, group=self.group, on_delta=on_delta, route=route

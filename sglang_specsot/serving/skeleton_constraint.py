@@ -17,6 +17,7 @@ SGLANG_ENABLE_DELAY_SAMPLE=1 with a plain server.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections import OrderedDict
@@ -30,6 +31,7 @@ from sglang.srt.sampling.custom_logit_processor import CustomLogitProcessor
 
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
 from sglang_specsot.sot.prompts import SKELETON_PREFILL
+from sglang_specsot.sot.runner import SoTOptions
 from sglang_specsot.sot.skeleton_format import (
     WORD_PIECES,
     Allowed,
@@ -254,3 +256,57 @@ def skeleton_processor_for(
         {"TOKENIZER_PATH": tokenizer_path, "CONFIG": config, "PREFILL": prefill, "__module__": __name__},
     )
     return configured.to_str()
+
+
+def constraint_runs(
+    *,
+    enable_custom_logit_processor: bool,
+    speculative_algorithm: str | None,
+    disable_overlap_schedule: bool,
+    delay_sample: bool = False,
+) -> bool:
+    """Whether a server with these settings runs the constraint on each request's current output.
+
+    SPECSOT hands processors every verify tree node's own history (verify_processors.py).
+    Without speculation the history is current only when overlap scheduling is off or
+    sampling is delayed (SGLANG_ENABLE_DELAY_SAMPLE); SGLang's plain overlap scheduler samples
+    one token behind (tp_worker.py:718-745). SGLang's own speculative algorithms apply a
+    processor to every draft position with the pre-draft history, which would let a tree
+    accept what the format forbids, so they never get it.
+    """
+    if not enable_custom_logit_processor:
+        return False
+    if speculative_algorithm:
+        return str(speculative_algorithm).upper() == "SPECSOT"
+    return bool(disable_overlap_schedule or delay_sample)
+
+
+def with_server_constraint(options: SoTOptions, server_args) -> SoTOptions:
+    """`options` with the skeleton constraint added when this server can run it and the
+    client sent no processor of its own: server-side SoT's default, so a plain OpenAI client
+    gets planned skeletons without sending anything."""
+    if options.skeleton_logit_processor is not None:
+        return options
+    runs = constraint_runs(
+        enable_custom_logit_processor=bool(getattr(server_args, "enable_custom_logit_processor", False)),
+        speculative_algorithm=getattr(server_args, "speculative_algorithm", None),
+        disable_overlap_schedule=bool(getattr(server_args, "disable_overlap_schedule", False)),
+        delay_sample=_delay_sample(),
+    )
+    if not runs:
+        return options
+    path = server_args.tokenizer_path or server_args.model_path
+    return dataclasses.replace(options, skeleton_logit_processor=_cached_processor(path, options.config))
+
+
+def _delay_sample() -> bool:
+    # The HTTP server and its scheduler share the environment SGLang reads this from.
+    from sglang.srt.environ import envs
+
+    return bool(envs.SGLANG_ENABLE_DELAY_SAMPLE.get())
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_processor(tokenizer_path: str, config: SoTConfig) -> str:
+    # Serializing makes a class and pickles it: once per (tokenizer, config), not per request.
+    return skeleton_processor_for(tokenizer_path, config)

@@ -204,7 +204,10 @@ LIST_QUESTION = "How can I improve my time management skills?"
      ({"enable_custom_logit_processor": True, "disable_overlap_schedule": False}, None, False),
      ({"enable_custom_logit_processor": True, "disable_overlap_schedule": False}, True, True),
      ({"enable_custom_logit_processor": False, "speculative_algorithm": "SPECSOT"}, None, False),
-     ({"enable_custom_logit_processor": True, "speculative_algorithm": "SPECSOT"}, False, False)],
+     ({"enable_custom_logit_processor": True, "speculative_algorithm": "SPECSOT"}, False, False),
+     # SGLang's own algorithms mask every draft position with the pre-draft history
+     ({"enable_custom_logit_processor": True, "speculative_algorithm": "NGRAM",
+       "disable_overlap_schedule": True}, None, False)],
 )  # fmt: skip
 def test_frontend_adds_the_constraint_where_the_server_can_run_it(smollm2_path, info, wanted, constrained):
     from sglang_specsot.frontend import _with_skeleton_constraint
@@ -235,3 +238,38 @@ def test_a_tokenizer_the_server_cannot_load_leaves_logits_alone(tmp_path, caplog
         assert torch.equal(processor(logits.clone(), [{"__req__": _req([])}, None]), logits)
     assert str(tmp_path / "missing") in type(processor)._unloadable
     assert "skeleton constraint disabled" in caplog.text
+
+
+def _server_args(path: str, **flags) -> SimpleNamespace:
+    defaults = {"enable_custom_logit_processor": True, "speculative_algorithm": None,
+                "disable_overlap_schedule": False, "tokenizer_path": path, "model_path": path}  # fmt: skip
+    return SimpleNamespace(**{**defaults, **flags})
+
+
+@pytest.mark.parametrize(
+    "flags, delay_sample, constrained",
+    [({"speculative_algorithm": "SPECSOT"}, False, True),
+     ({"disable_overlap_schedule": True}, False, True),
+     ({}, True, True),  # SGLANG_ENABLE_DELAY_SAMPLE puts the current token in view
+     ({}, False, False),
+     ({"speculative_algorithm": "NGRAM", "disable_overlap_schedule": True}, False, False),
+     ({"enable_custom_logit_processor": False, "speculative_algorithm": "SPECSOT"}, False, False)],
+)  # fmt: skip
+def test_server_side_sot_constrains_the_skeleton_by_default_where_it_runs(
+    smollm2_path, monkeypatch, flags, delay_sample, constrained
+):
+    from sglang_specsot.serving.skeleton_constraint import with_server_constraint
+
+    monkeypatch.setenv("SGLANG_ENABLE_DELAY_SAMPLE", "1" if delay_sample else "0")
+    got = with_server_constraint(SoTOptions("on", CONFIG), _server_args(smollm2_path, **flags))
+    assert (got.skeleton_logit_processor is not None) is constrained
+    if constrained:
+        processor = CustomLogitProcessor.from_str(got.skeleton_logit_processor)
+        assert type(processor).CONFIG == CONFIG and type(processor).TOKENIZER_PATH == smollm2_path
+
+
+def test_server_side_sot_keeps_the_clients_own_processor(smollm2_path):
+    from sglang_specsot.serving.skeleton_constraint import with_server_constraint
+
+    options = SoTOptions("on", CONFIG, skeleton_logit_processor="client's own")
+    assert with_server_constraint(options, _server_args(smollm2_path, speculative_algorithm="SPECSOT")) is options
