@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from sglang_specsot.sot.loops import LoopWatch
 from sglang_specsot.sot.runner import GenRequest, GenResult
 from sglang_specsot.sot.tag import PLAIN
 from sglang_specsot.speculative import adapter as sgl
@@ -16,7 +17,8 @@ class TokenizerManagerBackend:
     Sampling settings are the chat request's own (SGLang's conversion, so defaults and stop
     strings match a normal answer); only the budget and the SoT tag differ per generation.
     The raw request goes along so SGLang aborts generations whose client disconnected, and
-    cancelling a generation aborts it in the scheduler (tokenizer_manager.py:952-962).
+    cancelling a generation aborts it in the scheduler (tokenizer_manager.py:952-962). A
+    request with `stop_on_loop` streams internally and is aborted once its text loops.
     """
 
     def __init__(self, tokenizer_manager, chat_input, raw_request, group: str) -> None:
@@ -27,15 +29,24 @@ class TokenizerManagerBackend:
         self.count = 0
 
     async def generate(self, request: GenRequest, on_text: Callable[[str], None] | None = None) -> GenResult:
-        obj = self._input(request, stream=on_text is not None)
+        watch = LoopWatch() if request.stop_on_loop else None
+        obj = self._input(request, stream=on_text is not None or watch is not None)
         incremental = sgl.incremental_streaming_output(self.tokenizer_manager)
-        text, last = "", None
+        text, last, looped = "", None, False
         async for out in self.tokenizer_manager.generate_request(obj, self.raw_request):
             piece = out["text"] if incremental and obj.stream else out["text"][len(text) :]
             text += piece
             last = out
             if on_text is not None and piece:
                 on_text(piece)
+            if watch is not None and not looped and watch.feed(piece):
+                # End it in the scheduler; the stream still delivers the tokens already
+                # decoded, then the abort, which here is our own ending, not an error.
+                looped = True
+                self.tokenizer_manager.abort_request(obj.rid)
+        if looped:
+            meta = last["meta_info"]
+            return GenResult(text, meta.get("prompt_tokens", 0), meta.get("completion_tokens", 0), "loop")
         return _result(text, last["meta_info"])
 
     def _input(self, request: GenRequest, stream: bool):

@@ -3,7 +3,8 @@
 A branch that loops runs until its budget and buries its point under copies of one clause
 ("which would increase the number of people who had died from the plague, which would ...").
 `find_loop` says where such a tail starts so the merge can keep one copy, and the trace can
-say the branch ended in a loop. Words are compared case- and punctuation-insensitively.
+say the branch ended in a loop; `LoopWatch` finds it while the branch streams, so a backend
+can end the branch there instead of at its budget. Words are compared case- and punctuation-insensitively.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ _EDGE_PUNCT = ".,;:!?\"'()[]*_`"
 MAX_PERIOD_WORDS = 40  # longest repeated unit looked for
 MIN_COPIES = 3  # the unit, then at least two more copies (a partial last copy counts)
 MIN_LOOP_WORDS = 12  # shorter repeats ("very, very, very") are style, not a loop
+WATCH_EVERY_CHARS = 24  # a loop is >= 12 words: checking every few words finds it soon enough
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,3 +64,23 @@ def cut_loop(text: str) -> tuple[str, bool]:
     if loop is None:
         return text, False
     return text[: loop.keep_chars].rstrip(" ,;:"), True
+
+
+class LoopWatch:
+    """A generation's text as it streams, and whether its tail has started to loop.
+
+    `find_loop` reads the whole text, so it runs once per `WATCH_EVERY_CHARS` new characters
+    rather than per token; a loop is found at most that much later.
+    """
+
+    def __init__(self) -> None:
+        self.text = ""
+        self._checked = 0  # len(self.text) at the last check
+
+    def feed(self, piece: str) -> bool:
+        """Add `piece`; True once the text ends in a loop."""
+        self.text += piece
+        if len(self.text) - self._checked < WATCH_EVERY_CHARS:
+            return False
+        self._checked = len(self.text)
+        return find_loop(self.text) is not None

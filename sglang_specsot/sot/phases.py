@@ -27,6 +27,9 @@ class GenRequest:
     tag: SoTTag
     prefill: str = ""  # the tail of `prompt` that pre-fills the assistant turn
     logit_processor: str | None = None
+    # End the generation once its text loops (sot.loops.LoopWatch); a backend that cannot
+    # watch its text as it decodes leaves the loop to the merge, which cuts it.
+    stop_on_loop: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +39,7 @@ class GenResult:
     text: str  # generated text only (no prompt, no pre-fill)
     prompt_tokens: int
     completion_tokens: int
-    finish_reason: str  # "stop" | "length" | "abort"
+    finish_reason: str  # "stop" | "length" | "abort" | "loop" (ended by stop_on_loop)
 
 
 def ended_by(result: GenResult) -> str:

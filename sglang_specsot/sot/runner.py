@@ -154,6 +154,7 @@ def branch_requests(
             _cap(branch.max_new_tokens, options),
             SoTTag(group, BRANCH, branch.index, n),
             chat.assistant_prefix,
+            stop_on_loop=True,
         )
     return requests
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sglang_specsot.sot import merge_answer
-from sglang_specsot.sot.loops import MIN_LOOP_WORDS, cut_loop, find_loop
+from sglang_specsot.sot.loops import MIN_LOOP_WORDS, WATCH_EVERY_CHARS, LoopWatch, cut_loop, find_loop
 from sglang_specsot.sot.phases import GenResult, ended_by
 
 CLAUSE = "which would increase the number of people who had died from the plague, "
@@ -65,3 +65,32 @@ def test_the_merge_cuts_a_looping_branch_and_says_so():
 )  # fmt: skip
 def test_why_a_generation_ended(text, finish, ended):
     assert ended_by(GenResult(text, 1, 1, finish)) == ended
+
+
+def _stream(text: str, size: int = 5):
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def test_the_watch_sees_a_loop_soon_after_its_third_copy():
+    watch = LoopWatch()
+    text = "The plague spread along trade routes, " + CLAUSE * 6
+    fired_at = next(i for i, piece in enumerate(_stream(text)) if watch.feed(piece))
+    seen = len("".join(_stream(text)[: fired_at + 1]))
+    third_copy_ends = len("The plague spread along trade routes, ") + 3 * len(CLAUSE)
+    assert seen <= third_copy_ends + WATCH_EVERY_CHARS + 5
+    assert watch.text == text[:seen] and find_loop(watch.text) is not None
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Regular exercise strengthens the heart, lowers blood pressure and improves sleep. " * 1
+     + "It also lifts mood, because activity releases endorphins that ease stress.",
+     "1. First. 2. Second. 3. Third. 4. Fourth. 5. Fifth. 6. Sixth."],
+)  # fmt: skip
+def test_the_watch_stays_quiet_on_ordinary_text(text):
+    watch = LoopWatch()
+    assert not any(watch.feed(piece) for piece in _stream(text, 3))
+
+
+def test_a_branch_ended_for_its_loop_reads_as_a_loop():
+    assert ended_by(GenResult("Short.", 1, 1, "loop")) == "loop"

@@ -131,6 +131,8 @@ def test_plan_gives_numbered_answer_in_skeleton_order_with_tags():
                          key=lambda t: t["point"])  # fmt: skip
     assert branch_tags == [{"group": answer.group, "role": "branch", "point": i, "n": 3} for i in range(3)]
     assert fake.of_role(SKELETON)[0].tag.to_custom_params() == {"specsot": {"group": answer.group, "role": "skeleton"}}
+    # Only branches end early on a loop: a skeleton has its format, a normal answer is SGLang's.
+    assert {r.tag.role: r.stop_on_loop for r in fake.requests} == {SKELETON: False, BRANCH: True}
     # Usage counts every generation, prompts included.
     assert answer.completion_tokens == sum(r.completion_tokens for r in answer.results)
     assert len(answer.results) == 4

@@ -1,0 +1,82 @@
+"""TokenizerManagerBackend over a fake TokenizerManager: a branch that loops is aborted there."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sglang.srt.managers.io_struct import GenerateReqInput
+
+from sglang_specsot.serving.backend import TokenizerManagerBackend
+from sglang_specsot.sot.phases import GenRequest
+from sglang_specsot.sot.tag import BRANCH, SoTTag
+
+CLAUSE = "which would increase the number of people who had died from the plague, "
+
+
+class _TokenizerManager:
+    """Streams `text` a few characters per step, cumulative like SGLang's default; an abort
+    ends the stream two steps later with SGLang's abort finish reason."""
+
+    incremental_streaming_output = False
+
+    def __init__(self, text: str, step: int = 6) -> None:
+        self.text, self.step = text, step
+        self.aborted: list[str] = []
+        self.streamed: list[bool] = []
+
+    async def generate_request(self, obj, raw_request=None):
+        self.streamed.append(obj.stream)
+        end, steps_after_abort = 0, 0
+        while True:
+            await asyncio.sleep(0)
+            end = min(len(self.text), end + self.step)
+            if self.aborted:
+                steps_after_abort += 1
+            done = end == len(self.text) or steps_after_abort == 2
+            finish = {"type": "abort", "message": "Abort"} if self.aborted else {"type": "stop"}
+            meta = {"prompt_tokens": 7, "completion_tokens": end // 4, "finish_reason": finish if done else None}
+            if obj.stream or done:
+                yield {"text": self.text[:end], "meta_info": meta}
+            if done:
+                return
+
+    def abort_request(self, rid: str = "", abort_all: bool = False) -> None:
+        self.aborted.append(rid)
+
+
+def _backend(tm: _TokenizerManager) -> TokenizerManagerBackend:
+    chat = GenerateReqInput(text="q", sampling_params={"temperature": 0.0})
+    return TokenizerManagerBackend(tm, chat, None, "g1")
+
+
+def _branch(stop_on_loop: bool = True) -> GenRequest:
+    return GenRequest("prompt", 64, SoTTag("g1", BRANCH, 0, 2), stop_on_loop=stop_on_loop)
+
+
+def test_a_looping_branch_is_aborted_in_the_scheduler_and_ends_as_a_loop():
+    tm = _TokenizerManager("The plague spread fast, " + CLAUSE * 12)
+    result = asyncio.run(_backend(tm).generate(_branch()))
+    assert tm.aborted == ["specsot-g1-branch-1"] and tm.streamed == [True]
+    assert result.finish_reason == "loop" and result.text.count("which would") < 12
+    assert result.prompt_tokens == 7 and result.completion_tokens == len(result.text) // 4
+
+
+def test_a_branch_that_does_not_loop_runs_to_its_end():
+    text = "Exercise strengthens the heart and lowers blood pressure. It also lifts mood."
+    tm = _TokenizerManager(text)
+    result = asyncio.run(_backend(tm).generate(_branch()))
+    assert tm.aborted == [] and result.text == text and result.finish_reason == "stop"
+
+
+def test_without_the_watch_a_loop_is_left_to_the_merge_and_nothing_streams():
+    tm = _TokenizerManager(CLAUSE * 12)
+    result = asyncio.run(_backend(tm).generate(_branch(stop_on_loop=False)))
+    assert tm.aborted == [] and tm.streamed == [False] and result.text == CLAUSE * 12
+
+
+def test_an_abort_the_backend_did_not_ask_for_is_an_error():
+    tm = _TokenizerManager("Some text that is long enough to take several steps to stream out.")
+    tm.aborted.append("someone else")
+    with pytest.raises(ValueError, match="Abort"):
+        asyncio.run(_backend(tm).generate(_branch(stop_on_loop=False)))
