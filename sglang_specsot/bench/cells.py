@@ -33,6 +33,7 @@ class Target:
     render: object  # chat messages -> prompt text, the model's own template
     alive: object = None  # () -> str | None: why the server is gone, None while it runs
     endpoint: object = None
+    constrain_skeleton: bool = False  # what frontend cells pass: the server-side SoT rule
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +148,7 @@ def _frontend(target: Target, question: Question, mode: str, settings: Settings)
     config = SoTConfig(**settings.sot_config) if settings.sot_config else SoTConfig()
     options = SoTOptions(mode=mode, config=config, max_new_tokens=settings.max_tokens)
     answer = answer_question(target.endpoint, question.text, render=target.render, options=options,
-                             constrain_skeleton=False)  # fmt: skip
+                             constrain_skeleton=target.constrain_skeleton)  # fmt: skip
     return {"answer": answer.answer, **from_trace(answer.trace())}
 
 
@@ -157,7 +158,8 @@ def from_trace(trace: dict) -> dict:
     offset = skeleton.get("seconds", 0.0) + skeleton.get("parse_seconds", 0.0)
     items = (trace.get("branches") or {}).get("items") or []
     branches = tuple(Branch(b["index"], offset + b["started"], offset + b["finished"],
-                            b.get("completion_tokens", 0), b.get("finish_reason", "")) for b in items)  # fmt: skip
+                            b.get("completion_tokens", 0), b.get("finish_reason", ""), b.get("ended", ""))
+                     for b in items)  # fmt: skip
     normal = trace.get("normal") or {}
     capped = any(b.finish_reason == "length" for b in branches) or normal.get("finish_reason") == "length"
     return {
@@ -168,5 +170,6 @@ def from_trace(trace: dict) -> dict:
         "skeleton_text": skeleton.get("text", ""),
         "points": len(skeleton.get("points") or []),
         "fallback": bool(trace.get("fallback")),
+        "skeleton_constrained": skeleton.get("constrained") if skeleton else None,
         "branches": branches,
     }

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from sglang_specsot.bench.report import Row
 
 VS_PLAIN, VS_SPEC, VS_SOT, MIN_COVERAGE = 3.0, 1.5, 1.5, 0.9
+# Issue #10's quality bar: no question's answer below this coverage, loop-ended branches
+# under this share, and no skeleton with code or a repeated point.
+WORST_COVERAGE, MAX_BRANCH_LOOPS = 0.6, 0.05
 SPEC_ONLY = ("NGRAM", "SPECSOT-ctx", "STANDALONE", "SPECSOT")
 SOT_ALONE = {"SpecSoT-server": "SoT-server", "SpecSoT-frontend": "SoT-frontend"}
 ROUTER = "SpecSoT-router"
@@ -41,11 +44,23 @@ def check(rows: list[Row]) -> list[Goal]:
         goals.append(_at_least(f"{name} vs best speculative-only", _ratio(up, best_spec), VS_SPEC))
         goals.append(_at_least(f"{name} vs {alone}", _ratio(up, sot), VS_SOT))
         goals.append(_at_least(f"{name} covers the normal answer", row.normal_covered if row else None, MIN_COVERAGE))
+        goals.extend(_quality(name, row))
         goals.append(_judge(f"{name} judge (calibrated)", row.judge_calibrated if row else ""))
         goals.append(_judge(f"{name} judge (both orders agree)", row.judge if row else ""))
     router = by.get((ROUTER, "unsuitable"))
     goals.append(_at_least(f"{ROUTER} vs plain on unsuitable questions", router.speedup if router else None, 1.0))
     return goals
+
+
+def _quality(name: str, row: Row | None) -> list[Goal]:
+    worst = row.min_normal_covered if row else None
+    loops = row.branch_loops if row else None
+    flawed = row.flawed_skeletons if row else None
+    return [
+        _at_least(f"{name} worst question covers the normal answer", worst, WORST_COVERAGE),
+        Goal(f"{name} loop-ended branches", loops, f"< {MAX_BRANCH_LOOPS:g}", None if loops is None else loops < MAX_BRANCH_LOOPS),
+        Goal(f"{name} skeletons with code or repeated points", flawed, "0", None if flawed is None else flawed == 0),
+    ]  # fmt: skip
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -35,7 +35,10 @@ class Row:
     fallback: float | None  # SoT tried, but the skeleton was no plan: the normal answer followed
     hit_cap: float | None  # share whose answer (or a branch) hit the token cap
     looped: float | None
+    branch_loops: float | None  # share of SoT branches that ended in a loop (trace "ended")
+    flawed_skeletons: int | None  # skeletons holding code or a repeated point (see skeleton_flawed)
     normal_covered: float | None
+    min_normal_covered: float | None  # the worst question's coverage
     answer_covered: float | None
     cosine: float | None
     length_ratio: float | None
@@ -99,10 +102,21 @@ def _row(name, subset, mine: list[CellResult], ups, quality_by, judged: dict, ca
         _mean(c.skeleton_seconds for c in ok), _mean(c.longest_branch for c in sot),
         _mean(c.points for c in sot), attr(lambda c: c.accept_length),
         attr(lambda c: float(c.path == "sot")), attr(lambda c: float(c.fallback)), attr(lambda c: float(c.hit_cap)), attr(lambda c: float(c.looped)),
-        _mean(x.normal_covered for x in q), _mean(x.answer_covered for x in q), _mean(x.cosine for x in q),
+        _mean(float(b.ended == "loop") for c in sot for b in c.branches),
+        sum(skeleton_flawed(c.skeleton_text) for c in ok if c.skeleton_text) if ok else None,
+        _mean(x.normal_covered for x in q), min((x.normal_covered for x in q if x.normal_covered is not None), default=None), _mean(x.answer_covered for x in q), _mean(x.cosine for x in q),
         _mean(x.length_ratio for x in q), _mean(x.asks_addressed for x in q),
         _wtl(judged, ok), _wtl(calibrated, ok),
     )  # fmt: skip
+
+
+def skeleton_flawed(text: str) -> bool:
+    """Whether a skeleton holds code or repeats a point: what the constraint exists to prevent
+    (the parser sends such a skeleton to the normal answer, but it still cost its time)."""
+    from sglang_specsot.sot import parse_skeleton
+
+    parse = parse_skeleton(text)
+    return "code" in parse.reason or "repeats" in parse.reason or any("duplicate" in n for n in parse.notes)
 
 
 def greedy_equality(cells: dict[tuple[int, str], CellResult]) -> dict[str, dict]:
@@ -141,8 +155,9 @@ COLUMNS = [("config", "config"), ("subset", "subset"), ("ok", "ok"), ("failed", 
            ("speedup", "speed-up vs plain"), ("latency", "median s"), ("tokens", "out tok"),
            ("tokens_per_s", "tok/s"), ("skeleton_s", "skeleton s"), ("longest_branch_s", "longest branch s"),
            ("points", "points"), ("accept_length", "accept"), ("sot_share", "SoT path"),
-           ("fallback", "fallback"),           ("hit_cap", "hit cap"), ("looped", "looped"), ("normal_covered", "covers normal"),
-           ("answer_covered", "covered by normal"), ("cosine", "cosine"), ("length_ratio", "length ratio"),
+           ("fallback", "fallback"),           ("hit_cap", "hit cap"), ("looped", "looped"), ("branch_loops", "branch loops"),
+           ("flawed_skeletons", "flawed skeletons"), ("normal_covered", "covers normal"),
+           ("min_normal_covered", "worst covers normal"), ("answer_covered", "covered by normal"), ("cosine", "cosine"), ("length_ratio", "length ratio"),
            ("asks_addressed", "asks addressed"), ("judge", "judge W/T/L"),
            ("judge_calibrated", "judge W/T/L calibrated")]  # fmt: skip
 

@@ -23,8 +23,10 @@ from sglang_specsot.bench.store import CELLS_FILE, append, done_keys, load
 
 logger = logging.getLogger(__name__)
 
+# Custom logit processors on: server-side SoT and the frontend constrain the skeleton wherever
+# the server can run it (serving/skeleton_constraint.constraint_runs), as users get it.
 COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-tokens", "8192",
-          "--sleep-on-idle"]  # fmt: skip
+          "--sleep-on-idle", "--enable-custom-logit-processor"]  # fmt: skip
 # On CPU SGLang sizes its pools from the memory free at start-up, which other processes on a
 # shared machine change; the KV pool is capped by --max-total-tokens anyway (8192 tokens of the
 # 1.5B are ~235 MB), so a server that runs alone may claim most of what is free.
@@ -114,7 +116,7 @@ class _Pool:
         except (RuntimeError, TimeoutError, OSError) as exc:
             self.broken[name] = f"server {name} did not start: {str(exc).splitlines()[0]} (log {_log(self.plan, name)})"
             return
-        self.servers[name], self.targets[name] = server, _target(server, name, self.render)
+        self.servers[name], self.targets[name] = server, _target(server, self.plan.servers[name], self.render)
 
     def ready(self, name: str) -> str | None:
         """None when `name` is up (restarting it if it died and was not restarted yet), else why not."""
@@ -155,7 +157,8 @@ def _start(plan: RunPlan, name: str):
     args = COMMON + memory + ["--dtype", plan.dtype] + list(plan.servers[name].args)
     for attempt in range(1 + START_RETRIES):
         logger.info("starting server %s: %s", name, " ".join(args))
-        server = ServerProcess(plan.model_path, args, log_path=_log(plan, name), startup_timeout=plan.startup_timeout)
+        server = ServerProcess(plan.model_path, args, dict(plan.servers[name].env), log_path=_log(plan, name),
+                               startup_timeout=plan.startup_timeout)  # fmt: skip
         try:
             return server.start()
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM while it starts: it is no one's to stop yet
@@ -168,12 +171,26 @@ def _start(plan: RunPlan, name: str):
             time.sleep(RETRY_PAUSE)
 
 
-def _target(server, name: str, render) -> Target:
+def _target(server, spec: ServerSpec, render) -> Target:
+    name = spec.name
     def alive() -> str | None:
         code = server.proc.poll()
         return None if code is None else f"server {name} exited with code {code} (log {server.log_path})"
 
-    return Target(server.base_url, render, alive)
+    return Target(server.base_url, render, alive, constrain_skeleton=skeleton_constrained(spec))
+
+
+def skeleton_constrained(spec: ServerSpec) -> bool:
+    """Whether SoT on this server gets the skeleton constraint: the server-side rule, applied
+    to the frontend too (it cannot see the server's environment, which delays sampling)."""
+    from sglang_specsot.serving.skeleton_constraint import constraint_runs
+
+    return constraint_runs(
+        enable_custom_logit_processor="--enable-custom-logit-processor" in COMMON + list(spec.args),
+        speculative_algorithm=spec.algorithm,
+        disable_overlap_schedule="--disable-overlap-schedule" in spec.args,
+        delay_sample=dict(spec.env).get("SGLANG_ENABLE_DELAY_SAMPLE") == "1",
+    )
 
 
 def _chunks(items: tuple, size: int) -> Iterator[tuple]:

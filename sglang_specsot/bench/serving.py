@@ -107,7 +107,8 @@ def main(args) -> int:
         server_name = server_name if server_name in specs else "specsot-ctx"  # no draft: context drafting
         args_ = COMMON + ["--mem-fraction-static", SOLO_MEM_FRACTION, "--dtype", args.dtype] + list(specs[server_name].args)
         try:
-            with ServerProcess(target, args_, log_path=out / "logs" / f"serving-{name}.log") as server:
+            env = dict(specs[server_name].env)
+            with ServerProcess(target, args_, env, log_path=out / "logs" / f"serving-{name}.log") as server:
                 for c in todo:
                     _one(server.base_url, target, dataset, len(questions), c, args, body, out, name, merged)
         except (RuntimeError, TimeoutError, OSError) as exc:

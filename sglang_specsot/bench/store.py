@@ -18,6 +18,7 @@ class Branch:
     end: float
     tokens: int
     finish_reason: str
+    ended: str = ""  # the trace's why: "stop", "budget", "loop" or "abort" ("" in older runs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,7 @@ class CellResult:
     skeleton_text: str = ""
     points: int = 0
     fallback: bool = False  # SoT was tried but the skeleton was no plan
+    skeleton_constrained: bool | None = None  # a logit processor kept it to numbered points
     branches: tuple[Branch, ...] = field(default=())
     load: float | None = None  # the machine's 1-minute load average when the answer arrived
 

@@ -207,6 +207,9 @@ def _skeleton_trace(skeleton: SkeletonPhase) -> dict:
         "reason": parse.reason,
         "points": list(parse.texts),
         "notes": list(parse.notes),
+        # Whether a logit processor kept it in the numbered-points format (server-side SoT
+        # adds one by default where the server can run it).
+        "constrained": skeleton.request.logit_processor is not None,
         "seconds": skeleton.seconds,
         "parse_seconds": skeleton.parse_seconds,
         **_gen_trace(skeleton.result),

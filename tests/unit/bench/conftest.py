@@ -9,8 +9,8 @@ def cell(qid: int, config: str, latency: float = 1.0, answer: str = "An answer h
 
 
 def sot_cell(qid: int, config: str, latency: float, **kw) -> CellResult:
-    branches = (Branch(0, 1.0, 2.0, 10, "stop"), Branch(1, 1.0, 3.5, 20, "length"))
-    return cell(qid, config, latency, path="sot", skeleton_seconds=0.9, points=2, branches=branches,
+    kw.setdefault("branches", (Branch(0, 1.0, 2.0, 10, "stop"), Branch(1, 1.0, 3.5, 20, "length")))
+    return cell(qid, config, latency, path="sot", skeleton_seconds=0.9, points=2,
                 output_tokens=40, finish_reason="length", **kw)  # fmt: skip
 
 

@@ -37,3 +37,24 @@ def test_profile_splits_the_answer_into_skeleton_branches_and_the_rest():
     assert row.overlap == pytest.approx(3.5 / 2.5) and row.longest_over_phase == pytest.approx(1.0)
     assert row.branch_tok_s == pytest.approx(30 / 2.5) and row.plain_tok_s == pytest.approx(60 / 12)
     assert row.tokens_vs_plain == pytest.approx(40 / 60)
+
+
+def test_quality_goals_count_loop_ended_branches_flawed_skeletons_and_the_worst_question():
+    from sglang_specsot.bench.quality import Quality
+    from sglang_specsot.bench.store import Branch
+
+    looping = (Branch(0, 1.0, 2.0, 10, "stop", "stop"), Branch(1, 1.0, 3.5, 20, "length", "loop"))
+    cells = cells_of(
+        cell(1, "plain", 12.0), sot_cell(1, "SpecSoT-server", 4.0, skeleton_text="1. Plan\n2. Act\n3. Rest"),
+        cell(2, "plain", 12.0),
+        sot_cell(2, "SpecSoT-server", 4.0, branches=looping, skeleton_text="1. Sort\n2. ```cpp\n3. Merge"),
+    )  # fmt: skip
+    quality = [Quality(1, "SpecSoT-server", 0.95, 0.9, 0.9, 1.0, 0, None),
+               Quality(2, "SpecSoT-server", 0.5, 0.9, 0.9, 1.0, 0, None)]  # fmt: skip
+    (row,) = [r for r in summarize(cells, quality, {}) if r.config == "SpecSoT-server" and r.subset == "suitable"]
+    assert row.branch_loops == pytest.approx(0.25) and row.flawed_skeletons == 1
+    assert row.min_normal_covered == pytest.approx(0.5)
+    goals = {g.name: g for g in check([row])}
+    assert goals["SpecSoT-server loop-ended branches"].met is False
+    assert goals["SpecSoT-server skeletons with code or repeated points"].met is False
+    assert goals["SpecSoT-server worst question covers the normal answer"].met is False

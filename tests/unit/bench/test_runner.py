@@ -89,14 +89,15 @@ def test_a_server_that_does_not_start_fails_its_cells_and_the_run_goes_on(tmp_pa
 
 
 def test_a_server_that_fails_to_start_is_tried_once_more(tmp_path, monkeypatch):
-    attempts = []
+    attempts, envs = [], []
 
     class FlakyServer:
-        def __init__(self, model_path, args, log_path=None, startup_timeout=0):
-            self.args = args
+        def __init__(self, model_path, args, env=None, log_path=None, startup_timeout=0):
+            self.args, self.env = args, env
 
         def start(self):
             attempts.append(self.args)
+            envs.append(self.env)
             if len(attempts) == 1:
                 raise RuntimeError("SGLang server exited with code -9 during start-up")
             return self
@@ -109,6 +110,14 @@ def test_a_server_that_fails_to_start_is_tried_once_more(tmp_path, monkeypatch):
     server = runner._start(plan(tmp_path, one_at_a_time=True), "plain")
     assert len(attempts) == 2 and isinstance(server, FlakyServer)
     assert attempts[0][attempts[0].index("--mem-fraction-static") + 1] == runner.SOLO_MEM_FRACTION
+    # The plain server delays sampling, so SoT on it gets the skeleton constraint too.
+    assert envs[0] == {"SGLANG_ENABLE_DELAY_SAMPLE": "1"} and "--enable-custom-logit-processor" in attempts[0]
+
+
+def test_sot_cells_are_constrained_wherever_the_server_side_rule_constrains():
+    specs = servers("/draft")
+    constrained = {name: runner.skeleton_constrained(spec) for name, spec in specs.items()}
+    assert constrained == {"plain": True, "ngram": False, "specsot-ctx": True, "standalone": False, "specsot": True}
 
 
 def test_a_server_that_dies_is_restarted_once_then_its_cells_fail(tmp_path, fake_world, monkeypatch):
@@ -134,7 +143,7 @@ def test_an_interrupt_while_a_server_starts_stops_it(tmp_path, monkeypatch):
     stopped = []
 
     class SlowServer:
-        def __init__(self, model_path, args, log_path=None, startup_timeout=0):
+        def __init__(self, model_path, args, env=None, log_path=None, startup_timeout=0):
             pass
 
         def start(self):

@@ -142,6 +142,7 @@ def test_plan_gives_numbered_answer_in_skeleton_order_with_tags():
     assert [b["text"] for b in trace["branches"]["items"]] == [f"Expansion of point {i}." for i in (1, 2, 3)]
     assert [b["ended"] for b in trace["branches"]["items"]] == ["stop"] * 3
     assert trace["fallback"] is False and trace["skeleton"]["ended"] == "stop"
+    assert trace["skeleton"]["constrained"] is False  # options() sends no processor
 
 
 def test_branch_prompts_share_a_prefix_and_see_the_whole_skeleton():
