@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
+import subprocess
 import threading
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 
 from sglang_specsot.bench.configs import FRONTEND, NORMAL, SERVER_SOT, CellConfig
 from sglang_specsot.bench.store import FAILED, OK, Branch, CellResult
@@ -105,7 +108,21 @@ def _ask(cfg: CellConfig, question: Question, target: Target, settings: Settings
     answer = fields.pop("answer")
     # Timings on a machine shared with other jobs: the load average says how shared it was.
     return CellResult(question.id, cfg.name, OK, question.suitable, latency=latency, answer=answer,
-                      looped=find_loop(answer) is not None, load=os.getloadavg()[0], **fields)  # fmt: skip
+                      looped=find_loop(answer) is not None, load=os.getloadavg()[0], commit=code_commit(),
+                      **fields)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1)
+def code_commit() -> str:
+    """The git commit of the code that measured a cell ("" outside a checkout): a run spans
+    sessions, and its cells must say which code they measured."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
 
 
 def _messages(question: Question) -> list[dict]:

@@ -143,7 +143,7 @@ def per_question(cells: dict[tuple[int, str], CellResult], quality: list[Quality
                "tokens": cell.output_tokens, "tokens_per_s": cell.tokens_per_s, "path": cell.path,
                "skeleton_s": cell.skeleton_seconds, "longest_branch_s": cell.longest_branch,
                "points": cell.points, "accept_length": cell.accept_length, "hit_cap": cell.hit_cap,
-               "looped": cell.looped, "fallback": cell.fallback, "load": cell.load}  # fmt: skip
+               "looped": cell.looped, "fallback": cell.fallback, "load": cell.load, "commit": cell.commit}  # fmt: skip
         q = quality_by.get(key, {})
         row.update({k: q[k] for k in ("normal_covered", "answer_covered", "cosine", "length_ratio",
                                        "asks", "asks_addressed") if k in q})  # fmt: skip

@@ -44,6 +44,7 @@ class CellResult:
     skeleton_constrained: bool | None = None  # a logit processor kept it to numbered points
     branches: tuple[Branch, ...] = field(default=())
     load: float | None = None  # the machine's 1-minute load average when the answer arrived
+    commit: str = ""  # the git commit of the code that measured it
 
     @property
     def key(self) -> tuple[int, str]:

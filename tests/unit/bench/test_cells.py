@@ -67,6 +67,7 @@ def test_a_normal_cell_reads_generate(fake):
     result = run_cell(PLAIN, QUESTION, Target(url(fake), render), Settings(48, 10))
     assert result.status == OK and result.output_tokens == 48 and result.hit_cap and result.accept_length == 1.5
     assert result.load is not None and result.load >= 0  # the machine's load when the answer came
+    assert len(result.commit) >= 7  # the code that measured it (the tests run in a checkout)
     assert result.looped  # the answer repeats itself up to the cap
 
 
