@@ -42,6 +42,11 @@ def test_every_cell_is_recorded_and_succeeds(run):
     # cell must then say so, and otherwise carry its points and branches.
     for c in (c for c in cells if c["config"] == "SpecSoT-server"):
         assert c["skeleton_text"].startswith("1.")
+    # Server-side SoT constrains every skeleton by default: on SPECSOT, and on the plain
+    # server, which the benchmark starts with delayed sampling so its processors see the
+    # current output (the client sends no processor).
+    for c in (c for c in cells if c["config"] != "plain" and c["skeleton_text"]):
+        assert c["skeleton_constrained"] is True, c
         assert (c["path"] == "sot" and c["points"] >= 2 and c["branches"]) or (c["path"] == "normal" and c["fallback"])
 
 
