@@ -135,6 +135,11 @@ def register() -> None:
         from sglang_specsot.cpu.attention import register_cpu_attention_backend
 
         register_cpu_attention_backend()
+        # Before ServerArgs resolves (launch_server.py:81): a speculative CPU launch without a
+        # backend that verifies drafts gets specsot_cpu, or stops naming the flag.
+        from sglang_specsot.cpu.spec_backend import register_spec_backend_choice
+
+        register_spec_backend_choice()
         applied = apply_host_changes()
         # --speculative-algorithm is a free string resolved after plugins load (launch_server.py:79).
         from sglang_specsot.speculative.algorithm import register_specsot

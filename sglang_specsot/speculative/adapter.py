@@ -48,6 +48,10 @@ NAMES: dict[str, str] = {
     "UsageInfo": "sglang.srt.entrypoints.openai.protocol",
     # Host changes (host_changes.py): SGLang's own torch fallback, used on CPU.
     "get_last_loc_torch": "sglang.srt.mem_cache.allocation",
+    # Launch-time choices (cpu/spec_backend.py): SGLang's argument-resolution registry.
+    "register_model_override_predicate": "sglang.srt.arg_groups.model_override_base",
+    "resolving_view": "sglang.srt.arg_groups.model_override_base",
+    "get_platform": "sglang.srt.runtime_context",
 }
 
 # What the adapter calls or overrides on SGLang objects: class -> {method: its parameters}.

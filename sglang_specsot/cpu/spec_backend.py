@@ -1,0 +1,99 @@
+"""The attention backend a speculative server on CPU launches with.
+
+SGLang fills an unset `--attention-backend` on CPU with `intel_amx`, which falls back to
+`torch_native` on a CPU without AMX (platform_hook.py:158-168, overrides.py:1301-1310), whatever
+the speculative algorithm. `torch_native` cannot verify drafts: the server said "fired up" and
+its scheduler died on the first verify (torch_native_backend.py:101, `seq_lens` of None). So,
+for any speculative algorithm on CPU: no backend chosen -> `specsot_cpu` is chosen (and logged);
+a backend chosen that cannot verify -> the launch stops, naming the flag to add.
+
+The choice is a declaration through SGLang's public override registry
+(`register_model_override_predicate`, model_override_base.py:50), which every launch runs in
+argument resolution (model_hook.py:233) after the CPU default (platform_hook.py:158) and
+before the attention backend is resolved (pipeline.py:241): no host change is needed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sglang_specsot.cpu.attention import BACKEND_NAME
+
+logger = logging.getLogger(__name__)
+
+# The flags that choose an attention backend, as ServerArgs fields. Prefill and decode
+# fall back to --attention-backend when unset (model_override_base.py:138-152).
+BACKEND_FLAGS = {
+    "attention_backend": "--attention-backend",
+    "prefill_attention_backend": "--prefill-attention-backend",
+    "decode_attention_backend": "--decode-attention-backend",
+}
+FIX = f"--attention-backend {BACKEND_NAME}"
+
+
+def verifies_drafts(backend: str | None, has_amx: bool) -> bool:
+    """Whether `backend` can run a speculative verify on CPU (None: SGLang's CPU default)."""
+    # intel_amx verifies (intel_amx_backend.py:83) but only runs with AMX; without it SGLang
+    # silently swaps in torch_native, as it does for an unset backend.
+    return backend == BACKEND_NAME or (backend in (None, "intel_amx") and has_amx)
+
+
+def spec_backend_declaration(
+    device: str | None, algorithm: str | None, chosen: dict[str, str | None], has_amx: bool
+) -> dict[str, str]:
+    """The attention backend to declare for this launch ({} for none); ValueError when the
+    user chose one that cannot verify drafts. `chosen` maps BACKEND_FLAGS fields to the
+    user's raw values."""
+    if device != "cpu" or algorithm is None:
+        return {}
+    if all(value is None for value in chosen.values()):
+        logger.info(
+            "--speculative-algorithm %s on CPU: no attention backend chosen, using %s "
+            "(SGLang's CPU default cannot verify drafts)", algorithm, FIX,
+        )  # fmt: skip
+        return {"attention_backend": BACKEND_NAME}
+    bad = {field: value for field, value in chosen.items() if value is not None and not verifies_drafts(value, has_amx)}
+    # A split flag alone leaves the other phase on SGLang's CPU default.
+    if chosen.get("attention_backend") is None and not verifies_drafts(None, has_amx):
+        bad["attention_backend"] = None
+    if bad:
+        raise ValueError(_refusal(algorithm, bad))
+    return {}
+
+
+def _refusal(algorithm: str, bad: dict[str, str | None]) -> str:
+    named = " and ".join(
+        f"{BACKEND_FLAGS[field]} {value}" if value else f"{BACKEND_FLAGS[field]} unset (SGLang's CPU default)"
+        for field, value in bad.items()
+    )
+    amx = " (intel_amx runs only on a CPU with AMX, which this one lacks)" if "intel_amx" in bad.values() else ""
+    return (
+        f"--speculative-algorithm {algorithm} on CPU needs an attention backend that verifies "
+        f"drafts, and {named} cannot{amx}: the scheduler would die on the first verify. "
+        f"Use {FIX} (alone), or pass no attention-backend flag to have {BACKEND_NAME} chosen for you"
+    )
+
+
+def _declare_spec_backend(server_args, hf_config) -> dict[str, str]:
+    # A provider in SGLang's override registry: (record, hf_config) -> declarations. The record
+    # holds the user's raw flags; the resolving view what resolution decided so far (the device).
+    from sglang_specsot.speculative import adapter as sgl
+
+    view = sgl.resolving_view(server_args)
+    chosen = {field: getattr(server_args, field) for field in BACKEND_FLAGS}
+    return spec_backend_declaration(view.device, view.speculative_algorithm, chosen, sgl.get_platform().has_amx)
+
+
+_registered = False
+
+
+def register_spec_backend_choice() -> None:
+    """Register the choice with SGLang's argument resolution, once per process."""
+    global _registered
+    if _registered:
+        return
+    from sglang_specsot.speculative import adapter as sgl
+
+    # Every architecture: the choice depends on the device and algorithm, not the model.
+    sgl.register_model_override_predicate(lambda architecture: True)(_declare_spec_backend)
+    _registered = True
