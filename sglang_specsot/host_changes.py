@@ -4,7 +4,8 @@ Each entry is applied through SGLang's own `HookRegistry` (sglang/srt/plugins/ho
 names the SGLang file:line it changes, says why no public seam served, and has the same
 change as an upstream-ready diff against sglang 0.5.23 in `patches/` (checked by
 tests/unit/test_patches.py). Entries whose `when` is false in this process are skipped: most
-apply on SGLang's CPU path only, the chat route in the HTTP server's process only.
+apply on SGLang's CPU path only, the chat route and the request checks in the HTTP server's
+process only.
 
 `HookRegistry.apply_hooks` logs and swallows failures, so `apply_host_changes` re-checks
 that every applied target is really wrapped and raises otherwise.
@@ -293,6 +294,37 @@ register_host_change(
             "route would have to re-parse and re-validate every request instead."
         ),
         patch="chat-request-handlers.diff",
+        when=_http_server_only,
+    )
+)
+
+
+# --- Requests that would kill the scheduler, refused with a 400 (serving/request_checks.py) ----
+
+
+def _request_checks_hook() -> Callable:
+    from sglang_specsot.serving.request_checks import validate_one_request_after
+
+    return validate_one_request_after
+
+
+register_host_change(
+    HostChange(
+        name="reject-unservable-requests",
+        target="sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request",
+        hook_type="after",
+        hook=_request_checks_hook,
+        why=(
+            "TokenizerManager._validate_one_request (sglang/srt/managers/tokenizer_manager.py:"
+            "1307-1437) is SGLang's per-request check, whose ValueError the HTTP routes answer "
+            "with a 400; it lets through an input of 0 tokens (the CPU forward then dies in "
+            "rotary_embedding/base.py:347) and a custom_logit_processor that does not "
+            "deserialize (the scheduler dies in custom_logit_processor.py:20), and either kills "
+            "the server. No seam adds a request check; a middleware would have to tokenize. "
+            "The hook runs after SGLang's checks and refuses both; it also covers server-side "
+            "SoT's generations (specsot.skeleton_logit_processor), which go through it."
+        ),
+        patch="reject-unservable-requests.diff",
         when=_http_server_only,
     )
 )
