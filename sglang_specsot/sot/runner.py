@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from sglang_specsot.sot.asks import cover_asks
+from sglang_specsot.sot.budget import fit_plan, min_sot_tokens, remaining, skeleton_budget
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
 from sglang_specsot.sot.merge import MergedPoint, clean_expansion, drop_cut_sentence, format_point, merge_answer
 from sglang_specsot.sot.planner import BranchPlan, plan_branches
@@ -57,7 +58,9 @@ class SoTOptions:
 
     mode: str = "auto"  # "auto": the router decides; "on": always try SoT; "off": never
     config: SoTConfig = DEFAULT_CONFIG
-    max_new_tokens: int | None = None  # the caller's answer cap: bounds every generation
+    # The caller's cap on the answer's total completion tokens (skeleton + branches, or the
+    # normal answer): what an OpenAI client's max_tokens means (sot.budget splits it).
+    max_new_tokens: int | None = None
     # A serialized sglang CustomLogitProcessor for the skeleton (the server needs
     # --enable-custom-logit-processor); None: unconstrained.
     skeleton_logit_processor: str | None = None
@@ -120,19 +123,32 @@ def route_phase(question: str, options: SoTOptions) -> RoutePhase:
     if options.mode != "auto" and decision.rule != "empty":
         use_sot = options.mode == "on"
         decision = RouteDecision(use_sot, f"mode_{options.mode}", f"mode {options.mode!r} requested")
+    if decision.use_sot and not _fits_sot(options):
+        floor = min_sot_tokens(options.config)
+        why = f"max_new_tokens={options.max_new_tokens} is below {floor}, the least an SoT answer fits in"
+        decision = RouteDecision(False, "cap_too_small", why)
     return RoutePhase(decision, time.perf_counter() - started)
 
 
-def plain_request(question: str, render: Render, options: SoTOptions, group: str) -> GenRequest:
+def _fits_sot(options: SoTOptions) -> bool:
+    cap = options.max_new_tokens
+    return cap is None or cap >= min_sot_tokens(options.config)
+
+
+def plain_request(
+    question: str, render: Render, options: SoTOptions, group: str, budget: int | None = None
+) -> GenRequest:
+    """The normal answer; `budget` is what the cap left after a skeleton (default: the cap)."""
     prompt = render([{"role": "user", "content": question}])
-    return GenRequest(prompt, options.max_new_tokens, SoTTag(group, PLAIN))
+    cap = options.max_new_tokens if budget is None else budget
+    return GenRequest(prompt, cap, SoTTag(group, PLAIN))
 
 
 def skeleton_request(question: str, render: Render, options: SoTOptions, group: str) -> GenRequest:
     chat = skeleton_prompt(question)
     return GenRequest(
         chat.render(render),
-        _cap(options.config.skeleton_max_tokens, options),
+        skeleton_budget(options.config, options.max_new_tokens),
         SoTTag(group, SKELETON),
         chat.assistant_prefix,
         options.skeleton_logit_processor,
@@ -142,7 +158,7 @@ def skeleton_request(question: str, render: Render, options: SoTOptions, group: 
 def branch_requests(
     question: str, plan: BranchPlan, render: Render, options: SoTOptions, group: str
 ) -> dict[int, GenRequest]:
-    """One request per planned branch, keyed by skeleton index."""
+    """One request per planned branch, keyed by skeleton index (budgets already fit the cap)."""
     points, n = plan.points, len(plan.branches)
     requests = {}
     for branch in plan.branches:
@@ -151,7 +167,7 @@ def branch_requests(
         )
         requests[branch.index] = GenRequest(
             chat.render(render),
-            _cap(branch.max_new_tokens, options),
+            branch.max_new_tokens,
             SoTTag(group, BRANCH, branch.index, n),
             chat.assistant_prefix,
             stop_on_loop=True,
@@ -162,11 +178,6 @@ def branch_requests(
 def shared_prefix(prompts: Iterable[str]) -> str:
     """The text every prompt starts with: what a fork commits once for all branches."""
     return os.path.commonprefix(list(prompts))  # character-wise, despite its module
-
-
-def _cap(budget: int, options: SoTOptions) -> int:
-    cap = options.max_new_tokens
-    return budget if cap is None else min(budget, cap)
 
 
 def parse_phase(
@@ -245,17 +256,28 @@ async def run_sot(
         normal = await _normal(question, backend, render, options, group, to_answer)
         return assemble_answer(group, NORMAL, route.decision.reason, route, started, normal=normal)
     skeleton = await _skeleton(question, backend, render, options, group, emit)
-    if not skeleton.parse.is_plan:
-        normal = await _normal(question, backend, render, options, group, to_answer)
-        reason = f"skeleton {skeleton.parse.outcome}: {skeleton.parse.reason}"
+    left = remaining(options.max_new_tokens, skeleton.result.completion_tokens)
+    plan, reason = _fitted_plan(skeleton, left, options.config)
+    if plan is None:
+        normal = await _normal(question, backend, render, options, group, to_answer, left)
         return assemble_answer(group, NORMAL, reason, route, started, skeleton=skeleton, normal=normal)
-    plan = plan_branches(skeleton.parse, options.config)
     requests = branch_requests(question, plan, render, options, group)
     releaser = PointReleaser(plan.points, to_answer)
     branches = await run_branches(backend, plan, requests, releaser.finish)
     merge = merge_phase(branches)
     assert merge.merged.text == releaser.released, "streamed points differ from the merged answer"
     return assemble_answer(group, SOT, route.decision.reason, route, started, skeleton, branches, merge)
+
+
+def _fitted_plan(skeleton: SkeletonPhase, left: int | None, config: SoTConfig) -> tuple[BranchPlan | None, str]:
+    """The branch plan within what the cap `left` after the skeleton, or (None, why not)."""
+    parse = skeleton.parse
+    if not parse.is_plan:
+        return None, f"skeleton {parse.outcome}: {parse.reason}"
+    plan = fit_plan(plan_branches(parse, config), left, config)
+    if plan is None:
+        return None, f"the {left} tokens the cap left after the skeleton cannot hold {config.min_points} branches"
+    return plan, ""
 
 
 async def _skeleton(
@@ -280,8 +302,11 @@ async def _normal(
     options: SoTOptions,
     group: str,
     on_text: Callable[[str], None],
+    budget: int | None = None,
 ) -> NormalPhase:
-    request = plain_request(question, render, options, group)
+    # A skeleton step past its max_new_tokens (a speculative overshoot) could leave 0, which
+    # the backend would send as "no limit": the answer gets at least one token.
+    request = plain_request(question, render, options, group, None if budget is None else max(1, budget))
     started = time.perf_counter()
     result = await _generate(backend, request, "normal answer", on_text)
     return NormalPhase(request, result, time.perf_counter() - started)

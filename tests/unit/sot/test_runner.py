@@ -230,11 +230,57 @@ def test_auto_sends_a_list_question_to_sot_and_off_never_does():
     assert run(run_sot(QUESTION, FakeBackend(), render, SoTOptions(mode="off"))).path == NORMAL
 
 
-def test_short_answer_cap_routes_normal_in_auto_but_caps_every_generation_in_on():
+def test_a_cap_too_small_for_sot_answers_normally_within_it_even_in_mode_on():
     assert run(run_sot(QUESTION, FakeBackend(), render, SoTOptions(max_new_tokens=50))).path == NORMAL
-    fake = FakeBackend()
-    run(run_sot(QUESTION, fake, render, SoTOptions(mode="on", max_new_tokens=7)))
-    assert {r.max_new_tokens for r in fake.requests} == {7}
+    fake = FakeBackend(endless=True)
+    answer = run(run_sot(QUESTION, fake, render, SoTOptions(mode="on", max_new_tokens=16)))
+    assert answer.path == NORMAL and answer.route.decision.rule == "cap_too_small"
+    assert [(r.tag.role, r.max_new_tokens) for r in fake.requests] == [(PLAIN, 16)]
+
+
+@pytest.mark.parametrize("cap", [80, 100, 200, 400, 1000])
+def test_the_cap_bounds_the_whole_answer_not_each_generation(cap):
+    skeleton = " Point one\n" + "\n".join(f"{i}. Point {i}" for i in range(2, 11))
+    fake = FakeBackend(skeleton, endless=True)  # every branch runs to its budget
+    answer = run(run_sot(QUESTION, fake, render, SoTOptions(mode="on", max_new_tokens=cap)))
+    assert answer.completion_tokens <= cap
+    # What the skeleton used plus what every later generation may use: the branches get the
+    # skeleton's unused budget, never more.
+    later = sum(r.max_new_tokens for r in fake.requests if r.tag.role != SKELETON)
+    assert answer.skeleton.result.completion_tokens + later <= cap
+    # Below 200 the skeleton itself is cut short, so a normal answer may follow it.
+    assert answer.path == SOT or cap < 200
+
+
+def test_a_cap_drops_later_points_before_starving_every_branch():
+    skeleton = " Point one\n" + "\n".join(f"{i}. Point {i}" for i in range(2, 11))
+    fake = FakeBackend(skeleton, endless=True)
+    answer = run(run_sot(QUESTION, fake, render, SoTOptions(mode="on", max_new_tokens=200)))
+    # 200 - the skeleton's 21 words leave 179: five branches of at least min_branch_tokens (32).
+    assert answer.skeleton.result.completion_tokens == 21
+    assert answer.branches.plan.points == ("Point one", "Point 2", "Point 3", "Point 4", "Point 5")
+    assert answer.branches.plan.dropped_points[:2] == ("Point 6", "Point 7")
+    assert {r.max_new_tokens for r in fake.of_role(BRANCH)} == {35}
+
+
+class OvershootingSkeleton(FakeBackend):
+    """A skeleton that reports more tokens than its budget, as a speculative step may."""
+
+    async def generate(self, request, on_text=None):
+        result = await super().generate(request, on_text)
+        if request.tag.role != SKELETON:
+            return result
+        return GenResult(result.text, result.prompt_tokens, request.max_new_tokens + 10, result.finish_reason)
+
+
+def test_a_skeleton_that_leaves_too_little_answers_normally_within_the_rest():
+    fake = OvershootingSkeleton(endless=True)
+    answer = run(run_sot(QUESTION, fake, render, SoTOptions(mode="on", max_new_tokens=100)))
+    # The skeleton may use 100 - 2 * 32 = 36 tokens; it reported 46, leaving 54 < 2 * 32.
+    assert answer.skeleton.request.max_new_tokens == 36
+    assert answer.path == NORMAL and "cannot hold 2 branches" in answer.reason
+    assert [r.max_new_tokens for r in fake.of_role(PLAIN)] == [54]
+    assert answer.completion_tokens <= 100
 
 
 @pytest.mark.parametrize(

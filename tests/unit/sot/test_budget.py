@@ -1,0 +1,59 @@
+"""Splitting an answer's token cap between the skeleton and the branches (sot.budget)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sglang_specsot.sot import SoTConfig
+from sglang_specsot.sot.budget import fit_plan, min_sot_tokens, remaining, skeleton_budget
+from sglang_specsot.sot.planner import Branch, BranchPlan
+
+CONFIG = SoTConfig()
+
+
+def plan_of(*budgets: int) -> BranchPlan:
+    branches = tuple(Branch(i, f"Point {i}", b, None) for i, b in enumerate(budgets))
+    return BranchPlan(tuple(sorted(branches, key=lambda b: (-b.max_new_tokens, b.index))), 4)
+
+
+def test_the_skeleton_leaves_the_least_branches_need():
+    assert min_sot_tokens(CONFIG) == 16 + 2 * 32
+    assert skeleton_budget(CONFIG, None) == CONFIG.skeleton_max_tokens
+    assert skeleton_budget(CONFIG, 10_000) == CONFIG.skeleton_max_tokens
+    assert skeleton_budget(CONFIG, 200) == 200 - 64
+    assert skeleton_budget(CONFIG, 80) == 16
+
+
+def test_remaining_never_goes_negative():
+    assert remaining(None, 50) is None
+    assert remaining(100, 30) == 70 and remaining(100, 130) == 0
+
+
+def test_a_plan_within_the_budget_is_unchanged():
+    plan = plan_of(128, 64)
+    assert fit_plan(plan, None, CONFIG) is plan and fit_plan(plan, 192, CONFIG) is plan
+
+
+def test_the_largest_budgets_come_down_first():
+    fitted = fit_plan(plan_of(40, 300, 120), 300, CONFIG)
+    assert {b.index: b.max_new_tokens for b in fitted.branches} == {0: 40, 1: 140, 2: 120}
+    assert [b.index for b in fitted.branches] == [1, 2, 0]  # still longest first
+
+
+def test_later_points_are_dropped_when_each_cannot_get_the_minimum():
+    fitted = fit_plan(plan_of(128, 128, 128, 128), 100, CONFIG)
+    assert fitted.points == ("Point 0", "Point 1", "Point 2")
+    assert fitted.dropped_points == ("Point 3",)
+    assert fit_plan(plan_of(128, 128), 63, CONFIG) is None
+
+
+@given(st.lists(st.integers(32, 384), min_size=2, max_size=16), st.integers(0, 8000))
+def test_a_fitted_plan_never_exceeds_its_budget(budgets, budget):
+    fitted = fit_plan(plan_of(*budgets), budget, CONFIG)
+    if fitted is None:
+        assert budget < 2 * CONFIG.min_branch_tokens
+        return
+    assert fitted.total_budget <= budget
+    assert all(b.max_new_tokens >= CONFIG.min_branch_tokens for b in fitted.branches)
+    assert len(fitted.branches) + len(fitted.dropped_points) == len(budgets)
