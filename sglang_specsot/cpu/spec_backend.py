@@ -48,9 +48,10 @@ def spec_backend_declaration(
         return {}
     if all(value is None for value in chosen.values()):
         logger.info(
-            "--speculative-algorithm %s on CPU: no attention backend chosen, using %s "
-            "(SGLang's CPU default cannot verify drafts)", algorithm, FIX,
+            "--speculative-algorithm %s on CPU: no attention backend chosen, using %s, which "
+            "verifies drafts on any CPU (SGLang's default, torch_native without AMX, cannot)", algorithm, FIX,
         )  # fmt: skip
+        # Also with AMX: intel_amx needs a CPU build of sgl-kernel, which our shim is not.
         return {"attention_backend": BACKEND_NAME}
     bad = {field: value for field, value in chosen.items() if value is not None and not verifies_drafts(value, has_amx)}
     # A split flag alone leaves the other phase on SGLang's CPU default.
