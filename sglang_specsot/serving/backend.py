@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from sglang_specsot.sot.loops import LoopWatch
+from sglang_specsot.sot.phases import GenerationAborted
 from sglang_specsot.sot.runner import GenRequest, GenResult
 from sglang_specsot.sot.tag import PLAIN
 from sglang_specsot.speculative import adapter as sgl
@@ -71,5 +72,15 @@ class TokenizerManagerBackend:
 def _result(text: str, meta: dict) -> GenResult:
     finish = meta.get("finish_reason") or {}
     if finish.get("type") == "abort":
-        raise ValueError(finish.get("message") or "the generation was aborted")
+        raise _abort_error(finish)
     return GenResult(text, meta.get("prompt_tokens", 0), meta.get("completion_tokens", 0), finish.get("type", "stop"))
+
+
+def _abort_error(finish: dict) -> Exception:
+    """SGLang's reading of an abort: a 400 is bad input (ValueError, as its non-streamed
+    route raises, tokenizer_manager.py:1917); any other is the server's, not the client's."""
+    message = finish.get("message") or "the generation was aborted"
+    status = finish.get("status_code")
+    if status is not None and int(status) == 400:
+        return ValueError(message)
+    return GenerationAborted(message, None if status is None else int(status))

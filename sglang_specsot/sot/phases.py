@@ -50,6 +50,19 @@ def ended_by(result: GenResult) -> str:
     return {"length": "budget"}.get(result.finish_reason, result.finish_reason)
 
 
+class GenerationAborted(RuntimeError):
+    """The server aborted a generation (SGLang's finish reason "abort").
+
+    `status_code` is the HTTP status SGLang gave the abort (503 for a scheduler out of
+    memory, 500 for an internal error); None for a graceful abort (`/abort_request`, a
+    disconnect), which SGLang's own chat route ends with finish_reason "abort".
+    """
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
 class SoTPhaseError(RuntimeError):
     """A generation of one phase failed; `cause` is the backend's exception."""
 

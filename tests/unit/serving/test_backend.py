@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from http import HTTPStatus
 
 import pytest
 from sglang.srt.managers.io_struct import GenerateReqInput
 
-from sglang_specsot.serving.backend import TokenizerManagerBackend
+from sglang_specsot.serving.backend import TokenizerManagerBackend, _result
+from sglang_specsot.sot.phases import GenerationAborted
 from sglang_specsot.sot.phases import GenRequest
 from sglang_specsot.sot.tag import BRANCH, SoTTag
 
@@ -75,8 +77,19 @@ def test_without_the_watch_a_loop_is_left_to_the_merge_and_nothing_streams():
     assert tm.aborted == [] and tm.streamed == [False] and result.text == CLAUSE * 12
 
 
-def test_an_abort_the_backend_did_not_ask_for_is_an_error():
+def test_an_abort_the_backend_did_not_ask_for_is_an_abort_not_bad_input():
     tm = _TokenizerManager("Some text that is long enough to take several steps to stream out.")
-    tm.aborted.append("someone else")
-    with pytest.raises(ValueError, match="Abort"):
+    tm.aborted.append("someone else")  # /abort_request or a disconnect: no status code
+    with pytest.raises(GenerationAborted, match="Abort") as info:
         asyncio.run(_backend(tm).generate(_branch(stop_on_loop=False)))
+    assert info.value.status_code is None and not isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("status, error", [(HTTPStatus.SERVICE_UNAVAILABLE, GenerationAborted),
+                                           (HTTPStatus.INTERNAL_SERVER_ERROR, GenerationAborted),
+                                           (HTTPStatus.BAD_REQUEST, ValueError)])  # fmt: skip
+def test_an_abort_keeps_sglangs_status_and_only_a_400_is_bad_input(status, error):
+    finish = {"type": "abort", "message": "Out of memory", "status_code": status}
+    with pytest.raises(error, match="Out of memory") as info:
+        _result("partial", {"finish_reason": finish})
+    assert getattr(info.value, "status_code", 400) == status.value
