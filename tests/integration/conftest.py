@@ -3,7 +3,10 @@ SPECSOT servers whose teardown proves SGLang's strict idle memory check ran and 
 
 from __future__ import annotations
 
+import json
+import re
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -94,3 +97,74 @@ def _log_tail(server: ServerProcess, lines: int = 40) -> str:
     """The server log's last lines, without the access lines of this module's own polling."""
     kept = [line for line in server.log_tail(2000).splitlines() if "GET /v1/loads" not in line]
     return "\n".join(kept[-lines:])
+
+
+# -- watching SoT generations in a server's log (fault tests) ----------------------------------
+
+# Flags that make a server's log say which generation started and which SGLang aborted: at debug
+# level the scheduler logs each unfinished request an AbortReq reaches (scheduler.py:5722 queued,
+# 5805 running); --log-requests at level 0 logs every GenerateReqInput's rid and no text
+# (request_logger.py:116); a load snapshot every decode step keeps /v1/loads one step behind.
+WATCHED_ARGS = ["--log-level", "debug", "--load-snapshot-publish-interval", "1",
+                "--log-requests", "--log-requests-level", "0"]  # fmt: skip
+# Server-side SoT names its generations "specsot-<group>-<role>-<n>" (serving/backend.py).
+SOT_RID = r"specsot-(?P<group>[0-9a-f]+)-(?P<role>[a-z]+)-(?P<n>\d+)"
+RECEIVED_RID = re.compile(r"Receive: obj=GenerateReqInput\(.*?rid='(" + SOT_RID + ")'")
+ABORTED_RID = re.compile(r"Abort (?:running|queued) request\. req\.rid='(" + SOT_RID + ")'")
+HANG_GUARD = 120.0  # seconds; waiting on a server is bounded, never a speed assertion
+
+
+def load_snapshot(server: ServerProcess) -> dict:
+    """The scheduler's last published load (a dead server fails with its log)."""
+    return _load_snapshot(server)
+
+
+def is_idle(server: ServerProcess) -> bool:
+    load = load_snapshot(server)
+    return load["num_running_reqs"] == 0 and load["num_waiting_reqs"] == 0
+
+
+def wait_for(predicate, what: str, poll: float = 0.2, deadline: float = HANG_GUARD) -> None:
+    end = time.monotonic() + deadline
+    while not predicate():
+        assert time.monotonic() < end, f"timed out after {deadline:.0f}s waiting for {what}"
+        time.sleep(poll)
+
+
+def log_size(server: ServerProcess) -> int:
+    return server.log_path.stat().st_size
+
+
+def log_since(server: ServerProcess, start: int) -> str:
+    with open(server.log_path, "rb") as log:
+        log.seek(start)
+        return log.read().decode(errors="replace")
+
+
+def sot_rids(pattern: re.Pattern, text: str, role: str | None = None) -> dict[str, set[str]]:
+    """The SoT rids a log text names through `pattern` (RECEIVED_RID or ABORTED_RID), by group."""
+    groups: dict[str, set[str]] = {}
+    for match in pattern.finditer(text):
+        if role is None or match["role"] == role:
+            groups.setdefault(match["group"], set()).add(match[1])
+    return groups
+
+
+@contextmanager
+def paused(server: ServerProcess) -> Iterator[int]:
+    """SGLang paused in place (running requests stay, nothing decodes), so until it resumes a
+    generation can end only by an abort; yields the log offset at the pause."""
+    server.post("/pause_generation", {"mode": "in_place"})
+    try:
+        yield log_size(server)
+    finally:
+        server.post("/continue_generation", {"torch_empty_cache": False})
+
+
+def abort_request(server: ServerProcess, rid: str = "", abort_all: bool = False) -> None:
+    """SGLang's /abort_request (an empty 200; TokenizerManager ignores a rid it does not know)."""
+    body = json.dumps({"rid": rid, "abort_all": abort_all}).encode()
+    req = urllib.request.Request(server.base_url + "/abort_request", data=body,
+                                 headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(req, timeout=60) as response:
+        assert response.status == 200, response.status
