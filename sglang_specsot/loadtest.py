@@ -1,0 +1,319 @@
+"""`python -m sglang_specsot.loadtest`: a bounded load test of a SPECSOT server with server-side SoT.
+
+Starts a SPECSOT SmolLM2-135M server on this CPU (or connects to one with --url), runs
+--clients concurrent clients on loopback for --duration seconds, each sending chat requests one
+after another: plain or SoT (`"specsot": {"mode": "on"}`), streaming or not, and --fault-share
+of them cut at random (the client disconnects, or a plain request is aborted by SGLang's
+/abort_request). Then it stops sending, waits for the requests in flight, and reports sent /
+completed / failed / aborted / lost, latency percentiles (plain vs SoT), the scheduler's RSS and
+KV usage (/v1/loads) before and after, and the server's health. Exit status 1 when a request
+failed or was lost, or the server is unhealthy or not idle afterwards.
+
+    python -m sglang_specsot.loadtest --duration 300 --clients 32 --out load.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import random
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from urllib.parse import urlparse
+
+CLIENTS = 32
+DURATION = 300.0  # seconds of sending; requests in flight at the end are then waited for
+FAULT_SHARE = 0.1  # requests cut on purpose: a disconnect, or /abort_request on a plain one
+SOT_SHARE = 0.5
+STREAM_SHARE = 0.5
+DRAIN_TIMEOUT = 900.0  # a request still running this long after the end counts as lost
+SEED = 0
+PLAIN_MAX_TOKENS = 64
+SOT_MAX_TOKENS = 256  # room for the skeleton and every branch below, should it cap the total
+SOT_CONFIG = {"skeleton_max_tokens": 64, "max_points": 4, "max_running": 2, "default_branch_tokens": 32,
+              "min_branch_tokens": 8, "max_branch_tokens": 48, "router_min_answer_tokens": 1}  # fmt: skip
+SERVER_ARGS = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-tokens", "16384",
+               "--mem-fraction-static", "0.3", "--sleep-on-idle", "--enable-custom-logit-processor",
+               "--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens", "6"]  # fmt: skip
+QUESTIONS = [
+    "How can I improve my time management skills?",
+    "What are the benefits of learning a second language?",
+    "How do I prepare for a job interview?",
+    "What are some tips for staying healthy while working from home?",
+    "What is 17 times 23?",
+    "Translate 'good morning' into French.",
+    "Write a haiku about the sea.",
+    "What is the capital of Australia?",
+]
+
+
+@dataclass
+class Outcome:
+    """One request: what was sent and how it ended."""
+
+    kind: str  # "plain" or "sot"
+    stream: bool
+    fault: str | None  # None, "disconnect" or "abort"
+    status: str = "lost"  # completed | failed | aborted | lost (set when the request ends)
+    latency: float | None = None  # seconds, for completed requests
+    detail: str = ""
+
+
+@dataclass
+class Report:
+    settings: dict = field(default_factory=dict)  # what ran: clients, duration, shares, SoT config
+    wall_s: float = 0.0  # from the first request to the last one ending
+    sent: int = 0
+    completed: int = 0
+    failed: int = 0
+    aborted: int = 0
+    lost: int = 0
+    latency: dict[str, dict[str, float]] = field(default_factory=dict)
+    before: dict = field(default_factory=dict)
+    after: dict = field(default_factory=dict)
+    rss_peak_mb: float | None = None
+    healthy_after: bool = False
+    idle_after: bool = False
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.lost and self.healthy_after and self.idle_after
+
+
+class Server:
+    """The HTTP side of the server under load: requests, load, health, the scheduler's RSS."""
+
+    def __init__(self, url: str, pid: int | None) -> None:
+        parsed = urlparse(url)
+        self.url, self.host, self.port = url.rstrip("/"), parsed.hostname, parsed.port
+        self.scheduler = _scheduler_process(pid, self.port)
+
+    def get(self, path: str, timeout: float = 60.0) -> dict:
+        with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
+            return json.loads(r.read() or b"{}")
+
+    def post(self, path: str, body: dict, timeout: float = 600.0) -> bytes:
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.read()
+
+    def state(self) -> dict:
+        """KV and request counts from /v1/loads and the scheduler's RSS."""
+        load = self.get("/v1/loads")["loads"][0]
+        keys = ("num_running_reqs", "num_waiting_reqs", "num_used_tokens", "max_total_num_tokens", "token_usage")
+        state = {k: load.get(k) for k in keys}
+        state["scheduler_rss_mb"] = self.rss_mb()
+        return state
+
+    def rss_mb(self) -> float | None:
+        return round(self.scheduler.memory_info().rss / 2**20, 1) if self.scheduler else None
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/health_generate", timeout=120) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def wait_idle(self, timeout: float = 120.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.state()
+            if state["num_running_reqs"] == state["num_waiting_reqs"] == 0:
+                return True
+            time.sleep(1.0)
+        return False
+
+
+def _scheduler_process(pid: int | None, port: int):
+    """SGLang's scheduler (process title sglang::scheduler...) under the server process, found
+    from its pid or from whoever listens on the port."""
+    import psutil
+
+    if pid is None:
+        listeners = [c.pid for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port
+                     and c.status == psutil.CONN_LISTEN and c.pid]  # fmt: skip
+        pid = listeners[0] if listeners else None
+    if pid is None:
+        return None
+    for child in psutil.Process(pid).children(recursive=True):
+        if "scheduler" in " ".join(child.cmdline()) or "scheduler" in child.name():
+            return child
+    return None
+
+
+def request_body(kind: str, stream: bool, question: str, rid: str) -> dict:
+    body = {"model": "default", "messages": [{"role": "user", "content": question}], "temperature": 0.7,
+            "stream": stream, "max_tokens": PLAIN_MAX_TOKENS, "rid": rid}  # fmt: skip
+    if kind == "sot":
+        body.update(max_tokens=SOT_MAX_TOKENS, specsot={"mode": "on", "config": SOT_CONFIG})
+        del body["rid"]  # SoT names its own generations; a client rid would name none of them
+    return body
+
+
+def run_one(server: Server, outcome: Outcome, body: dict, rng: random.Random) -> None:
+    """Send one request and classify how it ended; a request cut before it ended counts as
+    aborted unless the server answered it with a 5xx."""
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=DRAIN_TIMEOUT)
+    started = time.monotonic()
+    cutter, fired = None, threading.Event()
+    if outcome.fault:
+        act = (lambda: _close(conn)) if outcome.fault == "disconnect" else (lambda: _abort(server, body["rid"]))
+        cutter = threading.Timer(rng.uniform(0.2, 8.0), lambda: (fired.set(), act()))
+        cutter.start()
+    try:
+        conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        raw = response.read()
+        error = _error_in(response.status, raw, outcome.stream)
+    except (OSError, http.client.HTTPException) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    finally:
+        if cutter:
+            cutter.cancel()
+        conn.close()
+    if fired.is_set() and not (error or "").startswith("HTTP 5"):
+        outcome.status, outcome.detail = "aborted", error or ""
+    elif error:
+        outcome.status, outcome.detail = "failed", error
+    else:
+        outcome.status, outcome.latency = "completed", time.monotonic() - started
+
+
+def _error_in(status: int, raw: bytes, stream: bool) -> str | None:
+    if status != 200:
+        return f"HTTP {status}: {raw[:300].decode(errors='replace')}"
+    if not stream:
+        reply = json.loads(raw)
+        return None if reply.get("choices") else f"no choices: {raw[:300]!r}"
+    events = [line[6:] for line in raw.decode(errors="replace").splitlines() if line.startswith("data: ")]
+    if not events or events[-1] != "[DONE]":
+        return f"stream without [DONE]: {raw[-300:]!r}"
+    errors = [e for e in events[:-1] if '"error"' in e]
+    return f"error in stream: {errors[0][:300]}" if errors else None
+
+
+def _close(conn: http.client.HTTPConnection) -> None:
+    if conn.sock is not None:
+        conn.sock.close()
+
+
+def _abort(server: Server, rid: str) -> None:
+    try:
+        server.post("/abort_request", {"rid": rid}, timeout=30)
+    except OSError:
+        pass  # the request may have ended already
+
+
+def client(server: Server, index: int, stop_at: float, outcomes: list[Outcome], lock: threading.Lock, args) -> None:
+    rng = random.Random(args.seed * 1000 + index)
+    n = 0
+    while time.monotonic() < stop_at:
+        n += 1
+        kind = "sot" if rng.random() < args.sot_share else "plain"
+        stream = rng.random() < args.stream_share
+        fault = None
+        if rng.random() < args.fault_share:
+            fault = "abort" if kind == "plain" and rng.random() < 0.5 else "disconnect"
+        outcome = Outcome(kind, stream, fault)
+        with lock:
+            outcomes.append(outcome)
+        body = request_body(kind, stream, rng.choice(QUESTIONS), f"load-{args.seed}-{index}-{n}")
+        run_one(server, outcome, body, rng)
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    values = sorted(values)
+    pick = lambda q: values[min(len(values) - 1, int(q * len(values)))]  # noqa: E731
+    return {"n": len(values), "p50": round(pick(0.5), 2), "p90": round(pick(0.9), 2),
+            "p95": round(pick(0.95), 2), "p99": round(pick(0.99), 2), "max": round(values[-1], 2)}  # fmt: skip
+
+
+def run_load(server: Server, args) -> Report:
+    settings = {k: getattr(args, k) for k in ("clients", "duration", "sot_share", "stream_share", "fault_share", "seed")}
+    settings.update(plain_max_tokens=PLAIN_MAX_TOKENS, sot_max_tokens=SOT_MAX_TOKENS, sot_config=SOT_CONFIG)
+    report = Report(settings=settings, before=server.state())
+    began = time.monotonic()
+    outcomes: list[Outcome] = []
+    lock = threading.Lock()
+    stop_at = time.monotonic() + args.duration
+    threads = [threading.Thread(target=client, args=(server, i, stop_at, outcomes, lock, args), daemon=True)
+               for i in range(args.clients)]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    peak = report.before["scheduler_rss_mb"] or 0.0
+    while any(t.is_alive() for t in threads) and time.monotonic() < stop_at + DRAIN_TIMEOUT:
+        time.sleep(5.0)
+        peak = max(peak, server.rss_mb() or 0.0)
+        done = sum(o.status != "lost" for o in outcomes)
+        print(f"[{time.monotonic() - stop_at + args.duration:6.0f}s] sent {len(outcomes)}, ended {done}", flush=True)
+    report.wall_s = round(time.monotonic() - began, 1)
+    report.rss_peak_mb = peak or None
+    report.idle_after = server.wait_idle()
+    report.after = server.state()
+    report.healthy_after = server.healthy()
+    _tally(report, outcomes)
+    return report
+
+
+def _tally(report: Report, outcomes: list[Outcome]) -> None:
+    report.sent = len(outcomes)
+    for o in outcomes:
+        setattr(report, o.status, getattr(report, o.status) + 1)
+        if o.status in ("failed", "lost"):
+            report.failures.append(f"{o.kind} stream={o.stream} fault={o.fault}: {o.status} {o.detail}")
+    for kind in ("plain", "sot"):
+        report.latency[kind] = percentiles([o.latency for o in outcomes if o.kind == kind and o.latency is not None])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sglang_specsot.loadtest", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", help="an already running server (default: start SPECSOT SmolLM2-135M here)")
+    parser.add_argument("--model", default="smollm2-135m", help="model to fetch and serve when --url is not given")
+    parser.add_argument("--clients", type=int, default=CLIENTS)
+    parser.add_argument("--duration", type=float, default=DURATION, help="seconds of sending")
+    parser.add_argument("--sot-share", type=float, default=SOT_SHARE)
+    parser.add_argument("--stream-share", type=float, default=STREAM_SHARE)
+    parser.add_argument("--fault-share", type=float, default=FAULT_SHARE)
+    parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument("--out", help="also write the report here as JSON")
+    args = parser.parse_args(argv)
+    if args.url:
+        report = run_load(Server(args.url, None), args)
+    else:
+        report = _with_own_server(args)
+    text = json.dumps({**asdict(report), "ok": report.ok}, indent=2)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as out:
+            out.write(text + "\n")
+    return 0 if report.ok else 1
+
+
+def _with_own_server(args) -> Report:
+    from sglang_specsot.launch import ServerProcess
+
+    path = _fetch(args.model)
+    with ServerProcess(path, SERVER_ARGS) as process:
+        print(f"server on {process.base_url}, log {process.log_path}", flush=True)
+        return run_load(Server(process.base_url, process.proc.pid), args)
+
+
+def _fetch(name: str) -> str:
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "sglang_specsot.models", "fetch", name],
+                         check=True, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    return out.stdout.strip().splitlines()[-1]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
