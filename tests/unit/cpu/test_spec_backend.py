@@ -24,7 +24,8 @@ def _chosen(**over) -> dict:
 @pytest.mark.parametrize("algorithm", ["SPECSOT", "NGRAM", "STANDALONE", "EAGLE", "EAGLE3"])
 def test_no_backend_chosen_gets_specsot_cpu(algorithm, caplog):
     caplog.set_level("INFO", logger="sglang_specsot.cpu.spec_backend")
-    assert spec_backend_declaration("cpu", algorithm, NONE_CHOSEN, has_amx=False) == {"attention_backend": "specsot_cpu"}
+    declared = spec_backend_declaration("cpu", algorithm, NONE_CHOSEN, has_amx=False)
+    assert declared == {"attention_backend": "specsot_cpu"}
     assert FIX in caplog.text and algorithm in caplog.text
 
 
