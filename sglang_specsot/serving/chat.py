@@ -18,6 +18,12 @@ through `TokenizerManager.generate_request` (serving/backend.py), returned as on
 completion whose `usage` counts every prompt and generated token of the skeleton and the
 branches. The skeleton is the `reasoning_content`, the merged answer the `content`, the
 per-phase trace `metadata.specsot`; streamed as serving/stream.py says.
+
+What SGLang's own route would refuse is refused by SGLang's own checks first (empty
+messages, a `max_tokens` beyond the context), and a `max_tokens` of 0 or less goes to SGLang's
+handler as it came, so those answers match a plain request's. `max_tokens` caps the SoT
+answer's total completion tokens (sot/budget.py), within the server's limits (sot/limits.py);
+at most `max_groups` SoT answers run at once (serving/gate.py).
 """
 
 from __future__ import annotations
@@ -26,10 +32,12 @@ import logging
 from collections.abc import Callable
 
 from sglang_specsot.serving.backend import TokenizerManagerBackend
-from sglang_specsot.serving.field import FIELD, SoTField, default_mode, parse_field
-from sglang_specsot.serving.responses import chat_completion
+from sglang_specsot.serving.field import FIELD, SoTField, default_mode, parse_field, server_limits
+from sglang_specsot.serving.gate import GateFull, GroupGate
+from sglang_specsot.serving.responses import aborted_completion, chat_completion, error_status, error_type
 from sglang_specsot.serving.skeleton_constraint import with_server_constraint
 from sglang_specsot.serving.stream import SoTStream
+from sglang_specsot.sot.limits import SoTLimits, answer_cap
 from sglang_specsot.sot.runner import RoutePhase, SoTOptions, SoTPhaseError, new_group, route_phase, run_sot
 from sglang_specsot.speculative import adapter as sgl
 
@@ -40,6 +48,7 @@ def sot_chat_hook() -> Callable:
     """The AROUND hook for the chat route, once the server's default mode is known to be valid."""
     try:
         default_mode()
+        server_limits()
     except ValueError as exc:
         # SystemExit passes load_plugins' `except Exception`: fail at start-up, not per request.
         raise SystemExit(f"sglang-specsot: {exc}") from None
@@ -50,7 +59,7 @@ async def around_handle_request(original, serving, request, raw_request):
     """OpenAIServingChat.handle_request, answering opted-in requests by SoT."""
     try:
         body = await raw_request.body() if raw_request is not None else None
-        field = parse_field(body, default_mode())
+        field = parse_field(body, default_mode(), server_limits())
     except ValueError as exc:
         return serving.create_error_response(str(exc), err_type="BadRequest", status_code=400)
     if field.mode == "off":
@@ -58,7 +67,19 @@ async def around_handle_request(original, serving, request, raw_request):
     return await _SoTChat(serving, request, raw_request, field).respond(original)
 
 
-def sot_question(request) -> tuple[str | None, str]:
+_gate: GroupGate | None = None
+
+
+def sot_gate() -> GroupGate:
+    """The server's one gate on concurrent SoT answers, made on first use."""
+    global _gate
+    if _gate is None:
+        limits = server_limits()
+        _gate = GroupGate(limits.max_groups, limits.max_waiting_groups)
+    return _gate
+
+
+def sot_question(request, limits: SoTLimits = SoTLimits()) -> tuple[str | None, str]:
     """The question when the chat suits SoT, else (None, why not)."""
     if request.n != 1:
         return None, f"SoT gives one answer, but n={request.n}"
@@ -74,6 +95,9 @@ def sot_question(request) -> tuple[str | None, str]:
         if any(text is None for text in parts):
             return None, "SoT answers text questions only"
         content = "".join(parts)
+    if len(content) > limits.max_question_chars:
+        return None, (f"the question has {len(content)} characters, above the server limit "
+                      f"max_question_chars={limits.max_question_chars}")  # fmt: skip
     return content, ""
 
 
@@ -85,41 +109,66 @@ class _SoTChat:
         self.group = new_group()
 
     async def respond(self, original):
-        question, why_not = sot_question(self.request)
+        self.original = original
+        error = sgl.validate_chat_request(self.serving, self.request)  # as SGLang's own route does first
+        if error:
+            return self._error(error)
+        # SGLang's own reading of the cap (protocol.py:1214), quirks included.
+        self.cap = self.request.max_completion_tokens or self.request.max_tokens
+        if self.cap is not None and self.cap < 1:  # 0: an empty answer; negative: its 400
+            return await self._sglang()
+        limits = server_limits()
+        question, why_not = sot_question(self.request, limits)
         if question is None and self.field.mode == "on":
             return self._error(f'"{FIELD}.mode" is "on", but {why_not}')
         if question is None:
-            return await original(self.serving, self.request, self.raw_request)
-        cap = self.request.max_completion_tokens or self.request.max_tokens
+            return await self._sglang()
         try:
-            options = self.field.options(cap)
+            options = self.field.options(answer_cap(self.cap, limits))
         except ValueError as exc:
             return self._error(str(exc))
         route = route_phase(question, options)
         if not route.decision.use_sot:
-            return _annotate(await original(self.serving, self.request, self.raw_request), route)
+            return _annotate(await self._sglang(), route)
         return await self._sot(question, options, route)
 
+    async def _sglang(self):
+        return await self.original(self.serving, self.request, self.raw_request)
+
     async def _sot(self, question: str, options: SoTOptions, route: RoutePhase):
-        error = sgl.validate_chat_request(self.serving, self.request)
-        if error:
-            return self._error(error)
         try:
             adapted = sgl.convert_chat_request(self.serving, self.request, self.raw_request)
         except ValueError as exc:
             return self._error(str(exc))
+        if self._beyond_context(adapted):  # SGLang's own handler gives its context-length 400
+            return await self._sglang()
         options = with_server_constraint(options, self.serving.tokenizer_manager.server_args)
         backend = TokenizerManagerBackend(self.serving.tokenizer_manager, adapted, self.raw_request, self.group)
-        run = lambda on_delta=None: run_sot(  # noqa: E731
-            question, backend, self._render, options, group=self.group, on_delta=on_delta, route=route
-        )
+
+        async def run(on_delta=None):
+            async with sot_gate().slot():
+                return await run_sot(question, backend, self._render, options, group=self.group,
+                                     on_delta=on_delta, route=route)  # fmt: skip
+
         if self.request.stream:
             return await self._streaming(run)
         try:
             answer = await run()
+        except GateFull as exc:
+            return self._busy(exc)
         except SoTPhaseError as exc:
             return self._phase_error(exc)
         return chat_completion(answer, self._id, self.request.model)
+
+    def _beyond_context(self, adapted) -> bool:
+        """Whether the chat's prompt and the client's cap exceed the context, the check SGLang
+        applies to a plain request (tokenizer_manager.py:1353-1377), which SoT's own smaller
+        generations would pass."""
+        if self.cap is None:
+            return False
+        tm = self.serving.tokenizer_manager
+        prompt = adapted.input_ids if adapted.input_ids is not None else tm.tokenizer.encode(adapted.text)
+        return self.cap + len(prompt) > sgl.request_token_room(tm)
 
     def _render(self, messages: list[dict[str, str]]) -> str:
         tokenizer = self.serving.tokenizer_manager.tokenizer
@@ -128,11 +177,16 @@ class _SoTChat:
     def _error(self, message: str):
         return self.serving.create_error_response(message, err_type="BadRequest", status_code=400)
 
+    def _busy(self, exc: GateFull):
+        return self.serving.create_error_response(str(exc), err_type="TooManyRequests", status_code=429)
+
     def _phase_error(self, exc: SoTPhaseError):
-        if isinstance(exc.cause, ValueError):  # what SGLang raises for bad input (e.g. too long)
-            return self._error(str(exc))
-        logger.error("server-side SoT failed: %s", exc)
-        return self.serving.create_error_response(str(exc), err_type="InternalServerError", status_code=500)
+        status = error_status(exc)
+        if status is None:  # a graceful abort: SGLang answers 200 with finish_reason "abort"
+            return aborted_completion(exc, self._id, self.request.model)
+        if status >= 500:
+            logger.error("server-side SoT failed: %s", exc)
+        return self.serving.create_error_response(str(exc), err_type=error_type(status), status_code=status)
 
     @property
     def _id(self) -> str:
@@ -146,6 +200,8 @@ class _SoTChat:
                            self.serving.create_streaming_error_response)  # fmt: skip
         try:
             first = await stream.start()  # errors before the first token become an HTTP error
+        except GateFull as exc:
+            return self._busy(exc)
         except SoTPhaseError as exc:
             return self._phase_error(exc)
         return StreamingResponse(stream.chunks(first), media_type="text/event-stream")

@@ -9,16 +9,20 @@ ignores unknown fields, so it is read from the raw JSON body):
 
 (with the OpenAI client: `extra_body={"specsot": {"mode": "auto"}}`; with bench_serving:
 `--extra-request-body '{"specsot": {"mode": "on"}}'`). The environment variable
-SGLANG_SPECSOT_SOT_MODE (default "off") is the mode of requests without the field. Plain Python.
+SGLANG_SPECSOT_SOT_MODE (default "off") is the mode of requests without the field, and
+SGLANG_SPECSOT_LIMITS (a JSON object of `sot.limits.SoTLimits` fields) bounds what a request's
+`config` may ask for. Plain Python.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass
 
 from sglang_specsot.sot.config import SoTConfig
+from sglang_specsot.sot.limits import LIMITS_ENV, SoTLimits, bound_config, limits_from_json
 from sglang_specsot.sot.runner import SoTOptions
 from sglang_specsot.sot.tag import MODES
 
@@ -49,35 +53,56 @@ def default_mode() -> str:
     return mode
 
 
-def parse_field(body: bytes | None, default: str) -> SoTField:
-    """Read the `specsot` field from a raw JSON body; ValueError (HTTP 400) when malformed."""
-    value = None
-    if body and f'"{FIELD}"'.encode() in body:  # cheap test first: most requests lack it
-        payload = json.loads(body)
-        value = payload.get(FIELD) if isinstance(payload, dict) else None
-    if value is None:
-        return SoTField(default, SoTConfig())
+@functools.cache
+def server_limits() -> SoTLimits:
+    """The server's SoT limits, read once from SGLANG_SPECSOT_LIMITS (unset: the defaults)."""
+    return limits_from_json(os.environ.get(LIMITS_ENV))
+
+
+def parse_field(body: bytes | None, default: str, limits: SoTLimits = SoTLimits()) -> SoTField:
+    """Read the `specsot` field from a raw JSON body; ValueError (HTTP 400) when malformed or
+    when its `config` asks for more than `limits` allow."""
+    value = _payload(body).get(FIELD) if body and f'"{FIELD}"'.encode() in body else None
+    if value is None:  # the cheap test first: most requests lack the field
+        return SoTField(default, bound_config(SoTConfig(), limits))
     if not isinstance(value, dict):
-        raise ValueError(f'"{FIELD}" must be an object such as {{"mode": "auto"}}, got {json.dumps(value)}')
+        raise ValueError(f'"{FIELD}" must be an object such as {{"mode": "auto"}}, got {_shown(value)}')
     unknown = sorted(set(value) - set(FIELD_KEYS))
     if unknown:
         raise ValueError(f'"{FIELD}" has unknown keys {unknown}; known keys are {list(FIELD_KEYS)}')
     mode = value.get("mode", "auto")
     if mode not in MODES:
-        raise ValueError(f'"{FIELD}.mode" must be {_MODE_LIST}, got {json.dumps(mode)}')
-    return SoTField(mode, _config(value.get("config")), _processor(value))
+        raise ValueError(f'"{FIELD}.mode" must be {_MODE_LIST}, got {_shown(mode)}')
+    return SoTField(mode, _config(value.get("config"), limits), _processor(value))
 
 
-def _config(overrides: object) -> SoTConfig:
+def _payload(body: bytes) -> dict:
+    """The body as a JSON object ({} for any other JSON value)."""
+    try:
+        payload = json.loads(body)
+    # Not UTF-8 or not JSON (both ValueErrors), or nested deeper than the parser recurses.
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"the request body is not a JSON object ({type(exc).__name__}: {str(exc)[:120]})") from None
+    return payload if isinstance(payload, dict) else {}
+
+
+def _config(overrides: object, limits: SoTLimits) -> SoTConfig:
     if overrides is None:
-        return SoTConfig()
+        return bound_config(SoTConfig(), limits)
     if not isinstance(overrides, dict):
-        raise ValueError(f'"{FIELD}.config" must be an object of SoTConfig fields, got {json.dumps(overrides)}')
+        raise ValueError(f'"{FIELD}.config" must be an object of SoTConfig fields, got {_shown(overrides)}')
     known = set(SoTConfig.__dataclass_fields__)
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ValueError(f'"{FIELD}.config" has unknown fields {unknown}; SoTConfig has {sorted(known)}')
-    return SoTConfig(**overrides)  # its own checks raise ValueError naming the field
+    # SoTConfig's own checks raise ValueError naming the field; then the server's limits.
+    return bound_config(SoTConfig(**overrides), limits, explicit=set(overrides))
+
+
+def _shown(value: object, limit: int = 80) -> str:
+    """A client's value quoted in an error, cut short: the body may be megabytes."""
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _processor(value: dict) -> str | None:

@@ -131,6 +131,12 @@ def convert_chat_request(serving, request, raw_request):
     return adapted
 
 
+def request_token_room(tokenizer_manager) -> int:
+    """The prompt and completion tokens one request may total: the context less the tokens
+    SGLang reserves per request (tokenizer_manager.py:1333-1335)."""
+    return tokenizer_manager.context_len - getattr(tokenizer_manager, "num_reserved_tokens", 0)
+
+
 def incremental_streaming_output(tokenizer_manager) -> bool:
     """Whether a streamed generation yields only the new text of each step (the server's
     --incremental-streaming-output) rather than all text so far."""

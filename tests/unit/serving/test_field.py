@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from sglang_specsot.serving.field import FIELD_KEYS, MODE_ENV, SoTField, default_mode, parse_field
+from sglang_specsot.serving.field import FIELD_KEYS, MODE_ENV, SoTField, default_mode, parse_field, server_limits
 from sglang_specsot.sot import SoTConfig
+from sglang_specsot.sot.limits import LIMITS_ENV, SoTLimits
 from sglang_specsot.sot.runner import SoTOptions
 from sglang_specsot.sot.tag import MODES
 
@@ -84,3 +85,29 @@ def test_the_server_default_is_off_unless_the_environment_says(monkeypatch):
     assert default_mode() == "off"
     monkeypatch.setenv(MODE_ENV, "Auto")
     assert default_mode() == "auto"
+
+
+def test_config_above_a_server_limit_is_refused_naming_the_limit_and_the_value():
+    limits = SoTLimits(max_branches=8)
+    with pytest.raises(ValueError, match=r'"specsot.config.max_points"=60 is above the server limit max_branches=8'):
+        parse_field(_body({"config": {"max_points": 60}}), "off", limits)
+    # Defaults above a lowered limit are clamped, with or without a field.
+    assert parse_field(_body({"config": {"max_running": 2}}), "off", limits).config.max_points == 8
+    assert parse_field(None, "auto", limits).config.max_points == 8
+
+
+def test_a_body_that_is_not_json_is_a_value_error_that_says_so():
+    for body in (b'{"specsot": \xff}', b'{"specsot": ', b'{"specsot": ' + b"[" * 100_000):
+        with pytest.raises(ValueError, match="not a JSON object"):
+            parse_field(body, "off")
+
+
+def test_the_server_limits_come_from_the_environment_once(monkeypatch):
+    server_limits.cache_clear()
+    monkeypatch.setenv(LIMITS_ENV, '{"max_groups": 2}')
+    try:
+        assert server_limits() == SoTLimits(max_groups=2)
+        monkeypatch.setenv(LIMITS_ENV, '{"max_groups": 3}')
+        assert server_limits().max_groups == 2  # read once, at start-up
+    finally:
+        server_limits.cache_clear()

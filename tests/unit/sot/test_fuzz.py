@@ -18,6 +18,7 @@ from sglang_specsot.sot import (
     plan_branches,
     route_question,
 )
+from sglang_specsot.sot.tag import SoTTag
 from sglang_specsot.sot.text import classify_line, point_key
 
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -127,3 +128,46 @@ def test_pathological_whitespace_terminates():
     assert parse_skeleton(text, prefill="").outcome in (PLAN, DIRECT, ERROR)
     assert route_question(text).use_sot in (True, False)
     assert merge_answer(["Sleep"], {0: text}).points[0].point == "Sleep"
+
+
+# -- the skeleton parser on any config, and the SoT tag parser on any JSON ----------------------
+
+_JSON = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=30)),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+    max_leaves=20,
+)
+_TAG_FIELDS = st.fixed_dictionaries(
+    {},
+    optional={"role": st.one_of(st.sampled_from(["plain", "skeleton", "branch"]), _JSON),
+              "group": st.one_of(st.text(max_size=80), _JSON),
+              "point": st.one_of(st.integers(-3, 70), _JSON), "n": st.one_of(st.integers(-3, 70), _JSON)},
+)  # fmt: skip
+
+
+@FUZZ
+@given(text=st.one_of(st.text(), list_like()), config=_CONFIGS, truncated=st.booleans(),
+       prefill=st.sampled_from(["1.", ""]))  # fmt: skip
+def test_any_text_parses_under_any_config(text, config, truncated, prefill):
+    _check_invariants(parse_skeleton(text, config, prefill=prefill, truncated=truncated), config)
+
+
+@FUZZ
+@given(custom_params=st.one_of(_JSON, st.fixed_dictionaries({"specsot": st.one_of(_TAG_FIELDS, _JSON)})))
+def test_the_tag_parser_returns_a_tag_or_a_problem_on_any_json(custom_params):
+    tag, problem = SoTTag.parse(custom_params)
+    assert isinstance(tag, SoTTag)
+    assert problem is None or (isinstance(problem, str) and problem and tag == SoTTag())
+    if problem is None and tag != SoTTag():  # a well-formed tag round-trips
+        assert SoTTag.parse(tag.to_custom_params()) == (tag, None)
+
+
+@FUZZ
+@given(fields=_TAG_FIELDS)
+def test_a_tag_is_built_or_refused_with_a_value_error(fields):
+    try:
+        tag = SoTTag(fields.get("group"), fields.get("role", "plain"), fields.get("point"), fields.get("n"))
+    except ValueError as exc:
+        assert str(exc).startswith("invalid SoT tag: ")
+    else:
+        assert SoTTag.parse(tag.to_custom_params())[1] is None

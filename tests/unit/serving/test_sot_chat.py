@@ -1,0 +1,198 @@
+"""Server-side SoT's chat flow over a fake SGLang serving object: caps and errors as SGLang's
+own route gives them, the total max_tokens cap, the limits, the gate and aborts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from http import HTTPStatus
+from types import SimpleNamespace
+
+import pytest
+from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest
+from sglang.srt.managers.io_struct import GenerateReqInput
+
+from sglang_specsot.serving import chat
+from sglang_specsot.serving.chat import _SoTChat
+from sglang_specsot.serving.field import parse_field, server_limits
+from sglang_specsot.serving.gate import GroupGate
+from sglang_specsot.sot.limits import SoTLimits
+
+QUESTION = "What are the benefits of regular exercise?"
+SKELETON = " Heart health\n2. Better mood\n3. Stronger muscles\n4. Better sleep"
+CONTEXT = 2048
+
+
+class _Tokenizer:
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True):
+        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+
+    def encode(self, text):
+        return text.split()
+
+
+class _TokenizerManager:
+    """Answers every generation with words up to its max_new_tokens; a branch can be aborted."""
+
+    incremental_streaming_output = False
+    context_len = CONTEXT
+    num_reserved_tokens = 0
+
+    def __init__(self, abort: dict | None = None) -> None:
+        self.tokenizer = _Tokenizer()
+        self.server_args = SimpleNamespace(enable_custom_logit_processor=False)
+        self.abort = abort  # the finish reason a branch ends with
+        self.requests: list[GenerateReqInput] = []
+
+    async def generate_request(self, obj, raw_request=None):
+        self.requests.append(obj)
+        cap = obj.sampling_params.get("max_new_tokens")
+        role = obj.rid.split("-")[2]
+        # Distinct words, so the branch's loop watch never ends it early.
+        words = (SKELETON if role == "skeleton" else " ".join(f"w{i}" for i in range(5_000))).split(" ")[: cap or 50]
+        finish = {"type": "length" if cap and len(words) == cap else "stop"}
+        if role == "branch" and self.abort is not None:
+            finish = self.abort
+        text = " ".join(words)
+        meta = {"prompt_tokens": 5, "completion_tokens": len(words), "finish_reason": finish}
+        yield {"text": text, "meta_info": meta}
+
+    def abort_request(self, rid="", abort_all=False):
+        pass
+
+
+class _Serving:
+    def __init__(self, tm: _TokenizerManager) -> None:
+        self.tokenizer_manager = tm
+
+    def _validate_request(self, request):
+        return "Messages cannot be empty." if not request.messages else None
+
+    def _convert_to_internal_request(self, request, raw_request=None):
+        cap = request.max_completion_tokens or request.max_tokens
+        params = {"temperature": 0.0, "max_new_tokens": cap}
+        return GenerateReqInput(text=QUESTION, sampling_params=params, stream=request.stream), request
+
+    def create_error_response(self, message, err_type="BadRequestError", status_code=400):
+        return SimpleNamespace(status_code=status_code, type=err_type, message=message)
+
+    def create_streaming_error_response(self, message, err_type="BadRequestError", status_code=400):
+        return json.dumps({"error": {"message": message, "type": err_type, "code": status_code}})
+
+
+async def _original(serving, request, raw_request):
+    return SimpleNamespace(status_code=200, by="sglang", request=request)
+
+
+def _answer(field: dict, limits: SoTLimits = SoTLimits(), tm: _TokenizerManager | None = None, **request):
+    tm = tm or _TokenizerManager()
+    body = {"model": "m", "messages": [{"role": "user", "content": QUESTION}], **request}
+    parsed = parse_field(json.dumps({"specsot": field}).encode(), "off", limits)
+    req = ChatCompletionRequest(**body)
+    return asyncio.run(_SoTChat(_Serving(tm), req, None, parsed).respond(_original)), tm
+
+
+@pytest.fixture(autouse=True)
+def _fresh_gate(monkeypatch):
+    monkeypatch.setattr(chat, "_gate", None)
+    server_limits.cache_clear()
+    yield
+    server_limits.cache_clear()
+
+
+
+@pytest.mark.parametrize("cap", [200, 300, 1000])
+@pytest.mark.parametrize("key", ["max_tokens", "max_completion_tokens"])
+def test_max_tokens_caps_the_whole_sot_answer(key, cap):
+    response, tm = _answer({"mode": "on", "config": {"max_branch_tokens": 384, "default_branch_tokens": 300}},
+                           **{key: cap})  # fmt: skip
+    assert response.metadata["specsot"]["path"] == "sot"
+    assert response.usage.completion_tokens <= cap
+
+
+def test_without_max_tokens_the_answer_is_capped_by_the_server_limit(monkeypatch):
+    limits = SoTLimits(max_answer_tokens=250)
+    monkeypatch.setattr(chat, "server_limits", lambda: limits)
+    response, _ = _answer({"mode": "on"}, limits)
+    assert response.metadata["specsot"]["path"] == "sot" and response.usage.completion_tokens <= 250
+
+
+@pytest.mark.parametrize("cap", [0, -1])
+def test_a_cap_of_zero_or_less_goes_to_sglang_as_it_came(cap):
+    response, tm = _answer({"mode": "on"}, max_tokens=cap)
+    assert response.by == "sglang" and tm.requests == []
+
+
+def test_a_cap_beyond_the_context_gets_sglangs_own_context_length_answer():
+    response, tm = _answer({"mode": "on"}, max_tokens=10**9)
+    assert response.by == "sglang" and tm.requests == []
+    response, _ = _answer({"mode": "on"}, max_tokens=CONTEXT - 10)
+    assert response.metadata["specsot"]["path"] == "sot"
+
+
+def test_a_cap_too_small_for_sot_is_answered_by_sglang_in_mode_on():
+    response, tm = _answer({"mode": "on"}, max_tokens=16)
+    assert response.by == "sglang" and response.request.max_tokens == 16
+
+
+def test_empty_messages_get_sglangs_own_message():
+    response, _ = _answer({"mode": "on"}, messages=[])
+    assert (response.status_code, response.message) == (400, "Messages cannot be empty.")
+
+
+def test_a_question_above_the_length_limit_is_refused_in_on_and_answered_normally_in_auto(monkeypatch):
+    limits = SoTLimits(max_question_chars=10)
+    monkeypatch.setattr(chat, "server_limits", lambda: limits)
+    refused, _ = _answer({"mode": "on"}, limits)
+    normal, _ = _answer({"mode": "auto"}, limits)
+    assert refused.status_code == 400 and "max_question_chars=10" in refused.message
+    assert normal.by == "sglang"
+
+
+def test_a_full_gate_answers_429(monkeypatch):
+    gate = GroupGate(running=1, waiting=0)
+    monkeypatch.setattr(chat, "_gate", gate)
+
+    async def scenario():
+        async with gate.slot():
+            req = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": QUESTION}])
+            field = parse_field(b'{"specsot": {"mode": "on"}}', "off")
+            return await _SoTChat(_Serving(_TokenizerManager()), req, None, field).respond(_original)
+
+    response = asyncio.run(scenario())
+    assert response.status_code == 429 and "max_groups=1" in response.message
+
+
+def test_a_graceful_abort_ends_a_non_streamed_answer_with_finish_reason_abort():
+    response, _ = _answer({"mode": "on"}, tm=_TokenizerManager(abort={"type": "abort", "message": "Abort by user"}))
+    assert response.choices[0].finish_reason == "abort"
+    assert "Abort by user" in response.metadata["specsot"]["aborted"]
+
+
+def test_an_abort_with_a_status_keeps_it():
+    abort = {"type": "abort", "message": "Out of memory", "status_code": HTTPStatus.SERVICE_UNAVAILABLE}
+    response, _ = _answer({"mode": "on"}, tm=_TokenizerManager(abort=abort))
+    assert (response.status_code, response.type) == (503, "SERVICE_UNAVAILABLE")
+    assert "Out of memory" in response.message
+
+
+async def _collect(response) -> list[str]:
+    return [chunk async for chunk in response.body_iterator]
+
+
+@pytest.mark.parametrize("abort, ends", [
+    ({"type": "abort", "message": "Abort by user"}, '"finish_reason":"abort"'),
+    ({"type": "abort", "message": "Out of memory", "status_code": HTTPStatus.SERVICE_UNAVAILABLE},
+     '"type": "SERVICE_UNAVAILABLE", "code": 503'),
+])  # fmt: skip
+def test_a_branch_aborted_mid_stream_ends_it_as_sglang_ends_its_own(abort, ends):
+    async def scenario():
+        req = ChatCompletionRequest(model="m", stream=True, messages=[{"role": "user", "content": QUESTION}])
+        field = parse_field(b'{"specsot": {"mode": "on"}}', "off")
+        response = await _SoTChat(_Serving(_TokenizerManager(abort=abort)), req, None, field).respond(_original)
+        return await _collect(response)
+
+    chunks = asyncio.run(scenario())
+    assert "reasoning_content" in chunks[1]  # the skeleton was already sent
+    assert ends in chunks[-2] and chunks[-1] == "data: [DONE]\n\n"
+    assert not any('"code": 400' in c for c in chunks)
