@@ -40,6 +40,7 @@ from sglang_specsot.sot.skeleton_format import (
     classify_piece,
     piece_need,
 )
+from sglang_specsot.speculative import adapter as sgl
 
 logger = logging.getLogger(__name__)
 
@@ -291,19 +292,12 @@ def with_server_constraint(options: SoTOptions, server_args) -> SoTOptions:
         enable_custom_logit_processor=bool(getattr(server_args, "enable_custom_logit_processor", False)),
         speculative_algorithm=getattr(server_args, "speculative_algorithm", None),
         disable_overlap_schedule=bool(getattr(server_args, "disable_overlap_schedule", False)),
-        delay_sample=_delay_sample(),
+        delay_sample=sgl.delay_sample_enabled(),
     )
     if not runs:
         return options
     path = server_args.tokenizer_path or server_args.model_path
     return dataclasses.replace(options, skeleton_logit_processor=_cached_processor(path, options.config))
-
-
-def _delay_sample() -> bool:
-    # The HTTP server and its scheduler share the environment SGLang reads this from.
-    from sglang.srt.environ import envs
-
-    return bool(envs.SGLANG_ENABLE_DELAY_SAMPLE.get())
 
 
 @functools.lru_cache(maxsize=32)

@@ -143,6 +143,14 @@ def incremental_streaming_output(tokenizer_manager) -> bool:
     return tokenizer_manager.incremental_streaming_output
 
 
+def delay_sample_enabled() -> bool:
+    """Whether SGLANG_ENABLE_DELAY_SAMPLE is on, read as SGLang reads it (environ.py:697): the
+    plain overlap scheduler then samples after the previous token reaches `output_ids`."""
+    from sglang.srt.environ import envs
+
+    return bool(envs.SGLANG_ENABLE_DELAY_SAMPLE.get())
+
+
 # -- subclasses giving SGLang's private methods a public name -----------------------------------
 
 
