@@ -76,6 +76,7 @@ class Report:
     before: dict = field(default_factory=dict)
     after: dict = field(default_factory=dict)
     rss_peak_mb: float | None = None
+    rss_timeline_mb: list[float] = field(default_factory=list)  # the scheduler's RSS every 30 s
     healthy_after: bool = False
     idle_after: bool = False
     failures: list[str] = field(default_factory=list)
@@ -250,14 +251,19 @@ def run_load(server: Server, args) -> Report:
     for thread in threads:
         thread.start()
     peak = report.before["scheduler_rss_mb"] or 0.0
+    ticks = 0
     while any(t.is_alive() for t in threads) and time.monotonic() < stop_at + DRAIN_TIMEOUT:
         time.sleep(5.0)
-        peak = max(peak, server.rss_mb() or 0.0)
+        rss, ticks = server.rss_mb() or 0.0, ticks + 1
+        peak = max(peak, rss)
+        if ticks % 6 == 0:
+            report.rss_timeline_mb.append(rss)
         done = sum(o.status != "lost" for o in outcomes)
         print(f"[{time.monotonic() - stop_at + args.duration:6.0f}s] sent {len(outcomes)}, ended {done}", flush=True)
     report.wall_s = round(time.monotonic() - began, 1)
     report.rss_peak_mb = peak or None
     report.idle_after = server.wait_idle()
+    time.sleep(5.0)  # a few idle turns of the scheduler, each with its memory check
     report.after = server.state()
     report.healthy_after = server.healthy()
     _tally(report, outcomes)
@@ -302,7 +308,10 @@ def _with_own_server(args) -> Report:
     from sglang_specsot.launch import ServerProcess
 
     path = _fetch(args.model)
-    with ServerProcess(path, SERVER_ARGS) as process:
+    # SGLang's strict idle memory check: a leaked KV slot or request row found once the load
+    # is over kills the scheduler, and the server then fails the health check here.
+    strict = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}
+    with ServerProcess(path, SERVER_ARGS, env=strict) as process:
         print(f"server on {process.base_url}, log {process.log_path}", flush=True)
         return run_load(Server(process.base_url, process.proc.pid), args)
 
