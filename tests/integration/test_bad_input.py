@@ -36,9 +36,6 @@ AUTO = {"mode": "auto", "config": CONFIG}
 CHAT = "/v1/chat/completions"
 
 # The fixes in progress (issue #12) that strict xfails wait for.
-TOTAL_CAP = "max_tokens must cap a SoT answer's total tokens (serving/chat.py, sot/runner.py)"
-LIMITS = "SoT limits: bounded caps in the specsot field (sot/config.py, serving/field.py)"
-EMPTY_MESSAGES = "empty messages with SoT must say 'messages cannot be empty' (serving/chat.py)"
 # SGLang's own check answers 400 "SoT skeleton failed: custom_logit_processor ... is not a
 # serialized CustomLogitProcessor", which does not name the field the client sent.
 PROCESSOR_FIELD = "a bad specsot.skeleton_logit_processor must be a 400 naming that field (serving/field.py)"
@@ -72,26 +69,31 @@ SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "requi
 JSON_SCHEMA = {"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA}}
 CONTROL = "\x00\x01\x07\x1b[31m é ü 漢字 🙂 \u202e\ufeff\ud7ff\n\t? " + SUITABLE
 STOPS = [f"never-{i}" for i in range(2000)]
+DENSE = "漢字語" * 3000  # 9,000 characters, 21,000 SmolLM2 tokens
 
 CASES = [
     # -- messages and content ------------------------------------------------------------
     Case("empty-messages", _with(chat(), messages=[]), 400, "messages"),
-    Case("empty-messages-sot", _with(chat(sot=ON), messages=[]), 400, "empty", xfail=EMPTY_MESSAGES),
+    Case("empty-messages-sot", _with(chat(sot=ON), messages=[]), 400, "empty"),
     Case("empty-content", chat("")),
     Case("empty-content-sot", chat("", sot=ON), (200, 400)),
     Case("empty-content-auto", chat("", sot=AUTO)),
     Case("too-long", chat("why " * 9000), 400, "context"),
-    Case("too-long-sot", chat("why " * 9000, sot=ON), 400, "context"),
+    # Past the server's SoT question limit (sot/limits.py): refused in mode "on", normal in "auto".
+    Case("too-long-sot", chat("why " * 9000, sot=ON), 400, "max_question_chars"),
+    Case("too-long-auto", chat("why " * 9000, sot=AUTO), 400, "context"),
+    # Under that limit in characters, past the context in tokens (about 2.3 tokens a character).
+    Case("too-many-tokens-sot", chat(DENSE, sot=ON), 400, "context"),
     Case("unicode-control", chat(CONTROL)),
     Case("unicode-control-sot", chat(CONTROL, sot=ON)),
     # -- sampling parameters ---------------------------------------------------------------
     Case("max-tokens-0", chat(max_tokens=0), (200, 400)),
-    # SGLang answers max_tokens=0 with an empty 200; SoT today with a 400 (issue #12 wants one rule).
+    # SGLang answers max_tokens=0 with an empty 200; SoT hands it to SGLang's handler as it came.
     Case("max-tokens-0-sot", chat(sot=ON, max_tokens=0), (200, 400)),
     Case("max-tokens-negative", chat(max_tokens=-1), 400, "max"),
     Case("max-tokens-negative-sot", chat(sot=ON, max_tokens=-1), 400, "max"),
     Case("max-tokens-huge", chat(max_tokens=10**9), 400),
-    Case("max-tokens-huge-sot", chat(sot=ON, max_tokens=10**9), 400, xfail=TOTAL_CAP),
+    Case("max-tokens-huge-sot", chat(sot=ON, max_tokens=10**9), 400, "context length"),
     Case("temperature-negative", chat(temperature=-1), 400, "temperature"),
     Case("temperature-negative-sot", chat(sot=ON, temperature=-1), 400, "temperature"),
     Case("top-p-zero", chat(top_p=0), 400, "top_p"),
@@ -120,13 +122,11 @@ CASES = [
     Case("max-running-zero", chat(sot={"mode": "on", "config": {"max_running": 0}}), 400, "max_running"),
     Case("branch-tokens-negative", chat(sot={"mode": "on", "config": {"default_branch_tokens": -5}}),
          400, "default_branch_tokens"),  # fmt: skip
-    Case("max-points-huge", chat(sot={"mode": "on", "config": {"max_points": 1000}}), 400, "max_points",
-         xfail=LIMITS),  # fmt: skip
+    Case("max-points-huge", chat(sot={"mode": "on", "config": {"max_points": 1000}}), 400, "max_points"),
     Case("max-branches-huge", chat(sot={"mode": "on", "config": {"max_branches": 1000}}), 400, "max_branches"),
-    Case("max-running-huge", chat(sot={"mode": "on", "config": {"max_running": 1000}}), 400, "max_running",
-         xfail=LIMITS),  # fmt: skip
+    Case("max-running-huge", chat(sot={"mode": "on", "config": {"max_running": 1000}}), 400, "max_running"),
     Case("branch-tokens-huge", chat(sot={"mode": "on", "config": {"max_branch_tokens": 10**9}}), 400,
-         "max_branch_tokens", xfail=LIMITS),  # fmt: skip
+         "max_branch_tokens"),  # fmt: skip
     Case("processor-wrong-type", chat(sot={"mode": "on", "skeleton_logit_processor": 7}), 400,
          "skeleton_logit_processor"),  # fmt: skip
     Case("processor-garbage", chat(sot={"mode": "on", "skeleton_logit_processor": "not a processor"}), 400,
@@ -226,7 +226,7 @@ def test_streaming_sot_sends_an_answer_and_no_error(server):
 
 
 def test_streaming_sot_with_bad_input_is_a_4xx_before_the_stream(server):
-    status, reply = post(server, CHAT, chat("why " * 9000, sot=ON, stream=True))
+    status, reply = post(server, CHAT, chat(DENSE, sot=ON, stream=True))
     assert status == 400 and "context" in error_message(reply).lower(), reply
     assert_alive(server)
 
