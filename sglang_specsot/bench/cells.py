@@ -41,7 +41,7 @@ class Target:
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    max_tokens: int  # the answer's token cap (normal answer; bounds every SoT generation)
+    max_tokens: int  # the answer's completion-token cap, normal or SoT (the SoT answer's total, sot/budget.py)
     timeout: float  # seconds per cell, enforced by the client
     sot_config: dict | None = None  # SoTConfig fields for both SoT routes; None: defaults
 
