@@ -31,7 +31,7 @@ ARGS = cpu_args() + SPECSOT + ["--enable-custom-logit-processor"] + WATCHED_ARGS
 SUITABLE = "How can I improve my time management skills?"
 BYSTANDER = {"model": "default", "messages": [{"role": "user", "content": "Name three colours."}],
              "temperature": 0, "max_tokens": 48}  # fmt: skip
-UNBOUNDED = 1600  # a branch budget no answer reaches: only an abort ends these branches early
+UNBOUNDED = 1000  # a branch budget no answer reaches (under the 1024 limit): only an abort ends them early
 CONFIG = {"skeleton_max_tokens": 96, "max_points": 8, "max_running": 2, "min_branch_tokens": 8,
           "default_branch_tokens": UNBOUNDED, "max_branch_tokens": UNBOUNDED,
           "router_min_answer_tokens": 1}  # fmt: skip
@@ -110,10 +110,11 @@ def running(server, start: int, group: str, until: int | None = None) -> set[str
     return received - sot_rids(FINISHED_RID, text).get(group, set())
 
 
-def wait_for_phase(server, start: int, phase: str) -> None:
+def wait_for_phase(server, start: int, phase: str, call: SoTCall) -> None:
     """Until the SoT request's skeleton, or two of its branches, decode in the scheduler."""
 
     def there() -> bool:
+        assert call.status in (None, 200), (call.status, call.body[:500])  # refused: say why now
         groups = sot_rids(RECEIVED_RID, log_since(server, start))
         if not groups:
             return False
@@ -139,7 +140,7 @@ def cut(server, stream: bool, phase: str, how: str, fault) -> tuple[SoTCall, str
     else:
         if how == "abort_request":
             call.read_in_background()
-        wait_for_phase(server, start, phase)
+        wait_for_phase(server, start, phase, call)
     with paused(server) as at_pause:
         group = group_of(server, start)
         live = running(server, start, group, until=at_pause)
@@ -149,6 +150,15 @@ def cut(server, stream: bool, phase: str, how: str, fault) -> tuple[SoTCall, str
     bystander.join(timeout=600)
     assert bystander.answer is not None, "the plain request beside the fault got no answer"
     return call, group, at_pause, live, bystander.answer
+
+
+def finish_reasons(body: bytes, stream: bool) -> list[str]:
+    if not stream:
+        return [choice["finish_reason"] for choice in json.loads(body)["choices"]]
+    events = [line[6:] for line in body.decode().splitlines() if line.startswith("data: ")]
+    chunks = [json.loads(e) for e in events if e != "[DONE]"]
+    assert not [c for c in chunks if "error" in c], chunks
+    return [choice["finish_reason"] for c in chunks for choice in c.get("choices", []) if choice.get("finish_reason")]
 
 
 def aborted(server, start: int, group: str) -> set[str]:
@@ -180,9 +190,10 @@ def test_abort_request_on_one_generation_stops_the_whole_group(server, bystander
     call, group, at_pause, live, answer = cut(server, stream, phase, "abort_request", fault)
     assert answer == bystander_answer
     call.reader.join(timeout=600)
-    # The SoT client hears of it: SGLang answers a graceful abort with 200 (finish "abort");
-    # server-side SoT today with a 400 naming the failed phase (a 5xx would be a server error).
-    assert call.status is not None and call.status < 500, (call.status, call.body[:500])
+    # The SoT client hears of it as SGLang's own clients do of a graceful abort: a 200 whose
+    # finish_reason is "abort" (streamed: the last chunk's), not an error.
+    assert call.status == 200, (call.status, call.body[:500])
+    assert finish_reasons(call.body, stream)[-1] == "abort", call.body[-800:]
     assert_group_stopped(server, start, at_pause, group, live)
     call.close()
 
