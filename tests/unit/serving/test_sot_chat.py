@@ -38,10 +38,10 @@ class _TokenizerManager:
     context_len = CONTEXT
     num_reserved_tokens = 0
 
-    def __init__(self, abort: dict | None = None) -> None:
+    def __init__(self, abort: dict | None = None, abort_role: str = "branch") -> None:
         self.tokenizer = _Tokenizer()
         self.server_args = SimpleNamespace(enable_custom_logit_processor=False)
-        self.abort = abort  # the finish reason a branch ends with
+        self.abort, self.abort_role = abort, abort_role  # the finish reason that role ends with
         self.requests: list[GenerateReqInput] = []
 
     async def generate_request(self, obj, raw_request=None):
@@ -51,7 +51,7 @@ class _TokenizerManager:
         # Distinct words, so the branch's loop watch never ends it early.
         words = (SKELETON if role == "skeleton" else " ".join(f"w{i}" for i in range(5_000))).split(" ")[: cap or 50]
         finish = {"type": "length" if cap and len(words) == cap else "stop"}
-        if role == "branch" and self.abort is not None:
+        if role == self.abort_role and self.abort is not None:
             finish = self.abort
         text = " ".join(words)
         meta = {"prompt_tokens": 5, "completion_tokens": len(words), "finish_reason": finish}
@@ -196,3 +196,16 @@ def test_a_branch_aborted_mid_stream_ends_it_as_sglang_ends_its_own(abort, ends)
     assert "reasoning_content" in chunks[1]  # the skeleton was already sent
     assert ends in chunks[-2] and chunks[-1] == "data: [DONE]\n\n"
     assert not any('"code": 400' in c for c in chunks)
+
+
+def test_a_skeleton_aborted_before_its_first_token_still_streams_the_abort_ending():
+    async def scenario():
+        req = ChatCompletionRequest(model="m", stream=True, messages=[{"role": "user", "content": QUESTION}])
+        field = parse_field(b'{"specsot": {"mode": "on"}}', "off")
+        tm = _TokenizerManager(abort={"type": "abort", "message": "Abort by user"}, abort_role="skeleton")
+        response = await _SoTChat(_Serving(tm), req, None, field).respond(_original)
+        return await _collect(response)
+
+    chunks = asyncio.run(scenario())
+    assert '"role":"assistant"' in chunks[0] and '"finish_reason":"abort"' in chunks[-2]
+    assert chunks[-1] == "data: [DONE]\n\n" and not any('"error"' in c for c in chunks)
