@@ -1,0 +1,168 @@
+"""Per-step draft budgets that maximise expected accepted tokens per second.
+
+Each step the worker asks `plan_step` how many draft tokens each request gets. The answer
+weighs what drafts are expected to bring (each request's running acceptance, shared by the
+branches of one SoT group, which write alike) against what the verify window costs on this
+machine (`CostModel`, measured). When no budget beats plain decoding in tokens per ms, the
+step is a plain decode: one row per request, no drafts.
+
+The acceptance model is a truncated geometric chain: a drafted token is accepted with
+probability `p` given its parent was, so `b` drafts bring `p + p^2 + ... + p^b` tokens on top
+of the bonus token. `p` is estimated per group from what verify accepted (successes are
+accepted drafts, failures are steps that stopped before the budget), decayed so that it
+follows the text, and it drifts back to the prior while a group gets no drafts, so a group
+that stopped drafting tries again later.
+
+Plain Python (no torch, no SGLang).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    """SGLang's `--speculative-adaptive-config` read for SPECSOT, plus SPECSOT's own keys.
+
+    SGLang's format maps a batch size ("1", "8", ...; a batch uses the largest key not above
+    its size) to `candidate_steps`; for SPECSOT a candidate is a per-request draft budget in
+    tokens (0 = plain decode). SPECSOT's keys live under "specsot" (SGLang's loader skips
+    non-numeric keys): `decay`, `prior_accepts`, `prior_misses`, `min_token_prob`.
+    """
+
+    buckets: tuple[tuple[int, tuple[int, ...]], ...]  # (smallest batch size, budgets), increasing
+    decay: float = 0.1  # weight of one verify in a group's acceptance estimate
+    prior_accepts: float = 1.0  # pseudo-counts of the prior p = 0.5 ...
+    prior_misses: float = 1.0  # ... that a group starts from and drifts back to
+    min_token_prob: float = 0.05  # a request's budget stops where p^b falls below this
+
+    def __post_init__(self) -> None:
+        if not self.buckets or any(not c for _, c in self.buckets):
+            raise ValueError(f"adaptive config needs at least one batch size with candidates, got {self.buckets}")
+        if not 0.0 < self.decay <= 1.0:
+            raise ValueError(f"specsot.decay={self.decay} outside (0, 1]")
+        if self.prior_accepts <= 0 or self.prior_misses <= 0:
+            raise ValueError("specsot.prior_accepts and specsot.prior_misses must be positive")
+
+    def candidates(self, bs: int) -> tuple[int, ...]:
+        chosen = self.buckets[0][1]
+        for min_bs, budgets in self.buckets:
+            if bs >= min_bs:
+                chosen = budgets
+        return chosen
+
+    @classmethod
+    def default(cls, max_budget: int) -> AdaptiveConfig:
+        """Every budget from 0 (plain) to the verify window's, at every batch size."""
+        return cls(buckets=((1, tuple(range(max_budget + 1))),))
+
+    @classmethod
+    def from_json(cls, text: str, max_budget: int) -> AdaptiveConfig:
+        """Parse SGLang's adaptive config; budgets above `max_budget` are refused (the window
+        is sized by --speculative-num-draft-tokens)."""
+        data = json.loads(text)
+        buckets = []
+        for key, entry in sorted(((k, v) for k, v in data.items() if k.isdigit()), key=lambda kv: int(kv[0])):
+            steps = entry.get("candidate_steps")
+            if not isinstance(steps, list) or not steps or not all(isinstance(s, int) and s >= 0 for s in steps):
+                raise ValueError(f"BS {key}: candidate_steps must be a list of non-negative ints, got {steps!r}")
+            if max(steps) > max_budget:
+                raise ValueError(
+                    f"BS {key}: candidate_steps {steps} exceed {max_budget} draft tokens "
+                    "(--speculative-num-draft-tokens - 1); lower them or raise that flag"
+                )
+            buckets.append((int(key), tuple(sorted(set(steps)))))
+        if not buckets:
+            raise ValueError(f'adaptive config needs a batch-size key such as {{"1": {{"candidate_steps": [0, 3]}}}}, got keys {list(data)}')
+        return cls(buckets=tuple(buckets), **data.get("specsot", {}))
+
+
+class AcceptanceStats:
+    """Decayed counts of accepted drafts and early stops, per group (a SoT group or a request)."""
+
+    def __init__(self, config: AdaptiveConfig):
+        self.config = config
+        self._counts: dict[str, list[float]] = {}  # key -> [accepted drafts, early stops]
+
+    def p(self, key: str) -> float:
+        """Estimated chance a drafted token is accepted, given its parent was."""
+        acc, miss = self._counts.get(key, (0.0, 0.0))
+        c = self.config
+        return (acc + c.prior_accepts) / (acc + miss + c.prior_accepts + c.prior_misses)
+
+    def observe(self, key: str, budget: int, accepted: int) -> None:
+        """One verify of `budget` drafts of which the first `accepted` were right."""
+        counts = self._counts.setdefault(key, [0.0, 0.0])
+        keep = 1.0 - self.config.decay
+        counts[0] *= keep
+        counts[1] *= keep
+        if budget > 0:
+            counts[0] += accepted
+            counts[1] += 1.0 if accepted < budget else 0.0
+
+    def forget(self, key: str) -> None:
+        self._counts.pop(key, None)
+
+    def info(self) -> dict[str, float]:
+        return {key: round(self.p(key), 3) for key in self._counts}
+
+
+def expected_drafts_accepted(p: float, budget: int) -> float:
+    """p + p^2 + ... + p^budget: accepted drafts of a chain of `budget` under the model."""
+    if p >= 1.0:
+        return float(budget)
+    return p * (1.0 - p**budget) / (1.0 - p)
+
+
+def useful_budget(p: float, cap: int, min_token_prob: float) -> int:
+    """The longest budget up to `cap` whose last token still has p^b >= min_token_prob."""
+    b = 0
+    while b < cap and p ** (b + 1) >= min_token_prob:
+        b += 1
+    return b
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What one step drafts and verifies."""
+
+    width: int  # verify window per request incl. the bonus row (1 = plain decode)
+    budgets: tuple[int, ...]  # draft tokens per request (0 = none), each <= width - 1
+    expected_tokens: float  # committed tokens the model expects from the step
+    step_ms: float  # what the cost model expects the step to take
+
+    @property
+    def rate(self) -> float:
+        return self.expected_tokens / self.step_ms if self.step_ms > 0 else 0.0
+
+
+def plan_step(
+    ps: Sequence[float],
+    candidates: Sequence[int],
+    step_ms: Callable[[int, int], float],
+    min_token_prob: float,
+    min_budget: int = 0,
+) -> StepPlan:
+    """The budget among `candidates` with the most expected tokens per ms for this batch.
+
+    `ps`: each request's acceptance estimate; `step_ms(bs, width)`: the cost model's time of a
+    step with that verify width. Verify checks one width for the whole batch, so the window
+    is the chosen budget + 1 and each request drafts what pays for it within that window (its
+    own p^b >= `min_token_prob`); the rest of its rows are padding. `min_budget` is what the
+    drafter always proposes (a draft model's chain); plain decoding is a candidate only when
+    it is 0.
+    """
+    bs = len(ps)
+    best: StepPlan | None = None
+    for budget in sorted({max(min_budget, b) for b in candidates}):
+        budgets = tuple(max(min_budget, useful_budget(p, budget, min_token_prob)) for p in ps)
+        tokens = bs + sum(expected_drafts_accepted(p, b) for p, b in zip(ps, budgets))
+        width = 1 + max(budgets, default=0)
+        plan = StepPlan(width, budgets, tokens, step_ms(bs, width))
+        if best is None or plan.rate > best.rate * (1.0 + 1e-9):  # ties go to the narrower
+            best = plan
+    assert best is not None, "no candidate budgets"
+    return best

@@ -1,0 +1,86 @@
+"""What a forward costs on this machine, measured: the target's time by rows, the draft's per step.
+
+A forward's time is modelled as `overhead + linear(rows)`: `linear` is the time of the
+model's matrix products for that many rows, probed at a few row counts at start-up and
+interpolated between them; `overhead` (attention, kernel launches, per-layer Python, sampling)
+does not grow with rows and is learned from the timings of real steps (an EWMA of what the
+probe leaves unexplained). On a CPU in bf16, `linear` is nearly flat from 1 to ~32 rows, so a
+wider verify window costs little; on a GPU it is flat much further. The draft model is
+modelled the same way.
+
+Plain Python (no torch, no SGLang): the worker measures, this module only keeps and answers.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ForwardCost:
+    """One model's forward time in ms as a function of rows (tokens in the forward)."""
+
+    probe_rows: tuple[int, ...]  # increasing row counts the probe ran at
+    probe_ms: tuple[float, ...]  # the probe's time at each (matrix products only)
+    overhead_ms: float = 0.0  # rows-independent part, learned from real steps
+    alpha: float = 0.1  # EWMA weight of one real step
+    observed: int = field(default=0, init=False)  # real steps folded in so far
+
+    def __post_init__(self) -> None:
+        assert len(self.probe_rows) == len(self.probe_ms) >= 1, "one time per probe size"
+        assert list(self.probe_rows) == sorted(set(self.probe_rows)) and self.probe_rows[0] >= 1, (
+            f"probe rows must be increasing positive ints, got {self.probe_rows}"
+        )
+        assert 0.0 < self.alpha <= 1.0, f"alpha {self.alpha} outside (0, 1]"
+
+    def linear_ms(self, rows: int) -> float:
+        """The probe's curve at `rows`: piecewise linear, extended with the last slope."""
+        xs, ys = self.probe_rows, self.probe_ms
+        if len(xs) == 1:
+            return ys[0] * max(1.0, rows / xs[0])
+        i = min(max(bisect.bisect_left(xs, rows), 1), len(xs) - 1)
+        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+        if rows <= x0:
+            return y0  # below the first probe: no cheaper than one row
+        return max(y0, y0 + (y1 - y0) * (rows - x0) / (x1 - x0))
+
+    def ms(self, rows: int) -> float:
+        return self.overhead_ms + self.linear_ms(rows)
+
+    def observe(self, rows: int, ms: float) -> None:
+        """Fold one real forward's time into the overhead (the first one sets it)."""
+        residual = max(0.0, ms - self.linear_ms(rows))
+        a = 1.0 if self.observed == 0 else self.alpha
+        self.overhead_ms += a * (residual - self.overhead_ms)
+        self.observed += 1
+
+    def info(self) -> dict:
+        return {
+            "probe_rows": list(self.probe_rows),
+            "probe_ms": [round(x, 3) for x in self.probe_ms],
+            "overhead_ms": round(self.overhead_ms, 3),
+            "observed_steps": self.observed,
+        }
+
+
+@dataclass
+class CostModel:
+    """The target's forward cost, and the draft model's when there is one."""
+
+    target: ForwardCost
+    draft: ForwardCost | None = None
+
+    def step_ms(self, bs: int, width: int, draft_steps: int = 0) -> float:
+        """One speculative step: `draft_steps` draft decodes of `bs` rows, a verify of
+        `bs * width` rows, and (with a draft model) its draft-extend over the same window."""
+        ms = self.target.ms(bs * width)
+        if self.draft is not None:
+            ms += draft_steps * self.draft.ms(bs) + self.draft.ms(bs * width)
+        return ms
+
+    def info(self) -> dict:
+        out = {"target": self.target.info()}
+        if self.draft is not None:
+            out["draft"] = self.draft.info()
+        return out

@@ -1,0 +1,123 @@
+"""The budget policy, with synthetic costs and acceptance: drafts only where they pay."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sglang_specsot.speculative.budget import (
+    AcceptanceStats,
+    AdaptiveConfig,
+    expected_drafts_accepted,
+    plan_step,
+    useful_budget,
+)
+from sglang_specsot.speculative.cost_model import CostModel, ForwardCost
+
+BUDGETS = tuple(range(8))
+
+
+def _cpu_bf16() -> CostModel:
+    """Flat to 32 rows (a bf16 matmul on this CPU), then linear; plus a fixed overhead."""
+    return CostModel(ForwardCost(probe_rows=(1, 32, 64), probe_ms=(100.0, 100.0, 200.0), overhead_ms=20.0))
+
+
+def _plan(ps, cost=None, budgets=BUDGETS, min_budget=0):
+    cost = cost or _cpu_bf16()
+    return plan_step(ps, budgets, lambda bs, w: cost.step_ms(bs, w), 0.05, min_budget)
+
+
+def test_expected_drafts_accepted_is_a_truncated_geometric_sum():
+    assert expected_drafts_accepted(0.5, 3) == pytest.approx(0.5 + 0.25 + 0.125)
+    assert expected_drafts_accepted(1.0, 4) == 4.0
+    assert expected_drafts_accepted(0.0, 4) == 0.0
+
+
+def test_useful_budget_stops_where_the_next_token_is_unlikely():
+    assert useful_budget(0.5, 7, 0.05) == 4  # 0.5^4 = 0.0625, 0.5^5 < 0.05
+    assert useful_budget(0.9, 3, 0.05) == 3
+    assert useful_budget(0.01, 7, 0.05) == 0
+
+
+def test_free_rows_at_batch_one_are_filled():
+    plan = _plan([0.6])
+    assert plan.width > 1 and plan.budgets[0] > 0
+
+
+def test_nothing_pays_when_rows_cost_in_proportion():
+    # Cost linear in rows from the first row on: every draft costs a full token's time.
+    linear = CostModel(ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 200.0)))
+    plan = _plan([0.6, 0.6, 0.6, 0.6], cost=linear)
+    assert plan.width == 1 and plan.budgets == (0, 0, 0, 0)
+
+
+def test_a_request_whose_drafts_do_not_pay_gets_none():
+    plan = _plan([0.8, 0.01])
+    assert plan.budgets[0] > 0 and plan.budgets[1] == 0
+
+
+def test_wide_batches_draft_less_than_narrow_ones():
+    narrow, wide = _plan([0.5] * 2), _plan([0.5] * 16)
+    assert wide.width < narrow.width
+
+
+def test_a_plain_step_when_acceptance_is_nil():
+    plan = _plan([0.0] * 4)
+    assert plan.width == 1 and plan.budgets == (0,) * 4
+    assert plan.expected_tokens == 4.0
+
+
+def test_never_worse_than_plain_by_the_model():
+    cost = _cpu_bf16()
+    for bs in (1, 2, 4, 8, 16, 32):
+        for p in (0.0, 0.1, 0.3, 0.6, 0.9):
+            plan = _plan([p] * bs, cost=cost)
+            assert plan.rate >= bs / cost.step_ms(bs, 1) - 1e-12
+
+
+def test_a_draft_model_chain_is_always_verified():
+    plan = _plan([0.0, 0.0], min_budget=4)
+    assert plan.budgets == (4, 4) and plan.width == 5
+
+
+def test_acceptance_is_estimated_per_key_and_drifts_back_to_the_prior():
+    stats = AcceptanceStats(AdaptiveConfig.default(7))
+    assert stats.p("g") == 0.5
+    for _ in range(50):
+        stats.observe("g", budget=4, accepted=4)
+    assert stats.p("g") > 0.95
+    for _ in range(50):
+        stats.observe("bad", budget=4, accepted=0)
+    assert stats.p("bad") < 0.1
+    for _ in range(200):  # no drafts: the counts decay, the estimate returns to the prior
+        stats.observe("bad", budget=0, accepted=0)
+    assert stats.p("bad") == pytest.approx(0.5, abs=0.01)
+    stats.forget("g")
+    assert stats.p("g") == 0.5
+
+
+def test_sglang_config_format_with_specsot_keys():
+    text = json.dumps({
+        "1": {"candidate_steps": [0, 3, 7], "up_hysteresis": 0.0},
+        "8": {"candidate_steps": [0, 1]},
+        "specsot": {"decay": 0.2, "min_token_prob": 0.1},
+    })  # fmt: skip
+    config = AdaptiveConfig.from_json(text, max_budget=7)
+    assert config.candidates(1) == (0, 3, 7) and config.candidates(7) == (0, 3, 7)
+    assert config.candidates(8) == config.candidates(40) == (0, 1)
+    assert config.decay == 0.2 and config.min_token_prob == 0.1
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"1": {"candidate_steps": [0, 9]}}, "exceed 7"),
+        ({"1": {"candidate_steps": []}}, "non-negative ints"),
+        ({"specsot": {}}, "batch-size key"),
+        ({"1": {"candidate_steps": [1]}, "specsot": {"decay": 0}}, "decay"),
+    ],
+)
+def test_bad_configs_name_the_problem(data, message):
+    with pytest.raises(ValueError, match=message):
+        AdaptiveConfig.from_json(json.dumps(data), max_budget=7)

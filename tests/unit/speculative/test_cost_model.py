@@ -1,0 +1,49 @@
+"""The cost model interpolates the probe and learns the rows-independent overhead from real steps."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_specsot.speculative.cost_model import CostModel, ForwardCost
+
+
+def _flat_then_linear() -> ForwardCost:
+    # A bf16 CPU: flat to 32 rows, then linear.
+    return ForwardCost(probe_rows=(1, 8, 32, 64), probe_ms=(10.0, 10.0, 10.0, 20.0))
+
+
+def test_interpolates_and_extends_the_last_slope():
+    cost = _flat_then_linear()
+    assert cost.ms(1) == cost.ms(32) == 10.0
+    assert cost.ms(48) == pytest.approx(15.0)
+    assert cost.ms(128) == pytest.approx(40.0)
+
+
+def test_a_single_probe_scales_with_rows_beyond_it():
+    cost = ForwardCost(probe_rows=(4,), probe_ms=(8.0,))
+    assert cost.ms(1) == 8.0 and cost.ms(8) == 16.0
+
+
+def test_overhead_is_set_by_the_first_step_then_follows_an_ewma():
+    cost = ForwardCost(probe_rows=(1, 32), probe_ms=(10.0, 10.0), alpha=0.5)
+    cost.observe(rows=4, ms=110.0)
+    assert cost.overhead_ms == pytest.approx(100.0) and cost.ms(1) == pytest.approx(110.0)
+    cost.observe(rows=4, ms=50.0)
+    assert cost.overhead_ms == pytest.approx(70.0)
+    cost.observe(rows=4, ms=1.0)  # faster than the probe: the overhead falls, never below 0
+    assert cost.overhead_ms == pytest.approx(35.0)
+    assert cost.info()["observed_steps"] == 3
+
+
+def test_step_with_a_draft_model_adds_its_steps_and_extend():
+    target = ForwardCost(probe_rows=(1, 64), probe_ms=(10.0, 10.0))
+    draft = ForwardCost(probe_rows=(1, 64), probe_ms=(4.0, 4.0))
+    cost = CostModel(target, draft)
+    assert cost.step_ms(bs=2, width=5, draft_steps=4) == pytest.approx(10.0 + 4 * 4.0 + 4.0)
+    assert CostModel(target).step_ms(bs=2, width=5, draft_steps=4) == 10.0
+    assert set(cost.info()) == {"target", "draft"}
+
+
+def test_probe_rows_must_increase():
+    with pytest.raises(AssertionError):
+        ForwardCost(probe_rows=(8, 4), probe_ms=(1.0, 1.0))
