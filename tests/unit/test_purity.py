@@ -18,7 +18,12 @@ FORBIDDEN = ("sglang", "torch", "transformers")
 PACKAGE_DIR = Path(sglang_specsot.__file__).parent
 SOT_MODULES = sorted(f"sglang_specsot.sot.{m.name}" for m in pkgutil.iter_modules([str(PACKAGE_DIR / "sot")]))
 # The pure parts of speculative/: the drafter's tree shape and the SoT-context drafter.
-SPECULATIVE_MODULES = ["sglang_specsot.speculative.context_draft", "sglang_specsot.speculative.draft_tree"]
+SPECULATIVE_MODULES = [
+    "sglang_specsot.speculative.context_draft",
+    "sglang_specsot.speculative.draft_tree",
+    "sglang_specsot.speculative.cost_model",
+    "sglang_specsot.speculative.budget",
+]
 PURE_MODULES = SOT_MODULES + SPECULATIVE_MODULES
 # What a pure module may import from this package: other pure modules (and packages' __init__).
 PURE_PACKAGES = ("sglang_specsot.sot", *SPECULATIVE_MODULES)
