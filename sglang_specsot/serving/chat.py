@@ -107,14 +107,15 @@ class _SoTChat:
     def __init__(self, serving, request, raw_request, field: SoTField) -> None:
         self.serving, self.request, self.raw_request, self.field = serving, request, raw_request, field
         self.group = new_group()
+        # SGLang's own reading of the cap (protocol.py:1214), quirks included.
+        self.cap: int | None = request.max_completion_tokens or request.max_tokens
+        self.original: Callable | None = None  # SGLang's handle_request, set by respond
 
     async def respond(self, original):
         self.original = original
         error = sgl.validate_chat_request(self.serving, self.request)  # as SGLang's own route does first
         if error:
             return self._error(error)
-        # SGLang's own reading of the cap (protocol.py:1214), quirks included.
-        self.cap = self.request.max_completion_tokens or self.request.max_tokens
         if self.cap is not None and self.cap < 1:  # 0: an empty answer; negative: its 400
             return await self._sglang()
         limits = server_limits()
