@@ -34,6 +34,7 @@ from collections.abc import Callable
 from sglang_specsot.serving.backend import TokenizerManagerBackend
 from sglang_specsot.serving.field import FIELD, SoTField, default_mode, parse_field, server_limits
 from sglang_specsot.serving.gate import GateFull, GroupGate
+from sglang_specsot.serving.request_checks import check_custom_logit_processor
 from sglang_specsot.serving.responses import aborted_completion, chat_completion, error_status, error_type
 from sglang_specsot.serving.skeleton_constraint import with_server_constraint
 from sglang_specsot.serving.stream import SoTStream
@@ -143,6 +144,9 @@ class _SoTChat:
             return self._error(str(exc))
         if self._beyond_context(adapted):  # SGLang's own handler gives its context-length 400
             return await self._sglang()
+        error = _client_processor_error(options, self.serving.tokenizer_manager.server_args)
+        if error:
+            return self._error(error)
         options = with_server_constraint(options, self.serving.tokenizer_manager.server_args)
         backend = TokenizerManagerBackend(self.serving.tokenizer_manager, adapted, self.raw_request, self.group)
 
@@ -215,3 +219,18 @@ def _annotate(response, route: RoutePhase):
         trace = {"path": "normal", "reason": decision.reason, "route": {"rule": decision.rule}}
         response.metadata = {**(response.metadata or {}), FIELD: trace}
     return response
+
+
+def _client_processor_error(options: SoTOptions, server_args) -> str | None:
+    """Why the client's skeleton processor cannot run, naming our field: the TokenizerManager
+    check (request_checks.py) would refuse it too, but naming only SGLang's own field."""
+    processor = options.skeleton_logit_processor
+    # Without --enable-custom-logit-processor SGLang refuses any processor itself, and this
+    # process must not deserialize a client's payload the operator did not allow.
+    if processor is None or not getattr(server_args, "enable_custom_logit_processor", False):
+        return None
+    try:
+        check_custom_logit_processor(processor)
+    except ValueError as exc:
+        return f'"{FIELD}.skeleton_logit_processor": {exc}'
+    return None

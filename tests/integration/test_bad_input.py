@@ -35,11 +35,6 @@ ON = {"mode": "on", "config": CONFIG}
 AUTO = {"mode": "auto", "config": CONFIG}
 CHAT = "/v1/chat/completions"
 
-# The fixes in progress (issue #12) that strict xfails wait for.
-# SGLang's own check answers 400 "SoT skeleton failed: custom_logit_processor ... is not a
-# serialized CustomLogitProcessor", which does not name the field the client sent.
-PROCESSOR_FIELD = "a bad specsot.skeleton_logit_processor must be a 400 naming that field (serving/field.py)"
-
 
 @dataclass(frozen=True)
 class Case:
@@ -130,7 +125,7 @@ CASES = [
     Case("processor-wrong-type", chat(sot={"mode": "on", "skeleton_logit_processor": 7}), 400,
          "skeleton_logit_processor"),  # fmt: skip
     Case("processor-garbage", chat(sot={"mode": "on", "skeleton_logit_processor": "not a processor"}), 400,
-         "skeleton_logit_processor", xfail=PROCESSOR_FIELD),  # fmt: skip
+         "specsot.skeleton_logit_processor"),  # fmt: skip
     # -- routing: questions SoT does not suit ----------------------------------------------
     Case("math-on", chat(MATH, sot=ON)),
     Case("math-auto", chat(MATH, sot=AUTO)),

@@ -86,3 +86,17 @@ def test_the_hooked_method_takes_the_request_and_its_tokens():
     params = list(inspect.signature(TokenizerManager._validate_one_request).parameters)
     assert params == ["self", "obj", "input_ids"]
     assert change.hook() is validate_one_request_after
+
+
+def test_server_side_sot_names_its_own_field_for_a_processor_that_cannot_run():
+    from types import SimpleNamespace
+
+    from sglang_specsot.serving.chat import _client_processor_error
+    from sglang_specsot.sot.runner import SoTOptions
+
+    enabled, disabled = SimpleNamespace(enable_custom_logit_processor=True), SimpleNamespace()
+    bad = SoTOptions("on", skeleton_logit_processor="not a processor")
+    assert _client_processor_error(bad, enabled).startswith('"specsot.skeleton_logit_processor": ')
+    # Without the flag nothing is deserialized here: SGLang refuses any processor itself.
+    assert _client_processor_error(bad, disabled) is None
+    assert _client_processor_error(SoTOptions("on"), enabled) is None
