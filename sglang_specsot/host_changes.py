@@ -328,3 +328,34 @@ register_host_change(
         when=_http_server_only,
     )
 )
+
+
+# --- SPECSOT's cost model and budgets in /server_info (speculative/server_info.py) ----------------
+
+
+def _server_info_hook() -> Callable:
+    from sglang_specsot.speculative.server_info import add_speculative_after
+
+    return add_speculative_after
+
+
+register_host_change(
+    HostChange(
+        name="server-info-specsot",
+        target=(
+            "sglang.srt.managers.scheduler_components.internal_state."
+            "SchedulerInternalStateController._add_speculative"
+        ),
+        hook_type="after",
+        hook=_server_info_hook,
+        why=(
+            "/server_info reports each scheduler's internal state, whose speculative part "
+            "(managers/scheduler_components/internal_state.py:119-129) is the average accept "
+            "length plus a report SGLang asks only of DSpark workers (is_dspark()); a plugin "
+            "worker has no way to add its own. The hook adds SPECSOT's measured cost model, "
+            "acceptance estimates and last budget plan under 'specsot'; it runs only where the "
+            "scheduler's spec worker has speculative_state_report()."
+        ),
+        patch="server-info-spec-worker-report.diff",
+    )
+)

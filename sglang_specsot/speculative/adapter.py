@@ -186,6 +186,11 @@ def _draft_model_worker() -> type:
             (SGLang calls it from __init__ and whenever the step count changes)."""
             rebuild()
 
+        def refresh_chain_buffers(self) -> None:
+            """Rebuild SGLang's top-k 1 chain buffers for the current step count (draft_forward
+            reads them; SGLang's own adaptive worker rebuilds them when it changes steps)."""
+            self._rebuild_topk1_chain_buffers()
+
         def draft_extend_for_prefill(self, batch, target_hidden_states, next_token_ids):
             """Draft-extend over the prompt; SGLang's draft input (top-k for step one)."""
             return self._draft_extend_for_prefill(batch, target_hidden_states, next_token_ids)

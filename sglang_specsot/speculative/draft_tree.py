@@ -30,6 +30,14 @@ class DraftTree:
             node, d = self.parents[node], d + 1
         return d
 
+    @property
+    def height(self) -> int:
+        """Edges on the longest root-to-leaf path (0 for a lone root)."""
+        depth = [0] * self.size
+        for i in range(1, self.size):
+            depth[i] = depth[self.parents[i]] + 1
+        return max(depth)
+
     def leaf_paths(self) -> list[list[int]]:
         """Token paths from below the root to each leaf, in node order."""
         has_child = set(self.parents[1:])

@@ -34,6 +34,7 @@ class SoTDraftModel(sgl.DraftModelWorker):
             spec.speculative_num_steps, spec.speculative_eagle_topk, spec.speculative_num_draft_tokens
         )
         self.verify_width = spec.speculative_num_draft_tokens
+        self.max_steps = spec.speculative_num_steps
         super().__init__(server_args, gpu_id, nccl_port, target_worker)
         # SGLang reads speculative_num_draft_tokens both as the draft tree size (draft,
         # organize_draft_results) and as the draft-extend window (= the verify window).
@@ -47,8 +48,9 @@ class SoTDraftModel(sgl.DraftModelWorker):
 
     def rebuild_chain_buffers(self, rebuild) -> None:
         # SGLang's chain fast path assumes tree size == steps + 1; it holds for the draft
-        # tree, which is all the chain buffers describe.
-        with self._width(self.tree_size):
+        # tree (of the current step count), which is all the chain buffers describe.
+        steps = getattr(self, "speculative_num_steps", self.max_steps)
+        with self._width(model_tree_size(steps, self.topk, self.verify_width)):
             rebuild()
 
     @contextlib.contextmanager
@@ -61,6 +63,33 @@ class SoTDraftModel(sgl.DraftModelWorker):
         finally:
             self.speculative_num_draft_tokens = saved
 
+    @contextlib.contextmanager
+    def _steps(self, k: int):
+        """SGLang's `speculative_num_steps` (and the draft backend's) set to `k` for one draft.
+
+        The slots SGLang allocates, its tree build and our CPU draft backend's plan all read
+        the step count at call time, so a shorter chain is consistent end to end.
+        """
+        backend = self.draft_attn_backend
+        saved = self.speculative_num_steps, backend.speculative_num_steps
+        self.speculative_num_steps = backend.speculative_num_steps = k
+        if k != saved[0]:
+            self.refresh_chain_buffers()
+        try:
+            yield
+        finally:
+            self.speculative_num_steps, backend.speculative_num_steps = saved
+            if k != saved[0]:
+                self.refresh_chain_buffers()
+
+    @property
+    def variable_steps(self) -> bool:
+        """Whether a step may draft a shorter chain than --speculative-num-steps: with our CPU
+        draft backend (planned per call) and no draft graphs (captured for the full chain)."""
+        from sglang_specsot.cpu.draft_attention import SpecSoTCpuMultiStepDraftBackend
+
+        return isinstance(self.draft_attn_backend, SpecSoTCpuMultiStepDraftBackend) and not self.fixed_window
+
     @property
     def fixed_window(self) -> bool:
         """Whether draft-extend must always run over the full window: its CUDA graphs are
@@ -68,9 +97,14 @@ class SoTDraftModel(sgl.DraftModelWorker):
         eager otherwise). Without graphs (CPU) a step's window may be narrower."""
         return self.cuda_graph_runner_for_draft_extend is not None
 
-    def draft_trees(self, batch) -> list[DraftTree]:
-        """Run the draft model's steps from `batch.spec_info` (top-k of the last extend)."""
-        with self._width(self.tree_size), sgl.draft_model_context(self.parallel_layout):
+    def draft_trees(self, batch, steps: int | None = None) -> list[DraftTree]:
+        """Run `steps` (default: all) draft-model steps from `batch.spec_info` (top-k of the
+        last extend); step one reads that top-k, so each further step is one forward."""
+        steps = self.max_steps if steps is None else steps
+        assert 1 <= steps <= self.max_steps, f"{steps} draft steps outside 1..{self.max_steps}"
+        assert steps == self.max_steps or self.variable_steps, "this draft backend drafts full chains only"
+        size = model_tree_size(steps, self.topk, self.verify_width)
+        with self._steps(steps), self._width(size), sgl.draft_model_context(self.parallel_layout):
             verify_input = self.draft(batch)
         bs = len(batch.reqs)
         return trees_from_links(
@@ -87,9 +121,7 @@ class SoTDraftModel(sgl.DraftModelWorker):
     def extend_after_verify(self, batch, result) -> None:
         """Draft-extend over this step's verify window; fills `result.next_draft_input`."""
         width = result.speculative_num_draft_tokens
-        assert self.tree_size <= width <= self.verify_width, (
-            f"verify window {width} outside [{self.tree_size}, {self.verify_width}]"
-        )
+        assert 1 <= width <= self.verify_width, f"verify window {width} outside [1, {self.verify_width}]"
         with self._width(width), sgl.draft_model_context(self.parallel_layout):
             self.draft_extend_for_decode(batch, result)
 

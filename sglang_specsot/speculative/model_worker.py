@@ -17,11 +17,13 @@ CUDA graphs the window stays at its full width, the width they were captured for
 from __future__ import annotations
 
 import logging
+import time
 
 from sglang_specsot.speculative import adapter as sgl
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.inputs import SoTDraftInput
 from sglang_specsot.speculative.model_draft import SoTDraftModel
+from sglang_specsot.speculative.probe import probe_forward_cost
 from sglang_specsot.speculative.worker import SpecSoTWorker
 
 logger = logging.getLogger(__name__)
@@ -34,6 +36,8 @@ class SpecSoTModelWorker(SpecSoTWorker):
         super().__init__(server_args, gpu_id, nccl_port, target_worker)
         self.bind_workers(target_worker, SoTDraftModel(server_args, gpu_id, nccl_port, target_worker))
         check_vocab_compatible(target_worker, self.draft_worker)
+        self.cost.draft = probe_forward_cost(self.draft_worker.draft_runner.model)
+        logger.info("SPECSOT cost model measured at start-up (draft, ms by rows): %s", self.cost.draft.info())
         logger.info(
             "SPECSOT drafts with %s: %d-node %s per request, up to %d SoT-context nodes more",
             sgl.get_spec().speculative_draft_model_path, self.draft_worker.tree_size,
@@ -70,21 +74,51 @@ class SpecSoTModelWorker(SpecSoTWorker):
 
     # -- draft / draft-extend --------------------------------------------------------------
 
-    def _draft_trees(self, batch) -> list[DraftTree]:
-        seeds = self.draft_worker.draft_trees(batch)
-        return [self._context_tree(req, self.num_draft_tokens, seed) for req, seed in zip(batch.reqs, seeds)]
+    def _draft_trees(self, batch, sizes: list[int]) -> list[DraftTree]:
+        steps = self._chain_steps(max(sizes))
+        seeds: list[DraftTree | None] = [None] * len(sizes)
+        if steps > 0:
+            start = time.perf_counter()
+            seeds = self.draft_worker.draft_trees(batch, steps)
+            if self._refresh_costs and steps > 1:  # step one reads the relayed top-k: no forward
+                per_forward = (time.perf_counter() - start) * 1e3 / (steps - 1)
+                self.cost.draft.observe(len(batch.reqs) * self.draft_worker.topk, per_forward)
+        if self._chain_adaptive:
+            seeds = [_chain_prefix(seed, n - 1) for seed, n in zip(seeds, sizes)]
+        # The model's tree goes in whole; SoT-context nodes fill the request's budget.
+        return [
+            self._context_tree(req, max(n, seed.size if seed else 1), seed)
+            for req, seed, n in zip(batch.reqs, seeds, sizes)
+        ]
 
-    def _verify_width(self, trees: list[DraftTree]) -> int:
-        # The model's tree is always full; context nodes widen the window only on steps
-        # where some request has them (a wider verify and draft-extend cost more), unless
-        # draft-extend graphs pin the width.
-        if self.draft_worker.fixed_window:
-            return self.num_draft_tokens
-        return max(t.size for t in trees)
+    @property
+    def _chain_adaptive(self) -> bool:
+        # Budgets shorten the draft model's chain only where it is a chain (top-k 1) and its
+        # backend takes a step count per call; otherwise every step drafts the full tree.
+        return self.adaptive is not None and self.draft_worker.topk == 1 and self.draft_worker.variable_steps
+
+    def _chain_steps(self, width: int) -> int:
+        """Draft-model steps of a step whose widest budget is `width - 1` tokens."""
+        if not self._chain_adaptive:
+            return self.draft_worker.max_steps
+        return min(width - 1, self.draft_worker.max_steps)
+
+    def _min_budget(self) -> int:
+        # A fixed chain or tree is verified whole; an adaptive chain may be cut to nothing.
+        return 0 if self._chain_adaptive else self.draft_worker.tree_size - 1
+
+    def _step_ms(self, bs: int, width: int) -> float:
+        # Draft-extend runs every step (the draft's KV must follow the text), even a plain one.
+        forwards = max(0, self._chain_steps(width) - 1)
+        return self.cost.step_ms(bs, width, draft_steps=forwards)
 
     def draft_extend(self, batch, result) -> None:
         super().draft_extend(batch, result)  # the context history first (host side)
+        start = time.perf_counter()
         self.draft_worker.extend_after_verify(batch, result)
+        if self._refresh_costs:
+            rows = len(batch.reqs) * result.speculative_num_draft_tokens
+            self.cost.draft.observe(rows, (time.perf_counter() - start) * 1e3)
 
 
 def check_vocab_compatible(target_worker, draft: SoTDraftModel) -> None:
@@ -104,3 +138,10 @@ def check_vocab_compatible(target_worker, draft: SoTDraftModel) -> None:
             f"maps tokens to other ids than the target (same vocab_size {target_size}); {fix}"
         )
 
+
+def _chain_prefix(seed: DraftTree | None, budget: int) -> DraftTree | None:
+    """The first `budget` drafts of a chain (nodes are in chain order), or None for none."""
+    if seed is None or budget <= 0:
+        return None
+    keep = min(seed.size, budget + 1)
+    return DraftTree(seed.tokens[:keep], seed.parents[:keep])

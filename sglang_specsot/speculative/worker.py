@@ -17,13 +17,17 @@ processes results (under overlap that is one iteration later).
 from __future__ import annotations
 
 import logging
+import time
 
 import torch
 
 from sglang_specsot.speculative import adapter as sgl
+from sglang_specsot.speculative.budget import AcceptanceStats, AdaptiveConfig, StepPlan, plan_step
 from sglang_specsot.speculative.context_draft import ContextDrafter
+from sglang_specsot.speculative.cost_model import CostModel
 from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree, tree_mask
 from sglang_specsot.speculative.inputs import SoTDraftExtendInput, SoTDraftInput, SoTVerifyInput
+from sglang_specsot.speculative.probe import probe_forward_cost
 from sglang_specsot.sot.tag import PLAIN_TAG, SoTTag
 
 logger = logging.getLogger(__name__)
@@ -44,6 +48,17 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._decode_rids: set[str] = set()
         self._warned: set[str] = set()
         self._loop_logged = False
+        # The cost model is measured on every start-up (and shown in /server_info); the
+        # budget policy uses it only with --speculative-adaptive.
+        self.cost = CostModel(target=probe_forward_cost(self.model_runner.model))
+        # Wall-clock step times mean something only where the host waits for the forward.
+        self._refresh_costs = torch.device(self.device).type == "cpu"
+        self.adaptive = adaptive_config(server_args, self.num_draft_tokens - 1)
+        self.stats = AcceptanceStats(self.adaptive or AdaptiveConfig.default(self.num_draft_tokens - 1))
+        self._step_trees: tuple[DraftTree, ...] = ()
+        self._last_plan: StepPlan | None = None
+        self._steps = 0
+        logger.info("SPECSOT cost model measured at start-up (target, ms by rows): %s", self.cost.info())
 
     # -- what the scheduler asks of every spec worker -------------------------------------
 
@@ -55,6 +70,17 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self.drafter = ContextDrafter(self.drafter.config)
         self._tags.clear()
         self._decode_rids.clear()
+        self.stats = AcceptanceStats(self.stats.config)
+
+    def speculative_state_report(self) -> dict:
+        """What /server_info shows of SPECSOT (host change server-info-specsot)."""
+        plan = self._last_plan
+        return {"specsot": {
+            "cost_model": self.cost.info(),
+            "adaptive": self.adaptive is not None,
+            "acceptance_p": dict(list(self.stats.info().items())[-32:]),  # newest groups
+            "last_plan": None if plan is None else {"width": plan.width, "budgets": list(plan.budgets)},
+        }}  # fmt: skip
 
     def forward_batch_generation(
         self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None
@@ -114,12 +140,37 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
 
     def draft(self, batch) -> SoTVerifyInput:
         """One verify tree per request, all padded to one width (the verify window)."""
-        trees = self._draft_trees(batch)
+        sizes = self._tree_sizes(batch)
+        trees = self._draft_trees(batch, sizes)
+        self._step_trees = tuple(trees)
         n = self._verify_width(trees)
         return self._verify_input(batch, [pad_tree(t, n, filler=t.tokens[0]) for t in trees])
 
-    def _draft_trees(self, batch) -> list[DraftTree]:
-        return [self._context_tree(req, self.num_draft_tokens) for req in batch.reqs]
+    def _tree_sizes(self, batch) -> list[int]:
+        """Nodes (incl. the root) each request may draft this step: the full window, or
+        with --speculative-adaptive what the budget policy finds pays on this machine."""
+        if self.adaptive is None:
+            return [self.num_draft_tokens] * len(batch.reqs)
+        ps = [self.stats.p(self._stats_key(req.rid)) for req in batch.reqs]
+        plan = plan_step(
+            ps, self.adaptive.candidates(len(ps)), self._step_ms, self.adaptive.min_token_prob, self._min_budget()
+        )
+        self._last_plan = plan
+        return [b + 1 for b in plan.budgets]
+
+    def _step_ms(self, bs: int, width: int) -> float:
+        return self.cost.step_ms(bs, width)
+
+    def _min_budget(self) -> int:
+        return 0  # context drafting may always fall back to a plain decode
+
+    def _stats_key(self, rid: str) -> str:
+        # Branches of one SoT answer write alike: they share one acceptance estimate.
+        tag = self._tags.get(rid)
+        return tag.group if tag is not None and tag.group is not None else rid
+
+    def _draft_trees(self, batch, sizes: list[int]) -> list[DraftTree]:
+        return [self._context_tree(req, n) for req, n in zip(batch.reqs, sizes)]
 
     def _verify_width(self, trees: list[DraftTree]) -> int:
         # The widest tree of the step, at most `num_draft_tokens`: when the context offers
@@ -170,7 +221,10 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         )  # fmt: skip
         sgl.prepare_mamba_track_for_verify(batch)
         batch.spec_info = verify_input
+        start = time.perf_counter()
         target = self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors, is_verify=True)
+        if self._refresh_costs:
+            self.cost.target.observe(bs * n, (time.perf_counter() - start) * 1e3)
         logits_output = target.logits_output
         if batch.sampling_info.has_custom_logit_processor:
             # SGLang's EAGLE verify skips custom processors; here each tree node's row gets
@@ -202,6 +256,9 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             can_run_cuda_graph=target.can_run_cuda_graph, accept_lens=accept_lens,
             new_seq_lens=new_seq_lens, next_draft_input=SoTDraftInput.from_bonus(bonus),
             speculative_num_draft_tokens=n,  # this step's row stride of next_token_ids
+            # Draft tokens really proposed per request (padding excluded); SGLang sums them
+            # into meta_info["spec_cap_length"] (draft tokens per verify).
+            cap_lens=torch.tensor([t.size - 1 for t in verify_input.host_trees], dtype=torch.int32),
         )  # fmt: skip
 
     def _grammar_mask(self, batch, verify_input: SoTVerifyInput):
@@ -230,11 +287,40 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         for rid, row, k in zip(extend.rids, extend.accept_tokens_cpu.tolist(), lens):
             if self.drafter.has(rid):
                 self.drafter.append(rid, row[:k])
+        self._observe_acceptance(extend.rids, lens)
         current = set(extend.rids)
         for rid in self._decode_rids - current:  # left the decode batch: finished or retracted
             self.drafter.forget(rid)
+            self.stats.forget(rid)  # a group's estimate outlives its members
             self._tags.pop(rid, None)
         self._decode_rids = current
+
+    def _observe_acceptance(self, rids: tuple[str, ...], accept_lens: list[int]) -> None:
+        for rid, tree, k in zip(rids, self._step_trees, accept_lens):
+            depth = tree.height  # drafts a chain through the tree could have accepted
+            self.stats.observe(self._stats_key(rid), depth, min(k - 1, depth))
+        self._steps += 1
+        if self._steps % 2000 == 0:
+            logger.info("SPECSOT cost model after %d steps: %s", self._steps, self.cost.info())
+
+
+def adaptive_config(server_args, max_budget: int) -> AdaptiveConfig | None:
+    """SPECSOT's reading of --speculative-adaptive / --speculative-adaptive-config, or None.
+
+    SGLang turns its own (EAGLE-only) controller off for other algorithms during argument
+    resolution and says so in a warning; the flag as the user gave it is still on the
+    pristine server_args the worker receives.
+    """
+    if not getattr(server_args, "speculative_adaptive", False):
+        return None
+    path = getattr(server_args, "speculative_adaptive_config", None)
+    if path is None:
+        config = AdaptiveConfig.default(max_budget)
+    else:
+        with open(path) as f:
+            config = AdaptiveConfig.from_json(f.read(), max_budget)
+    logger.info("SPECSOT adaptive draft budgets on (SPECSOT's own policy, not SGLang's EAGLE controller): %s", config)
+    return config
 
 
 def _host_links(trees: tuple[DraftTree, ...], n: int) -> tuple[torch.Tensor, torch.Tensor]:

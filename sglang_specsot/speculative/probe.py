@@ -1,0 +1,65 @@
+"""Start-up probe of a model's forward cost by rows, for `cost_model.ForwardCost`.
+
+The probe times the model's own weight matrices (every 2-D floating weight outside the
+embedding, plus the LM head, which verify applies to every row) on random activations of a
+few row counts: the part of a forward that grows with rows. Attention and per-layer overhead
+do not grow with rows at these sizes; the worker learns them from real steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+from sglang_specsot.speculative.cost_model import ForwardCost
+
+logger = logging.getLogger(__name__)
+
+PROBE_ROWS = (1, 4, 8, 16, 32, 64)
+
+
+def _weights(model: torch.nn.Module) -> list[torch.Tensor]:
+    seen: set[int] = set()
+    out = []
+    named = list(model.named_parameters())
+    head = getattr(model, "lm_head", None)
+    if head is not None and getattr(head, "weight", None) is not None:
+        named.append(("lm_head.weight", head.weight))  # tied heads are listed under embed only
+    for name, w in named:
+        if w.dim() != 2 or not w.is_floating_point() or ("embed" in name and name != "lm_head.weight"):
+            continue
+        if w.data_ptr() not in seen:
+            seen.add(w.data_ptr())
+            out.append(w.detach())
+    return out
+
+
+def _sync(device: torch.device) -> None:
+    if device.type != "cpu":
+        torch.get_device_module(device).synchronize()
+
+
+@torch.inference_mode()
+def probe_forward_cost(model: torch.nn.Module, rows: tuple[int, ...] = PROBE_ROWS, reps: int = 2) -> ForwardCost:
+    """Time the model's matrix products at each row count (best of `reps`, after a warm-up)."""
+    weights = _weights(model)
+    assert weights, f"{type(model).__name__} has no 2-D floating weights to probe"
+    device, dtype = weights[0].device, weights[0].dtype
+    times = []
+    for n in rows:
+        inputs = {w.shape[1]: torch.randn(n, w.shape[1], device=device, dtype=dtype) for w in weights}
+        best = float("inf")
+        for _ in range(reps + 1):  # the first run warms caches and kernels
+            _sync(device)
+            start = time.perf_counter()
+            for w in weights:
+                torch.nn.functional.linear(inputs[w.shape[1]], w)
+            _sync(device)
+            best = min(best, (time.perf_counter() - start) * 1e3)
+        times.append(best)
+    # Noise can make a larger probe look cheaper; the model assumes cost never falls with rows.
+    for i in range(1, len(times)):
+        times[i] = max(times[i], times[i - 1])
+    return ForwardCost(probe_rows=tuple(rows), probe_ms=tuple(times))

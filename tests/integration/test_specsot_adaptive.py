@@ -1,0 +1,99 @@
+"""SPECSOT with --speculative-adaptive on this CPU: budgets change, greedy output does not.
+
+Proves, for SoT-context drafting (SmolLM2-135M) and with a draft model (Qwen2.5-Coder-0.5B
+and a 12-layer cut of it), float32: greedy output token-identical to plain decoding on the
+50 parity prompts at batch sizes 1..8 with adaptive budgets (SPECSOT's own policy, and a
+config in SGLang's format that alternates plain and drafted steps), overlap on and off;
+/server_info shows the measured cost model, refreshed by real steps, and the last plan; each
+request's meta_info carries the draft tokens spent (spec_cap_length) beside its accept
+length; SGLang's strict idle memory check finds no leaked slot.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from transformers import AutoTokenizer
+
+from sglang_specsot.launch import ServerProcess
+from tests.integration.conftest import SPECSOT, cpu_args, leak_checked_server
+from tests.integration.parity import mismatches, parity_prompts, run_batches
+
+pytestmark = pytest.mark.integration
+
+MAX_NEW = 24
+# Budgets in SGLang's adaptive-config format: at batch 1 a plain step or the whole window,
+# from batch 4 a plain step or one draft token; SPECSOT's own keys under "specsot".
+CONFIG = {"1": {"candidate_steps": [0, 5]}, "4": {"candidate_steps": [0, 1]}, "specsot": {"decay": 0.3}}
+CONTEXT_ARGS = cpu_args(max_total_tokens=8192) + SPECSOT + ["--speculative-adaptive"]
+MODEL_ARGS = cpu_args(max_total_tokens=8192, mem_fraction_static=0.5) + [
+    "--speculative-algorithm", "SPECSOT", "--speculative-num-steps", "3",
+    "--speculative-num-draft-tokens", "6", "--speculative-adaptive",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def config_path(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("adaptive") / "adaptive.json"
+    path.write_text(json.dumps(CONFIG))
+    return str(path)
+
+
+def _plain_and_prompts(model_path: str, args: list[str]) -> tuple[list[str], list[list[int]]]:
+    prompts = parity_prompts(AutoTokenizer.from_pretrained(model_path))
+    with ServerProcess(model_path, args) as server:
+        return prompts, [r["output_ids"] for r in run_batches(server, prompts, MAX_NEW)]
+
+
+@pytest.fixture(scope="module")
+def smollm2_plain(smollm2_path):
+    return _plain_and_prompts(smollm2_path, cpu_args(max_total_tokens=8192))
+
+
+def _check(server, prompts, plain_ids, label: str) -> dict:
+    results = run_batches(server, prompts, MAX_NEW)
+    bad = mismatches(results, plain_ids)
+    assert not bad, f"adaptive SPECSOT ({label}) differs from plain decoding on prompts {bad}"
+    state = server.get("/server_info")["internal_states"][0]
+    report = state["specsot"]
+    assert report["adaptive"] is True, report
+    target = report["cost_model"]["target"]
+    assert target["observed_steps"] > 0 and len(target["probe_ms"]) == len(target["probe_rows"]) > 1, target
+    assert report["last_plan"] is not None and report["last_plan"]["width"] >= 1, report
+    spent = [r["meta_info"].get("spec_cap_length", 0.0) for r in results]
+    assert all("spec_accept_length" in r["meta_info"] for r in results)
+    assert any(s > 0 for s in spent), "no request was given a draft"
+    return report
+
+
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "no-overlap"])
+@pytest.mark.parametrize("with_config", [False, True], ids=["own-policy", "sglang-config"])
+def test_context_drafting_parity(smollm2_path, smollm2_plain, config_path, tmp_path, overlap, with_config):
+    prompts, plain_ids = smollm2_plain
+    args = CONTEXT_ARGS + ([] if overlap else ["--disable-overlap-schedule"])
+    args += ["--speculative-adaptive-config", config_path] if with_config else []
+    with leak_checked_server(smollm2_path, args, tmp_path / "server.log") as server:
+        _check(server, prompts, plain_ids, f"context, config={with_config}, overlap={overlap}")
+    assert "SPECSOT adaptive draft budgets on" in (tmp_path / "server.log").read_text()
+
+
+@pytest.fixture(scope="module")
+def draft_path(qwen05_path, tmp_path_factory) -> str:
+    out = tmp_path_factory.mktemp("draft") / "qwen05-12l"
+    subprocess.run(
+        [sys.executable, "-m", "sglang_specsot.models", "truncate", qwen05_path, "--layers", "12", "--out", str(out)],
+        check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    return str(out)
+
+
+def test_draft_model_parity(qwen05_path, draft_path, tmp_path):
+    prompts, plain_ids = _plain_and_prompts(qwen05_path, cpu_args(max_total_tokens=8192, mem_fraction_static=0.5))
+    args = MODEL_ARGS + ["--speculative-draft-model-path", draft_path]
+    with leak_checked_server(qwen05_path, args, tmp_path / "server.log") as server:
+        report = _check(server, prompts, plain_ids, "draft model")
+    draft = report["cost_model"]["draft"]  # the draft model's per-step cost, measured too
+    assert draft["observed_steps"] > 0 and len(draft["probe_ms"]) > 1, draft
