@@ -79,10 +79,13 @@ def test_unsuitable_question_takes_the_normal_path(endpoint, render, smollm2_ser
 
 def test_unusable_skeleton_falls_back_to_the_normal_answer(endpoint, render):
     from sglang_specsot.frontend import answer_question
+    from sglang_specsot.sot.budget import min_sot_tokens
 
     # A one-token skeleton budget cannot hold two points: parse says "direct", answer normally.
-    config = SoTConfig(skeleton_max_tokens=1, router_min_answer_tokens=1)
-    answer = answer_question(endpoint, SUITABLE, render, SoTOptions("on", config, 16))
+    # The answer's cap leaves SoT room (below min_sot_tokens it would not even try a skeleton).
+    config = SoTConfig(skeleton_max_tokens=1, router_min_answer_tokens=1, min_branch_tokens=8,
+                       default_branch_tokens=8)  # fmt: skip
+    answer = answer_question(endpoint, SUITABLE, render, SoTOptions("on", config, min_sot_tokens(config)))
     assert answer.path == "normal" and answer.skeleton.parse.outcome in ("direct", "error")
     assert answer.normal.result.completion_tokens > 0 and answer.answer == answer.normal.result.text
 
