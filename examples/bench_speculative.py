@@ -7,8 +7,10 @@ prompts, so machine drift hits every configuration alike. Two prompt sets:
              as one SoT group (what the SoT program sends)
 Configurations: plain decoding, NGRAM and SPECSOT-ctx (SoT-context drafting, no second model);
 with --draft also STANDALONE and SPECSOT with that draft model, both with a --steps chain
-(SPECSOT adds up to 3 SoT-context nodes to it). Prints accept length, output tokens/s and
-the ratio to plain decoding for each.
+(SPECSOT adds up to 3 SoT-context nodes to it). With --adaptive, each SPECSOT config also
+runs with --speculative-adaptive ("+ad": per-step budgets from the measured cost model).
+Prints accept length, draft tokens spent per verify (meta_info spec_cap_length), output
+tokens/s and the ratio to plain decoding for each, and the machine's load average.
 
     .venv/bin/python examples/bench_speculative.py --model smollm2-135m
     .venv/bin/python examples/bench_speculative.py --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -42,7 +45,9 @@ def fetch(name: str) -> str:
     return str(fetch_model(name))
 
 
-def configs(draft_path: str | None, num_draft: int, steps: int, topk: int, model_tree: int) -> dict[str, list[str]]:
+def configs(
+    draft_path: str | None, num_draft: int, steps: int, topk: int, model_tree: int, adaptive: bool = False
+) -> dict[str, list[str]]:
     """Plain, NGRAM and SPECSOT from the SoT context alone; with a draft model also
     STANDALONE and SPECSOT, both drafting a `model_tree`-node tree (`steps` x `topk`) with it;
     SPECSOT's verify window holds 3 SoT-context nodes more."""
@@ -58,6 +63,9 @@ def configs(draft_path: str | None, num_draft: int, steps: int, topk: int, model
                              "--speculative-num-draft-tokens", str(model_tree)]  # fmt: skip
         out["SPECSOT"] = ["--speculative-algorithm", "SPECSOT", *shape,
                           "--speculative-num-draft-tokens", str(model_tree + 3)]  # fmt: skip
+    if adaptive:
+        for name in [n for n in out if n.startswith("SPECSOT")]:
+            out[f"{name}+ad"] = out[name] + ["--speculative-adaptive"]
     return out
 
 
@@ -85,7 +93,8 @@ def run_batch(server: ServerProcess, prompts: list[str], tag: dict | None, max_n
     elapsed = time.perf_counter() - t0
     out = out if isinstance(out, list) else [out]
     tokens = sum(o["meta_info"]["completion_tokens"] for o in out)
-    return tokens, elapsed, [o["meta_info"].get("spec_accept_length") for o in out]
+    spent = [o["meta_info"].get("spec_cap_length") for o in out]  # SPECSOT's draft tokens per verify
+    return tokens, elapsed, [(o["meta_info"].get("spec_accept_length"), d) for o, d in zip(out, spent)]
 
 
 def main() -> None:
@@ -102,6 +111,7 @@ def main() -> None:
                         help="draft-model tree nodes incl. the root (default 1 + steps x topk)")
     parser.add_argument("--only", default=None, help="comma-separated configs to run (default: all)")
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--adaptive", action="store_true", help="also run each SPECSOT config with --speculative-adaptive")
     parser.add_argument("--one-at-a-time", action="store_true",
                         help="one server alive at a time (a 1.5B target with a draft needs ~8 GB per server)")
     args = parser.parse_args()
@@ -114,9 +124,10 @@ def main() -> None:
     servers = {name: ServerProcess(model, COMMON + ["--dtype", args.dtype] + extra,
                                    log_path=logs / f"{name}.log")  # fmt: skip
                for name, extra in configs(draft, args.num_draft_tokens, args.steps, args.topk,
-                                     args.model_tree or 1 + args.steps * args.topk).items()
+                                     args.model_tree or 1 + args.steps * args.topk, args.adaptive).items()
                if args.only is None or name == "plain" or name in args.only.split(",")}
-    stats = {(c, w): {"tokens": 0, "seconds": 0.0, "accept": []} for c in servers for w in loads}
+    stats = {(c, w): {"tokens": 0, "seconds": 0.0, "accept": [], "spent": []} for c in servers for w in loads}
+    print(f"load average at start: {os.getloadavg()}", flush=True)
     print(f"server logs in {logs}", flush=True)
     run = run_one_at_a_time if args.one_at_a_time else run_interleaved
     run(servers, loads, stats, args)
@@ -128,7 +139,8 @@ def _measure(server, name, workload, prompts, tag, stats, max_new) -> None:
     s = stats[(name, workload)]
     s["tokens"] += tokens
     s["seconds"] += secs
-    s["accept"] += [a for a in accept if a]
+    s["accept"] += [a for a, _ in accept if a]
+    s["spent"] += [d for _, d in accept if d is not None]
 
 
 def _start(name, server, loads) -> None:
@@ -175,14 +187,16 @@ def run_one_at_a_time(servers, loads, stats, args) -> None:
 def report(stats: dict, names: list[str], loads: list[str], args) -> None:
     print(f"\nmodel {args.model}, draft {args.draft} ({args.steps} steps x top-{args.topk}), "
           f"{args.questions} questions x {args.rounds} rounds, {args.max_new_tokens} new tokens, dtype {args.dtype}")  # fmt: skip
-    print(f"{'workload':10} {'config':11} {'accept len':>10} {'tok/s':>8} {'vs plain':>9}")
+    print(f"load average at the end: {os.getloadavg()}")
+    print(f"{'workload':10} {'config':14} {'accept len':>10} {'drafts/verify':>13} {'tok/s':>8} {'vs plain':>9}")
     for w in loads:
         base = stats[("plain", w)]["tokens"] / stats[("plain", w)]["seconds"]
         for name in names:
             s = stats[(name, w)]
             rate = s["tokens"] / s["seconds"]
             acc = f"{statistics.mean(s['accept']):.2f}" if s["accept"] else "-"
-            print(f"{w:10} {name:11} {acc:>10} {rate:8.2f} {rate / base:8.2f}x")
+            spent = f"{statistics.mean(s['spent']):.2f}" if s["spent"] else "-"
+            print(f"{w:10} {name:14} {acc:>10} {spent:>13} {rate:8.2f} {rate / base:8.2f}x")
 
 
 if __name__ == "__main__":
