@@ -48,6 +48,22 @@ def smollm2_server(smollm2_path) -> Iterator[ServerProcess]:
         yield server
 
 
+def stream_events(server: ServerProcess, payload: dict) -> list[dict]:
+    """The JSON events of a streamed /v1/chat/completions answer to `payload`, [DONE] left out."""
+    req = urllib.request.Request(
+        server.base_url + "/v1/chat/completions",
+        data=json.dumps({**payload, "stream": True}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    events = []
+    with urllib.request.urlopen(req, timeout=600) as response:
+        for raw in response:
+            line = raw.decode().strip()
+            if line.startswith("data: ") and line != "data: [DONE]":
+                events.append(json.loads(line[len("data: ") :]))
+    return events
+
+
 @contextmanager
 def leak_checked_server(model_path: str, args: list[str], log_path: Path) -> Iterator[ServerProcess]:
     """A server under SGLang's strict idle memory check; once the caller is done with it, this

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pytest
 
 from sglang_specsot.launch import ServerProcess
-from tests.integration.conftest import SPECSOT, cpu_args, leak_checked_server
+from tests.integration.conftest import SPECSOT, cpu_args, leak_checked_server, stream_events
 
 pytestmark = pytest.mark.integration
 
@@ -212,7 +212,7 @@ def test_bad_input_gets_an_answer_or_a_4xx(server, case):
 
 
 def test_streaming_sot_sends_an_answer_and_no_error(server):
-    events = stream(server, chat(sot=ON, stream=True, stream_options={"include_usage": True}))
+    events = stream_events(server, chat(sot=ON, stream=True, stream_options={"include_usage": True}))
     assert not [e for e in events if "error" in e], events
     content = "".join(c["delta"].get("content") or "" for e in events for c in e.get("choices", []))
     assert content.strip(), events
@@ -226,13 +226,3 @@ def test_streaming_sot_with_bad_input_is_a_4xx_before_the_stream(server):
     assert_alive(server)
 
 
-def stream(server: ServerProcess, body: dict) -> list[dict]:
-    req = urllib.request.Request(server.base_url + CHAT, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})  # fmt: skip
-    events = []
-    with urllib.request.urlopen(req, timeout=600) as response:
-        for raw in response:
-            line = raw.decode().strip()
-            if line.startswith("data: ") and line != "data: [DONE]":
-                events.append(json.loads(line[len("data: ") :]))
-    return events

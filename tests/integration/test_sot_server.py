@@ -16,6 +16,7 @@ import pytest
 from sglang_specsot.launch import ServerProcess
 from sglang_specsot.sot import SoTConfig
 from sglang_specsot.sot.runner import SoTOptions
+from tests.integration.conftest import stream_events
 
 pytestmark = pytest.mark.integration
 
@@ -45,21 +46,6 @@ def post(server: ServerProcess, payload: dict) -> tuple[int, dict]:
         return 200, server.post("/v1/chat/completions", payload)
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
-
-
-def stream_events(server: ServerProcess, payload: dict) -> list[dict]:
-    req = urllib.request.Request(
-        server.base_url + "/v1/chat/completions",
-        data=json.dumps({**payload, "stream": True}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    events = []
-    with urllib.request.urlopen(req, timeout=600) as response:
-        for raw in response:
-            line = raw.decode().strip()
-            if line.startswith("data: ") and line != "data: [DONE]":
-                events.append(json.loads(line[len("data: ") :]))
-    return events
 
 
 @pytest.fixture(scope="module")
