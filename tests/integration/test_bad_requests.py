@@ -96,10 +96,15 @@ def test_openai_completions_refuse_an_empty_prompt(server):
 
 
 def test_sot_refuses_a_skeleton_processor_that_does_not_deserialize(server):
-    payload = {**CHAT, "specsot": {"mode": "on", "skeleton_logit_processor": NOT_A_PROCESSOR}}
+    from sglang_specsot.sot import SoTConfig
+    from sglang_specsot.sot.budget import min_sot_tokens
+
+    # A cap below what an SoT answer fits in answers normally, with no skeleton to constrain.
+    sot_chat = {**CHAT, "max_tokens": min_sot_tokens(SoTConfig())}
+    payload = {**sot_chat, "specsot": {"mode": "on", "skeleton_logit_processor": NOT_A_PROCESSOR}}
     status, body = _post(server, "/v1/chat/completions", payload)
     assert status == 400, f"{status} {body}"
     assert "is not a serialized CustomLogitProcessor" in body, body
     _assert_still_serving(server)
-    status, body = _post(server, "/v1/chat/completions", {**CHAT, "specsot": {"mode": "on"}})
+    status, body = _post(server, "/v1/chat/completions", {**sot_chat, "specsot": {"mode": "on"}})
     assert status == 200 and json.loads(body)["choices"][0]["message"]["content"], body
