@@ -19,6 +19,7 @@ Plain Python (no torch, no SGLang).
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -81,11 +82,17 @@ class AdaptiveConfig:
 
 
 class AcceptanceStats:
-    """Decayed counts of accepted drafts and early stops, per group (a SoT group or a request)."""
+    """Decayed counts of accepted drafts and early stops, per group (a SoT group or a request).
 
-    def __init__(self, config: AdaptiveConfig):
+    A group's estimate outlives its members (its later branches start from it), so keys are
+    kept least-recently-observed first and the oldest go beyond `max_keys`: the server's
+    memory must not grow with the number of answers it has served.
+    """
+
+    def __init__(self, config: AdaptiveConfig, max_keys: int = 4096):
         self.config = config
-        self._counts: dict[str, list[float]] = {}  # key -> [accepted drafts, early stops]
+        self.max_keys = max_keys
+        self._counts: OrderedDict[str, list[float]] = OrderedDict()  # key -> [accepted, early stops]
 
     def p(self, key: str) -> float:
         """Estimated chance a drafted token is accepted, given its parent was."""
@@ -96,6 +103,9 @@ class AcceptanceStats:
     def observe(self, key: str, budget: int, accepted: int) -> None:
         """One verify of `budget` drafts of which the first `accepted` were right."""
         counts = self._counts.setdefault(key, [0.0, 0.0])
+        self._counts.move_to_end(key)
+        while len(self._counts) > self.max_keys:
+            self._counts.popitem(last=False)
         keep = 1.0 - self.config.decay
         counts[0] *= keep
         counts[1] *= keep

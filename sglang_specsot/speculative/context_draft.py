@@ -188,6 +188,11 @@ class ContextDraftConfig:
     sibling_weight: float = 1.0  # vote factor for a SoT sibling's tokens
     corpus_weight: float = 0.5  # vote factor for finished requests' tokens
     corpus_tokens: int = 1 << 17  # finished requests' tokens kept as a shared corpus (0: none)
+    # Tokens of finished SoT branches (and skeletons) kept whole as sibling context, oldest
+    # evicted first: a group's later branches draft from them, but an index costs a few
+    # hundred bytes per token, so keeping every finished group made the server's memory grow
+    # with the number of SoT answers served (about 4 MB per answer).
+    finished_sibling_tokens: int = 1 << 16
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_ngram <= self.max_ngram <= 256:
@@ -204,8 +209,9 @@ class ContextDraftConfig:
         for name in ("match_power", "sibling_weight", "corpus_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.corpus_tokens < 0:
-            raise ValueError(f"corpus_tokens must be >= 0, got {self.corpus_tokens}")
+        for name in ("corpus_tokens", "finished_sibling_tokens"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 
 
 class ContextDrafter:
@@ -220,6 +226,10 @@ class ContextDrafter:
         self._groups: OrderedDict[str, list[str]] = OrderedDict()
         self._corpus = _Corpus(self.config.key_len, self.config.corpus_tokens)
         self._output_from: dict[str, int] = {}  # rid -> where its tokens enter the corpus
+        # Grouped requests that left, oldest first, with their token counts: kept as sibling
+        # context within `config.finished_sibling_tokens`.
+        self._finished: OrderedDict[str, int] = OrderedDict()
+        self._finished_tokens = 0
 
     # -- bookkeeping -----------------------------------------------------------------------
 
@@ -229,6 +239,7 @@ class ContextDrafter:
     def start(self, rid: str, tokens: list[int], group: str | None = None) -> None:
         """(Re)start a request with its committed tokens (prompt plus any output)."""
         self._discard(rid)  # a restart's earlier tokens are a prefix of `tokens`: not corpus
+        self._unfinish(rid)  # a retracted request comes back through prefill
         index = TokenIndex(self.config.key_len)
         index.extend(list(tokens))
         self._seqs[rid] = index
@@ -254,6 +265,34 @@ class ContextDrafter:
             self._corpus.add(index.tokens[start:], owner=self._group_of.get(rid, rid))
         if rid not in self._group_of:
             del self._seqs[rid]
+        else:
+            self._finish(rid, len(index.tokens))
+
+    def _finish(self, rid: str, size: int) -> None:
+        """Keep a grouped request's text for its siblings, within the finished-tokens budget."""
+        self._unfinish(rid)
+        self._finished[rid] = size
+        self._finished_tokens += size
+        while self._finished_tokens > self.config.finished_sibling_tokens:
+            old, old_size = self._finished.popitem(last=False)
+            self._finished_tokens -= old_size
+            self._drop_member(old)
+
+    def _unfinish(self, rid: str) -> None:
+        size = self._finished.pop(rid, None)
+        if size is not None:
+            self._finished_tokens -= size
+
+    def _drop_member(self, rid: str) -> None:
+        """Remove a request from its group (and the group once it has no members left)."""
+        self._seqs.pop(rid, None)
+        self._output_from.pop(rid, None)
+        group = self._group_of.pop(rid, None)
+        members = self._groups.get(group) if group is not None else None
+        if members is not None:
+            members.remove(rid)
+            if not members:
+                del self._groups[group]
 
     def _discard(self, rid: str) -> None:
         self._output_from.pop(rid, None)
@@ -263,7 +302,8 @@ class ContextDrafter:
     def _join_group(self, rid: str, group: str) -> None:
         self._group_of[rid] = group
         members = self._groups.setdefault(group, [])
-        members.append(rid)
+        if rid not in members:  # a restart rejoins once
+            members.append(rid)
         self._groups.move_to_end(group)
         while len(self._groups) > self.max_groups:
             _, old_members = self._groups.popitem(last=False)
@@ -271,6 +311,7 @@ class ContextDrafter:
                 self._group_of.pop(old, None)
                 self._seqs.pop(old, None)
                 self._output_from.pop(old, None)
+                self._unfinish(old)
 
     def siblings(self, rid: str) -> list[str]:
         group = self._group_of.get(rid)

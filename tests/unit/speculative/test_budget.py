@@ -121,3 +121,14 @@ def test_sglang_config_format_with_specsot_keys():
 def test_bad_configs_name_the_problem(data, message):
     with pytest.raises(ValueError, match=message):
         AdaptiveConfig.from_json(json.dumps(data), max_budget=7)
+
+
+def test_acceptance_keys_are_bounded_oldest_first():
+    # One key per SoT group served: the estimate must not grow the server's memory forever.
+    stats = AcceptanceStats(AdaptiveConfig.default(7), max_keys=3)
+    for key in ("a", "b", "c"):
+        stats.observe(key, budget=4, accepted=4)
+    stats.observe("a", budget=4, accepted=4)  # "a" observed again: "b" is now the oldest
+    stats.observe("d", budget=4, accepted=4)
+    assert set(stats.info()) == {"a", "c", "d"}
+    assert stats.p("b") == 0.5  # evicted: back to the prior

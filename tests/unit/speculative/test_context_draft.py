@@ -64,6 +64,30 @@ def test_finished_group_members_stay_as_context_until_evicted():
     assert not drafter.has("b1") and not drafter.has("b2")
 
 
+def test_finished_siblings_are_kept_within_a_token_budget_oldest_first():
+    # Memory must not grow with the SoT answers served: finished members beyond the budget go.
+    drafter = ContextDrafter(ContextDraftConfig(finished_sibling_tokens=10))
+    for rid, group in (("s1", "g1"), ("s2", "g2"), ("s3", "g3")):
+        drafter.start(rid, [1, 2, 3, 4], group=group)
+        drafter.forget(rid)
+    assert not drafter.has("s1")  # 12 tokens > 10: the oldest finished member went
+    assert drafter.has("s2") and drafter.has("s3")
+    assert "g1" not in drafter._groups and drafter._finished_tokens == 8
+    drafter.start("b", [1, 2], group="g3")
+    assert drafter.siblings("b") == ["s3"]  # what stays still serves its group
+
+
+def test_a_restarted_member_is_live_again_and_joins_its_group_once():
+    drafter = ContextDrafter(ContextDraftConfig(finished_sibling_tokens=4))
+    drafter.start("b1", [1, 2, 3], group="g")
+    drafter.forget("b1")  # e.g. retracted
+    drafter.start("b1", [1, 2, 3, 4], group="g")  # back through prefill
+    drafter.start("b2", [1, 2, 3, 4, 5, 6], group="g")
+    drafter.forget("b2")  # over the budget alone: b2 goes, the live b1 stays
+    assert drafter.has("b1") and not drafter.has("b2")
+    assert drafter._groups["g"] == ["b1"] and drafter._finished_tokens == 0
+
+
 def test_forget_drops_ungrouped_requests():
     drafter = ContextDrafter()
     drafter.start("a", [1, 2])
