@@ -24,7 +24,18 @@ def test_matrix_without_a_draft_has_no_draft_servers():
 def test_draft_servers_share_one_chain():
     specs = servers("/models/draft", steps=4)
     assert "/models/draft" in specs["standalone"].args and "/models/draft" in specs["specsot"].args
-    assert specs["specsot"].args[-1] == "8" and specs["standalone"].args[-1] == "5"
+
+    def flag(name: str, server: str) -> str:
+        args = specs[server].args
+        return args[args.index(name) + 1]
+
+    assert flag("--speculative-num-draft-tokens", "specsot") == "8"
+    assert flag("--speculative-num-draft-tokens", "standalone") == "5"
+
+
+def test_specsot_servers_run_adaptive_draft_budgets():
+    specs = servers("/models/draft")
+    assert {name for name, s in specs.items() if "--speculative-adaptive" in s.args} == {"specsot", "specsot-ctx"}
 
 
 def test_select_keeps_the_baseline_and_names_unknown_configurations():
