@@ -21,7 +21,11 @@ class SoTConfig:
 
     # Branch planning.
     max_branches: int | None = None  # None: as many as max_points
-    max_running: int = 4  # branches decoding at once; the rest wait for a free slot
+    # Branches decoding at once; the rest wait for a free slot. A forward costs about the same
+    # for 1 to ~8 rows here (and far more rows on a GPU), so a second wave of branches costs a
+    # whole branch duration while an extra row costs almost nothing: run them all (the
+    # server bounds it by its max_running limit, 8 by default).
+    max_running: int = 8
     default_branch_tokens: int = 128  # budget of a point without a predicted length
     min_branch_tokens: int = 32
     max_branch_tokens: int = 384
