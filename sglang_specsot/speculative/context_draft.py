@@ -285,14 +285,20 @@ class ContextDrafter:
 
     def _drop_member(self, rid: str) -> None:
         """Remove a request from its group (and the group once it has no members left)."""
-        self._seqs.pop(rid, None)
-        self._output_from.pop(rid, None)
-        group = self._group_of.pop(rid, None)
+        group = self._group_of.get(rid)
+        self._release(rid)
         members = self._groups.get(group) if group is not None else None
         if members is not None:
             members.remove(rid)
             if not members:
                 del self._groups[group]
+
+    def _release(self, rid: str) -> None:
+        """Everything kept for a grouped request, except its place in its group's list."""
+        self._group_of.pop(rid, None)
+        self._seqs.pop(rid, None)
+        self._output_from.pop(rid, None)
+        self._unfinish(rid)
 
     def _discard(self, rid: str) -> None:
         self._output_from.pop(rid, None)
@@ -308,10 +314,7 @@ class ContextDrafter:
         while len(self._groups) > self.max_groups:
             _, old_members = self._groups.popitem(last=False)
             for old in old_members:
-                self._group_of.pop(old, None)
-                self._seqs.pop(old, None)
-                self._output_from.pop(old, None)
-                self._unfinish(old)
+                self._release(old)
 
     def siblings(self, rid: str) -> list[str]:
         group = self._group_of.get(rid)

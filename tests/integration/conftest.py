@@ -48,20 +48,24 @@ def smollm2_server(smollm2_path) -> Iterator[ServerProcess]:
         yield server
 
 
-def stream_events(server: ServerProcess, payload: dict) -> list[dict]:
-    """The JSON events of a streamed /v1/chat/completions answer to `payload`, [DONE] left out."""
+def stream_data(server: ServerProcess, payload: dict, timeout: float = 600) -> Iterator[str]:
+    """The `data:` payloads of a streamed /v1/chat/completions answer to `payload`, as they
+    arrive ("[DONE]" included), so a test can act after the first chunk."""
     req = urllib.request.Request(
         server.base_url + "/v1/chat/completions",
         data=json.dumps({**payload, "stream": True}).encode(),
         headers={"Content-Type": "application/json"},
     )
-    events = []
-    with urllib.request.urlopen(req, timeout=600) as response:
+    with urllib.request.urlopen(req, timeout=timeout) as response:
         for raw in response:
             line = raw.decode().strip()
-            if line.startswith("data: ") and line != "data: [DONE]":
-                events.append(json.loads(line[len("data: ") :]))
-    return events
+            if line.startswith("data: "):
+                yield line[len("data: ") :]
+
+
+def stream_events(server: ServerProcess, payload: dict) -> list[dict]:
+    """The JSON events of a streamed /v1/chat/completions answer to `payload`, [DONE] left out."""
+    return [json.loads(data) for data in stream_data(server, payload) if data != "[DONE]"]
 
 
 @contextmanager

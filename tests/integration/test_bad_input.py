@@ -224,5 +224,3 @@ def test_streaming_sot_with_bad_input_is_a_4xx_before_the_stream(server):
     status, reply = post(server, CHAT, chat(DENSE, sot=ON, stream=True))
     assert status == 400 and "context" in error_message(reply).lower(), reply
     assert_alive(server)
-
-

@@ -16,6 +16,8 @@ import urllib.request
 
 import pytest
 
+from sglang_specsot.sot import SoTConfig
+from sglang_specsot.sot.budget import min_sot_tokens
 from tests.integration.conftest import SPECSOT, cpu_args, leak_checked_server
 
 pytestmark = pytest.mark.integration
@@ -96,10 +98,8 @@ def test_openai_completions_refuse_an_empty_prompt(server):
 
 
 def test_sot_refuses_a_skeleton_processor_that_does_not_deserialize(server):
-    from sglang_specsot.sot import SoTConfig
-    from sglang_specsot.sot.budget import min_sot_tokens
-
-    # A cap below what an SoT answer fits in answers normally, with no skeleton to constrain.
+    # The smallest cap an SoT answer fits in: below it the answer goes normal, with no skeleton
+    # whose processor would be checked.
     sot_chat = {**CHAT, "max_tokens": min_sot_tokens(SoTConfig())}
     payload = {**sot_chat, "specsot": {"mode": "on", "skeleton_logit_processor": NOT_A_PROCESSOR}}
     status, body = _post(server, "/v1/chat/completions", payload)

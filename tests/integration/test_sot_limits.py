@@ -22,6 +22,7 @@ from tests.integration.conftest import (
     abort_request,
     assert_idle_memory_check_passed,
     cpu_args,
+    stream_data,
 )
 
 pytestmark = pytest.mark.integration
@@ -58,17 +59,6 @@ def post(server: ServerProcess, payload: dict) -> tuple[int, dict]:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
-
-
-def stream_lines(server: ServerProcess, payload: dict):
-    req = urllib.request.Request(server.base_url + "/v1/chat/completions",
-                                 data=json.dumps({**payload, "stream": True}).encode(),
-                                 headers={"Content-Type": "application/json"})  # fmt: skip
-    with urllib.request.urlopen(req, timeout=HANG_GUARD) as response:
-        for raw in response:
-            line = raw.decode().strip()
-            if line.startswith("data: "):
-                yield line[len("data: ") :]
 
 
 def message(reply: dict) -> str:
@@ -145,7 +135,7 @@ def test_sot_answers_beyond_the_queue_get_429_and_the_queued_ones_finish(server)
     first_chunk = threading.Event()
 
     def running():
-        lines = stream_lines(server, chat(slow, max_tokens=300))
+        lines = stream_data(server, chat(slow, max_tokens=300))
         next(lines)
         first_chunk.set()
         results["running"] = (200, {"chunks": list(lines)})
@@ -172,7 +162,7 @@ def test_sot_answers_beyond_the_queue_get_429_and_the_queued_ones_finish(server)
 
 def test_an_aborted_branch_ends_the_stream_with_finish_reason_abort(server):
     config = {"router_min_answer_tokens": 1, "default_branch_tokens": 96, "min_branch_tokens": 8}
-    lines = stream_lines(server, chat({"mode": "on", "config": config}, max_tokens=400))
+    lines = stream_data(server, chat({"mode": "on", "config": config}, max_tokens=400))
     first = json.loads(next(lines))
     group = first["id"].removeprefix("chatcmpl-specsot-")
     stop = threading.Event()
