@@ -18,7 +18,9 @@ Plain Python (no torch, no SGLang).
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,7 +33,8 @@ class AdaptiveConfig:
     SGLang's format maps a batch size ("1", "8", ...; a batch uses the largest key not above
     its size) to `candidate_steps`; for SPECSOT a candidate is a per-request draft budget in
     tokens (0 = plain decode). SPECSOT's keys live under "specsot" (SGLang's loader skips
-    non-numeric keys): `decay`, `prior_accepts`, `prior_misses`, `min_token_prob`.
+    non-numeric keys): `decay`, `prior_accepts`, `prior_misses`, `min_token_prob`,
+    `defer_draft_extend`, `explore_share`.
     """
 
     buckets: tuple[tuple[int, tuple[int, ...]], ...]  # (smallest batch size, budgets), increasing
@@ -39,6 +42,13 @@ class AdaptiveConfig:
     prior_accepts: float = 1.0  # pseudo-counts of the prior p = 0.5 ...
     prior_misses: float = 1.0  # ... that a group starts from and drifts back to
     min_token_prob: float = 0.05  # a request's budget stops where p^b falls below this
+    # With a draft model: a plain step defers the draft-extend to when the draft is next
+    # needed (extend_backlog.py); false runs it every step, as SGLang's workers do.
+    defer_draft_extend: bool = True
+    # Share of the time of plain steps that may go to trying drafts again: the estimates
+    # learn only from drafted steps, so a batch that stopped drafting drafts one step
+    # (the smallest candidate budget) every `explore_every` plain steps. 0 = never.
+    explore_share: float = 0.05
 
     def __post_init__(self) -> None:
         if not self.buckets or any(not c for _, c in self.buckets):
@@ -47,6 +57,10 @@ class AdaptiveConfig:
             raise ValueError(f"specsot.decay={self.decay} outside (0, 1]")
         if self.prior_accepts <= 0 or self.prior_misses <= 0:
             raise ValueError("specsot.prior_accepts and specsot.prior_misses must be positive")
+        if not 0.0 <= self.explore_share < 1.0:
+            raise ValueError(f"specsot.explore_share={self.explore_share} outside [0, 1)")
+        if not isinstance(self.defer_draft_extend, bool):
+            raise ValueError(f"specsot.defer_draft_extend={self.defer_draft_extend!r} must be true or false")
 
     def candidates(self, bs: int) -> tuple[int, ...]:
         chosen = self.buckets[0][1]
@@ -78,7 +92,12 @@ class AdaptiveConfig:
             buckets.append((int(key), tuple(sorted(set(steps)))))
         if not buckets:
             raise ValueError(f'adaptive config needs a batch-size key such as {{"1": {{"candidate_steps": [0, 3]}}}}, got keys {list(data)}')
-        return cls(buckets=tuple(buckets), **data.get("specsot", {}))
+        own = data.get("specsot", {})
+        known = {f.name for f in dataclasses.fields(cls)} - {"buckets"}
+        unknown = sorted(set(own) - known) if isinstance(own, dict) else None
+        if unknown is None or unknown:
+            raise ValueError(f'"specsot" in the adaptive config takes keys {sorted(known)}, got {own!r}')
+        return cls(buckets=tuple(buckets), **own)
 
 
 class AcceptanceStats:
@@ -176,3 +195,20 @@ def plan_step(
             best = plan
     assert best is not None, "no candidate budgets"
     return best
+
+
+def explore_every(plain_ms: float, explore_ms: float, share: float) -> int:
+    """Plain steps per exploring step so that exploring costs at most `share` of their time
+    (0 = never explore). An exploring step costs `explore_ms` where a plain one costs `plain_ms`."""
+    if share <= 0.0:
+        return 0
+    extra = max(0.0, explore_ms - plain_ms)
+    return max(1, math.ceil(extra / (share * plain_ms))) if plain_ms > 0 else 1
+
+
+def explore_plan(ps: Sequence[float], candidates: Sequence[int], step_ms: Callable[[int, int], float]) -> StepPlan:
+    """Every request drafts the smallest positive candidate budget (what learning costs least)."""
+    budget = min((b for b in candidates if b > 0), default=0)
+    bs = len(ps)
+    tokens = bs + sum(expected_drafts_accepted(p, budget) for p in ps)
+    return StepPlan(budget + 1, (budget,) * bs, tokens, step_ms(bs, budget + 1))

@@ -71,12 +71,15 @@ class CostModel:
     target: ForwardCost
     draft: ForwardCost | None = None
 
-    def step_ms(self, bs: int, width: int, draft_steps: int = 0) -> float:
+    def step_ms(self, bs: int, width: int, draft_steps: int = 0, draft_extend: bool = True) -> float:
         """One speculative step: `draft_steps` draft decodes of `bs` rows, a verify of
-        `bs * width` rows, and (with a draft model) its draft-extend over the same window."""
+        `bs * width` rows, and (with a draft model, unless deferred) its draft-extend over
+        the same window."""
         ms = self.target.ms(bs * width)
         if self.draft is not None:
-            ms += draft_steps * self.draft.ms(bs) + self.draft.ms(bs * width)
+            ms += draft_steps * self.draft.ms(bs)
+            if draft_extend:
+                ms += self.draft.ms(bs * width)
         return ms
 
     def info(self) -> dict:

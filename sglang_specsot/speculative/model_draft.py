@@ -12,11 +12,21 @@ model's own tree.
 from __future__ import annotations
 
 import contextlib
+import types
 
 import torch
 
 from sglang_specsot.speculative import adapter as sgl
 from sglang_specsot.speculative.draft_tree import DraftTree, TreeBuilder
+from sglang_specsot.speculative.inputs import SoTDraftInput
+
+
+# What SGLang's draft-extend changes on the batch (prepare_for_draft_extend), restored after a
+# window moved off the verify window.
+_EXTEND_FIELDS = (
+    "seq_lens", "seq_lens_cpu", "seq_lens_sum", "out_cache_loc", "input_ids", "forward_mode",
+    "spec_info", "prefix_lens", "extend_lens", "extend_num_tokens",
+)  # fmt: skip
 
 
 def model_tree_size(num_steps: int, topk: int, num_draft_tokens: int) -> int:
@@ -117,6 +127,45 @@ class SoTDraftModel(sgl.DraftModelWorker):
         """Draft-extend over the prompt; returns SGLang's draft input (top-k for step one)."""
         with sgl.draft_model_context(self.parallel_layout):
             return self.draft_extend_for_prefill(batch, None, next_token_ids)
+
+    def extend_window(self, batch, ends: list[int], tokens: list[list[int]]):
+        """Draft-extend over each request's `w` committed tokens before position `ends[i]`
+        (`tokens[i]`, w each); returns the top-k (p, index) after the window's last token.
+
+        This is SGLang's own draft-extend (the verify-window layout) moved back to end at
+        `ends`: the KV slots it writes hold committed tokens (positions < `ends`), so every
+        slot exists. With deferred draft-extends this brings the draft's KV up to date in
+        one forward; windows overlapping KV the draft already has rewrite it unchanged.
+        SGLang's standalone draft reads its input one token ahead (eagle_worker_v2.py:991):
+        position p holds token p+1, so `tokens[i]` is t[end-w+1 .. end].
+        """
+        w, bs = len(tokens[0]), len(tokens)
+        assert all(len(row) == w for row in tokens) and all(e >= w for e in ends), "window outside the committed tokens"
+        starts = torch.tensor([e - w for e in ends], dtype=batch.seq_lens.dtype)
+        ends_t = starts + w
+        saved = {name: getattr(batch, name) for name in _EXTEND_FIELDS}
+        try:
+            batch.seq_lens = starts.to(batch.seq_lens.device)
+            batch.seq_lens_cpu = starts
+            batch.seq_lens_sum = int(starts.sum())
+            batch.out_cache_loc = sgl.assign_extend_cache_locs_func(
+                req_pool_indices=batch.req_pool_indices, req_to_token=batch.req_to_token_pool.req_to_token,
+                start_offset=batch.seq_lens, end_offset=ends_t.to(batch.seq_lens.device),
+                batch_size=bs, draft_token_num=w, device=batch.seq_lens.device,
+            )  # fmt: skip
+            result = sgl.GenerationBatchResult(
+                logits_output=types.SimpleNamespace(hidden_states=None),  # a standalone draft needs none
+                next_token_ids=torch.tensor(tokens, dtype=torch.int64, device=batch.seq_lens.device).flatten(),
+                accept_lens=torch.full((bs,), w, dtype=torch.int32, device=batch.seq_lens.device),
+                new_seq_lens=ends_t.to(batch.seq_lens.device),
+                next_draft_input=SoTDraftInput(),
+            )  # fmt: skip
+            with self._width(w), sgl.draft_model_context(self.parallel_layout):
+                self.draft_extend_for_decode(batch, result)
+        finally:
+            for name, value in saved.items():
+                setattr(batch, name, value)
+        return result.next_draft_input.topk_p, result.next_draft_input.topk_index
 
     def extend_after_verify(self, batch, result) -> None:
         """Draft-extend over this step's verify window; fills `result.next_draft_input`."""

@@ -16,11 +16,15 @@ CUDA graphs the window stays at its full width, the width they were captured for
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
+import torch
+
 from sglang_specsot.speculative import adapter as sgl
 from sglang_specsot.speculative.draft_tree import DraftTree
+from sglang_specsot.speculative.extend_backlog import ExtendBacklog, catch_up_windows
 from sglang_specsot.speculative.inputs import SoTDraftInput
 from sglang_specsot.speculative.model_draft import SoTDraftModel
 from sglang_specsot.speculative.probe import probe_forward_cost
@@ -78,6 +82,9 @@ class SpecSoTModelWorker(SpecSoTWorker):
         steps = self._chain_steps(max(sizes))
         seeds: list[DraftTree | None] = [None] * len(sizes)
         if steps > 0:
+            if self.backlog is not None and not self.backlog.current(self._rids(batch)):
+                # Step one reads the top-k of the draft's last extend: bring it up to date.
+                batch.spec_info.topk_p, batch.spec_info.topk_index = self._catch_up(batch, batch.seq_lens)
             start = time.perf_counter()
             seeds = self.draft_worker.draft_trees(batch, steps)
             if self._refresh_costs and steps > 1:  # step one reads the relayed top-k: no forward
@@ -90,6 +97,13 @@ class SpecSoTModelWorker(SpecSoTWorker):
             self._context_tree(req, max(n, seed.size if seed else 1), seed)
             for req, seed, n in zip(batch.reqs, seeds, sizes)
         ]
+
+    @functools.cached_property
+    def backlog(self) -> ExtendBacklog | None:
+        """Plain steps defer the draft-extend where the draft's chain is adaptive (the CPU
+        draft backend); with draft-extend CUDA graphs every step extends, as in SGLang.
+        Read first on the first step: the draft's attention backends exist only by then."""
+        return ExtendBacklog() if self._chain_adaptive and self.adaptive.defer_draft_extend else None
 
     @property
     def _chain_adaptive(self) -> bool:
@@ -108,17 +122,88 @@ class SpecSoTModelWorker(SpecSoTWorker):
         return 0 if self._chain_adaptive else self.draft_worker.tree_size - 1
 
     def _step_ms(self, bs: int, width: int) -> float:
-        # Draft-extend runs every step (the draft's KV must follow the text), even a plain one.
+        # Draft-extend runs every step (the draft's KV must follow the text), except that a
+        # plain step defers it when the backlog is on; its catch-up is then paid by the next
+        # drafting step, at most one plain step more (ExtendBacklog.may_defer).
         forwards = max(0, self._chain_steps(width) - 1)
-        return self.cost.step_ms(bs, width, draft_steps=forwards)
+        extend = width > 1 or self.backlog is None
+        return self.cost.step_ms(bs, width, draft_steps=forwards, draft_extend=extend)
+
+    def speculative_state_report(self) -> dict:
+        report = super().speculative_state_report()
+        if self.backlog is not None:
+            report["specsot"]["draft_extend"] = self.backlog.info()
+        return report
 
     def draft_extend(self, batch, result) -> None:
         super().draft_extend(batch, result)  # the context history first (host side)
+        if self.backlog is None:
+            self._timed_extend(len(batch.reqs) * result.speculative_num_draft_tokens,
+                               self.draft_worker.extend_after_verify, batch, result)  # fmt: skip
+            return
+        rids = self._rids(batch)
+        self.backlog.keep(rids)
+        was_current = self.backlog.current(rids)
+        self.backlog.add(rids, result.accept_lens.tolist())
+        if self._defer_extend(batch):
+            self.backlog.deferred_steps += 1
+            # Stale by design (the backlog says so); shaped as a real top-k, for FutureMap's
+            # buffers and for merging with a new request's input.
+            shape = (len(rids), self.draft_worker.topk)
+            draft_input = result.next_draft_input
+            draft_input.topk_p = torch.zeros(shape, dtype=torch.float32, device=self.device)
+            draft_input.topk_index = torch.zeros(shape, dtype=torch.int64, device=self.device)
+            return
+        if was_current:  # nothing deferred: SGLang's own draft-extend over the verify window
+            self._timed_extend(len(rids) * result.speculative_num_draft_tokens,
+                               self.draft_worker.extend_after_verify, batch, result)  # fmt: skip
+            self.backlog.clear(rids)
+        else:
+            draft_input = result.next_draft_input
+            draft_input.topk_p, draft_input.topk_index = self._catch_up(batch, result.new_seq_lens)
+
+    def _defer_extend(self, batch) -> bool:
+        """A plain next step (as the policy now plans it) may leave the extend for later."""
+        if self._plan(batch.reqs).width > 1:
+            return False  # the next step drafts: extend now, where the step layout has it
+        bs = len(batch.reqs)
+        limit = self.cost.draft.ms(bs) + self.cost.target.ms(bs)
+        return self.backlog.may_defer(self._rids(batch), self.cost.draft.ms, limit)
+
+    def _catch_up(self, batch, seq_lens: torch.Tensor):
+        """One draft-extend (or a few, see catch_up_windows) over every request's backlog up
+        to `seq_lens` (its committed KV positions); the top-k after its last token."""
+        rids = self._rids(batch)
+        histories = [self._history(req) for req in batch.reqs]
+        ends = seq_lens.tolist()  # a host tensor: the backlog is on with CPU backends only
+        # The history holds one token more than the KV: the bonus token, not yet verified.
+        assert all(len(h) == e + 1 for h, e in zip(histories, ends)), (
+            f"SPECSOT: drafter history out of step with seq_lens {ends}: {[len(h) for h in histories]}"
+        )
+        topk = None
+        for w, window_ends in catch_up_windows(ends, self.backlog.lag(rids)):
+            tokens = [h[e - w + 1 : e + 1] for h, e in zip(histories, window_ends)]
+            topk = self._timed_extend(len(rids) * w, self.draft_worker.extend_window, batch, window_ends, tokens)
+            self.backlog.catch_ups += 1
+        self.backlog.clear(rids)
+        assert topk is not None, "catch-up called with no backlog"
+        return topk
+
+    def _history(self, req) -> list[int]:
+        if not self.drafter.has(req.rid):
+            self._restart(req, [])
+        return self.drafter.tokens(req.rid)
+
+    def _timed_extend(self, rows: int, extend, *args):
         start = time.perf_counter()
-        self.draft_worker.extend_after_verify(batch, result)
+        out = extend(*args)
         if self._refresh_costs:
-            rows = len(batch.reqs) * result.speculative_num_draft_tokens
             self.cost.draft.observe(rows, (time.perf_counter() - start) * 1e3)
+        return out
+
+    @staticmethod
+    def _rids(batch) -> list[str]:
+        return [req.rid for req in batch.reqs]
 
 
 def check_vocab_compatible(target_worker, draft: SoTDraftModel) -> None:

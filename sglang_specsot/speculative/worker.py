@@ -22,7 +22,9 @@ import time
 import torch
 
 from sglang_specsot.speculative import adapter as sgl
-from sglang_specsot.speculative.budget import AcceptanceStats, AdaptiveConfig, StepPlan, plan_step
+from sglang_specsot.speculative.budget import (
+    AcceptanceStats, AdaptiveConfig, StepPlan, explore_every, explore_plan, plan_step,
+)  # fmt: skip
 from sglang_specsot.speculative.context_draft import ContextDrafter
 from sglang_specsot.speculative.cost_model import CostModel
 from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree, tree_mask
@@ -57,6 +59,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self.stats = AcceptanceStats(self.adaptive or AdaptiveConfig.default(self.num_draft_tokens - 1))
         self._step_trees: tuple[DraftTree, ...] = ()
         self._last_plan: StepPlan | None = None
+        self._plain_steps = 0  # plain steps since the last drafted one (for exploring)
+        self._explored = 0
         self._steps = 0
         logger.info("SPECSOT cost model measured at start-up (target, ms by rows): %s", self.cost.info())
 
@@ -80,6 +84,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             "adaptive": self.adaptive is not None,
             "acceptance_p": dict(list(self.stats.info().items())[-32:]),  # newest groups
             "last_plan": None if plan is None else {"width": plan.width, "budgets": list(plan.budgets)},
+            "exploring_steps": self._explored,
         }}  # fmt: skip
 
     def forward_batch_generation(
@@ -151,12 +156,33 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         with --speculative-adaptive what the budget policy finds pays on this machine."""
         if self.adaptive is None:
             return [self.num_draft_tokens] * len(batch.reqs)
-        ps = [self.stats.p(self._stats_key(req.rid)) for req in batch.reqs]
-        plan = plan_step(
-            ps, self.adaptive.candidates(len(ps)), self._step_ms, self.adaptive.min_token_prob, self._min_budget()
-        )
+        plan = self._plan(batch.reqs)
+        if plan.width == 1:
+            plan = self._maybe_explore(batch.reqs, plan)
+        else:
+            self._plain_steps = 0
         self._last_plan = plan
         return [b + 1 for b in plan.budgets]
+
+    def _maybe_explore(self, reqs, plain: StepPlan) -> StepPlan:
+        """The plain `plain`, or once every `explore_every` plain steps a step that drafts the
+        smallest budget: the acceptance estimates learn only from drafted steps."""
+        ps = [self.stats.p(self._stats_key(req.rid)) for req in reqs]
+        explore = explore_plan(ps, self.adaptive.candidates(len(ps)), self._step_ms)
+        every = explore_every(plain.step_ms, explore.step_ms, self.adaptive.explore_share)
+        self._plain_steps += 1
+        if every == 0 or explore.width == 1 or self._plain_steps < every:
+            return plain
+        self._plain_steps = 0
+        self._explored += 1
+        return explore
+
+    def _plan(self, reqs) -> StepPlan:
+        """The budget policy's plan for a step of `reqs` (needs --speculative-adaptive)."""
+        ps = [self.stats.p(self._stats_key(req.rid)) for req in reqs]
+        return plan_step(
+            ps, self.adaptive.candidates(len(ps)), self._step_ms, self.adaptive.min_token_prob, self._min_budget()
+        )
 
     def _step_ms(self, bs: int, width: int) -> float:
         return self.cost.step_ms(bs, width)

@@ -10,6 +10,8 @@ from sglang_specsot.speculative.budget import (
     AcceptanceStats,
     AdaptiveConfig,
     expected_drafts_accepted,
+    explore_every,
+    explore_plan,
     plan_step,
     useful_budget,
 )
@@ -107,6 +109,9 @@ def test_sglang_config_format_with_specsot_keys():
     assert config.candidates(1) == (0, 3, 7) and config.candidates(7) == (0, 3, 7)
     assert config.candidates(8) == config.candidates(40) == (0, 1)
     assert config.decay == 0.2 and config.min_token_prob == 0.1
+    assert config.defer_draft_extend is True  # the default; false extends every step
+    off = json.dumps({"1": {"candidate_steps": [0, 3]}, "specsot": {"defer_draft_extend": False}})
+    assert AdaptiveConfig.from_json(off, max_budget=7).defer_draft_extend is False
 
 
 @pytest.mark.parametrize(
@@ -116,6 +121,10 @@ def test_sglang_config_format_with_specsot_keys():
         ({"1": {"candidate_steps": []}}, "non-negative ints"),
         ({"specsot": {}}, "batch-size key"),
         ({"1": {"candidate_steps": [1]}, "specsot": {"decay": 0}}, "decay"),
+        ({"1": {"candidate_steps": [1]}, "specsot": {"decya": 0.2}}, "takes keys"),
+        ({"1": {"candidate_steps": [1]}, "specsot": [0.2]}, "takes keys"),
+        ({"1": {"candidate_steps": [1]}, "specsot": {"defer_draft_extend": "no"}}, "true or false"),
+        ({"1": {"candidate_steps": [1]}, "specsot": {"explore_share": 1.5}}, "explore_share"),
     ],
 )
 def test_bad_configs_name_the_problem(data, message):
@@ -132,3 +141,17 @@ def test_acceptance_keys_are_bounded_oldest_first():
     stats.observe("d", budget=4, accepted=4)
     assert set(stats.info()) == {"a", "c", "d"}
     assert stats.p("b") == 0.5  # evicted: back to the prior
+
+
+def test_exploring_costs_at_most_its_share_of_plain_time():
+    # A plain step 100 ms, an exploring one 150 ms: 50 ms extra is 5% of 10 plain steps.
+    assert explore_every(plain_ms=100.0, explore_ms=150.0, share=0.05) == 10
+    assert explore_every(plain_ms=100.0, explore_ms=100.0, share=0.05) == 1  # free: every step
+    assert explore_every(plain_ms=100.0, explore_ms=150.0, share=0.0) == 0  # never
+
+
+def test_an_exploring_step_drafts_the_smallest_positive_candidate():
+    plan = explore_plan([0.2, 0.9], candidates=(0, 3, 5), step_ms=lambda bs, width: 10.0 * width)
+    assert plan.budgets == (3, 3) and plan.width == 4 and plan.step_ms == 40.0
+    assert plan.expected_tokens == pytest.approx(2 + expected_drafts_accepted(0.2, 3) + expected_drafts_accepted(0.9, 3))
+    assert explore_plan([0.5], candidates=(0,), step_ms=lambda bs, width: 1.0).width == 1  # nothing to try

@@ -41,6 +41,8 @@ def test_step_with_a_draft_model_adds_its_steps_and_extend():
     cost = CostModel(target, draft)
     assert cost.step_ms(bs=2, width=5, draft_steps=4) == pytest.approx(10.0 + 4 * 4.0 + 4.0)
     assert CostModel(target).step_ms(bs=2, width=5, draft_steps=4) == 10.0
+    # A plain step whose draft-extend is deferred costs the target's forward alone.
+    assert cost.step_ms(bs=2, width=1, draft_extend=False) == 10.0
     assert set(cost.info()) == {"target", "draft"}
 
 

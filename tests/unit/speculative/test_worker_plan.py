@@ -1,0 +1,50 @@
+"""The worker's step plan: plain steps while drafts do not pay, and now and then a step that
+drafts, so the acceptance estimates can learn again (exploring, `explore_share`)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from sglang_specsot.speculative.budget import AcceptanceStats, AdaptiveConfig
+from sglang_specsot.speculative.cost_model import CostModel, ForwardCost
+from sglang_specsot.speculative.worker import SpecSoTWorker
+
+
+def _worker(config: AdaptiveConfig) -> SpecSoTWorker:
+    # The plan needs the policy's state only, no SGLang: build the worker without __init__.
+    worker = SpecSoTWorker.__new__(SpecSoTWorker)
+    # Rows cost in proportion (a verify of w rows costs w plain steps): drafts never pay.
+    worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 200.0)))
+    worker.adaptive = config
+    worker.stats = AcceptanceStats(config)
+    worker._tags, worker._last_plan, worker._plain_steps, worker._explored = {}, None, 0, 0
+    return worker
+
+
+def _batch(n: int):
+    return SimpleNamespace(reqs=[SimpleNamespace(rid=f"r{i}") for i in range(n)])
+
+
+def test_a_batch_that_stopped_drafting_explores_within_its_time_share():
+    config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25)
+    worker, batch = _worker(config), _batch(2)
+    widths = [max(worker._tree_sizes(batch)) for _ in range(24)]
+    # Rows cost 100 ms each: a plain step of 2 rows 200 ms, an exploring one (2 drafts, 3
+    # rows per request) 600 ms, 400 ms more: at a 25% share, one step in 8 explores (8
+    # plain steps take 1600 ms; the 400 ms extra is a quarter of that).
+    assert widths == ([1] * 7 + [3]) * 3
+    assert worker._explored == widths.count(3)
+    assert worker.speculative_state_report()["specsot"]["exploring_steps"] == worker._explored
+
+
+def test_no_exploring_when_its_share_is_zero():
+    worker, batch = _worker(AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.0)), _batch(2)
+    assert {max(worker._tree_sizes(batch)) for _ in range(30)} == {1}
+
+
+def test_a_drafting_step_resets_the_count():
+    worker, batch = _worker(AdaptiveConfig(buckets=((1, (0, 2)),), explore_share=0.25)), _batch(1)
+    for _ in range(5):
+        worker._tree_sizes(batch)
+    worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 64), probe_ms=(100.0, 100.0)))  # rows now free
+    assert max(worker._tree_sizes(batch)) == 3 and worker._plain_steps == 0
