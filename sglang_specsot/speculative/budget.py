@@ -10,8 +10,8 @@ The acceptance model is a truncated geometric chain: a drafted token is accepted
 probability `p` given its parent was, so `b` drafts bring `p + p^2 + ... + p^b` tokens on top
 of the bonus token. `p` is estimated per group from what verify accepted (successes are
 accepted drafts, failures are steps that stopped before the budget), decayed so that it
-follows the text, and it drifts back to the prior while a group gets no drafts, so a group
-that stopped drafting tries again later.
+follows the text; it starts from, and drifts back to while a group gets no drafts, the
+server's recent acceptance over all groups.
 
 Plain Python (no torch, no SGLang).
 """
@@ -112,12 +112,22 @@ class AcceptanceStats:
         self.config = config
         self.max_keys = max_keys
         self._counts: OrderedDict[str, list[float]] = OrderedDict()  # key -> [accepted, early stops]
+        self._server = [0.0, 0.0]  # the same counts over every drafted verify of the server
+
+    def prior(self) -> float:
+        """What a group without evidence starts from (and drifts back to): the server's recent
+        acceptance, itself starting from prior_accepts / prior_misses. A new request then
+        drafts as much as this draft model has been earning here, not from a blind 0.5."""
+        acc, miss = self._server
+        c = self.config
+        return (acc + c.prior_accepts) / (acc + miss + c.prior_accepts + c.prior_misses)
 
     def p(self, key: str) -> float:
         """Estimated chance a drafted token is accepted, given its parent was."""
         acc, miss = self._counts.get(key, (0.0, 0.0))
         c = self.config
-        return (acc + c.prior_accepts) / (acc + miss + c.prior_accepts + c.prior_misses)
+        weight = c.prior_accepts + c.prior_misses
+        return (acc + weight * self.prior()) / (acc + miss + weight)
 
     def observe(self, key: str, budget: int, accepted: int) -> None:
         """One verify of `budget` drafts of which the first `accepted` were right."""
@@ -129,8 +139,12 @@ class AcceptanceStats:
         counts[0] *= keep
         counts[1] *= keep
         if budget > 0:
+            miss = 1.0 if accepted < budget else 0.0
             counts[0] += accepted
-            counts[1] += 1.0 if accepted < budget else 0.0
+            counts[1] += miss
+            server = self._server
+            server[0] = server[0] * keep + accepted
+            server[1] = server[1] * keep + miss
 
     def forget(self, key: str) -> None:
         self._counts.pop(key, None)

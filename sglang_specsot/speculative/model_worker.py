@@ -123,8 +123,9 @@ class SpecSoTModelWorker(SpecSoTWorker):
 
     def _step_ms(self, bs: int, width: int) -> float:
         # Draft-extend runs every step (the draft's KV must follow the text), except that a
-        # plain step defers it when the backlog is on; its catch-up is then paid by the next
-        # drafting step, at most one plain step more (ExtendBacklog.may_defer).
+        # plain step defers it when the backlog is on. The catch-up that follows is not
+        # priced here: it replaces the extends the plain steps skipped, and is paid whether
+        # the next drafting step comes soon or a flush does it (ExtendBacklog.may_defer).
         forwards = max(0, self._chain_steps(width) - 1)
         extend = width > 1 or self.backlog is None
         return self.cost.step_ms(bs, width, draft_steps=forwards, draft_extend=extend)

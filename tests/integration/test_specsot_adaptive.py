@@ -125,7 +125,8 @@ def test_deferred_draft_extend_keeps_the_drafts_as_good(smollm2_path, tmp_path):
     rates, backlogs = {}, {}
     for defer in (True, False):
         path = tmp_path / f"adaptive-{defer}.json"
-        own = {"defer_draft_extend": defer, "explore_share": 0.2, "min_token_prob": 0.99}
+        own = {"defer_draft_extend": defer, "explore_share": 0.5, "min_token_prob": 0.99}
+        # Exploring drafts 2 tokens: both from the draft model's chain, none from the context.
         path.write_text(json.dumps({"1": {"candidate_steps": [0, 2]}, "specsot": own}))
         with ServerProcess(smollm2_path, args + ["--speculative-adaptive-config", str(path)]) as server:
             rates[defer] = _acceptance(run_batches(server, prompts, MAX_NEW))
@@ -133,5 +134,6 @@ def test_deferred_draft_extend_keeps_the_drafts_as_good(smollm2_path, tmp_path):
     print(f"draft acceptance: deferred draft-extend {rates[True]:.3f}, every step {rates[False]:.3f}; {backlogs[True]}")
     assert backlogs[False] is None, backlogs  # the key turns the backlog off
     assert backlogs[True]["deferred_steps"] > 100 and backlogs[True]["catch_up_forwards"] > 5, backlogs
-    assert rates[False] >= 0.8, f"a model drafting for itself accepted only {rates[False]:.2f}: the check is void"
-    assert rates[True] >= rates[False] - 0.05, f"acceptance with deferred draft-extends {rates[True]:.2f}, without {rates[False]:.2f}"
+    assert rates[False] >= 0.75, f"a model drafting for itself accepted only {rates[False]:.2f}: the check is void"
+    # Wrong KV would leave the drafts mostly rejected; sampling noise is a few hundredths.
+    assert rates[True] >= max(0.7, rates[False] - 0.1), f"acceptance with deferred draft-extends {rates[True]:.2f}, without {rates[False]:.2f}"

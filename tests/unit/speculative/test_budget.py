@@ -85,18 +85,28 @@ def test_a_draft_model_chain_is_always_verified():
 
 def test_acceptance_is_estimated_per_key_and_drifts_back_to_the_prior():
     stats = AcceptanceStats(AdaptiveConfig.default(7))
-    assert stats.p("g") == 0.5
+    assert stats.p("g") == stats.prior() == 0.5  # nothing seen yet: the configured prior
     for _ in range(50):
         stats.observe("g", budget=4, accepted=4)
     assert stats.p("g") > 0.95
+    assert stats.p("new") > 0.9  # a new group starts where the server's drafts have been
     for _ in range(50):
         stats.observe("bad", budget=4, accepted=0)
     assert stats.p("bad") < 0.1
+    assert stats.prior() < 0.1  # the server's recent drafts all failed
     for _ in range(200):  # no drafts: the counts decay, the estimate returns to the prior
-        stats.observe("bad", budget=0, accepted=0)
-    assert stats.p("bad") == pytest.approx(0.5, abs=0.01)
+        stats.observe("g", budget=0, accepted=0)
+    assert stats.p("g") == pytest.approx(stats.prior(), abs=0.01)
     stats.forget("g")
-    assert stats.p("g") == 0.5
+    assert stats.p("g") == stats.prior()
+
+
+def test_the_prior_follows_the_servers_recent_drafts_only():
+    stats = AcceptanceStats(AdaptiveConfig.default(7))
+    stats.observe("a", budget=2, accepted=2)
+    before = stats.prior()
+    stats.observe("a", budget=0, accepted=0)  # a plain step is not evidence about drafts
+    assert stats.prior() == before > 0.5
 
 
 def test_sglang_config_format_with_specsot_keys():
@@ -140,7 +150,7 @@ def test_acceptance_keys_are_bounded_oldest_first():
     stats.observe("a", budget=4, accepted=4)  # "a" observed again: "b" is now the oldest
     stats.observe("d", budget=4, accepted=4)
     assert set(stats.info()) == {"a", "c", "d"}
-    assert stats.p("b") == 0.5  # evicted: back to the prior
+    assert stats.p("b") == stats.prior()  # evicted: back to the prior
 
 
 def test_exploring_costs_at_most_its_share_of_plain_time():

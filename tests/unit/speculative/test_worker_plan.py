@@ -48,3 +48,28 @@ def test_a_drafting_step_resets_the_count():
         worker._tree_sizes(batch)
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 64), probe_ms=(100.0, 100.0)))  # rows now free
     assert max(worker._tree_sizes(batch)) == 3 and worker._plain_steps == 0
+
+
+def _model_worker(config: AdaptiveConfig):
+    from sglang_specsot.speculative.extend_backlog import ExtendBacklog
+    from sglang_specsot.speculative.model_worker import SpecSoTModelWorker
+
+    worker = SpecSoTModelWorker.__new__(SpecSoTModelWorker)
+    # Rows free to 64 for both; a draft forward costs 40 ms, a target forward 100 ms, and a
+    # draft-extend of more than 64 rows grows 10 ms a row.
+    target = ForwardCost(probe_rows=(1, 64), probe_ms=(100.0, 100.0))
+    worker.cost = CostModel(target=target, draft=ForwardCost(probe_rows=(1, 64, 65), probe_ms=(40.0, 40.0, 50.0)))
+    worker.adaptive, worker.stats = config, AcceptanceStats(config)
+    worker._tags, worker._last_plan, worker._plain_steps, worker._explored = {}, None, 0, 0
+    worker.__dict__["backlog"] = ExtendBacklog()  # what the cached property gives on a CPU chain
+    worker._chain_steps = lambda width: width - 1  # a chain as long as the budget
+    worker._min_budget = lambda: 0  # an adaptive chain may be cut to nothing
+    return worker
+
+
+def test_a_plain_step_with_a_deferred_extend_costs_the_target_alone():
+    worker = _model_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
+    worker.backlog.add(["a"], [80])  # a backlog changes nothing: its catch-up is owed either way
+    step_ms = worker._step_ms
+    assert step_ms(1, 1) == 100.0  # no extend on a plain step
+    assert step_ms(1, 2) == 100.0 + 40.0  # one draft (read from the last extend) and its extend
