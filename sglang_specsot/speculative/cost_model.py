@@ -66,19 +66,13 @@ class ForwardCost:
 
 @dataclass
 class CostModel:
-    """The target's forward cost, and the draft model's when there is one; plus what whole
-    steps cost beyond their forwards, measured apart for plain and drafting steps (host work
-    of drafting, a deferred draft-extend's catch-ups and flushes, anything the forwards'
-    curves miss), so that the policy compares what steps really take."""
+    """The target's forward cost, and the draft model's when there is one."""
 
     target: ForwardCost
     draft: ForwardCost | None = None
-    plain_extra_ms: float = 0.0
-    drafting_extra_ms: float = 0.0
-    alpha: float = 0.1  # EWMA weight of one real step
 
-    def forwards_ms(self, bs: int, width: int, draft_steps: int = 0, draft_extend: bool = True) -> float:
-        """The forwards of one step: `draft_steps` draft decodes of `bs` rows, a verify of
+    def step_ms(self, bs: int, width: int, draft_steps: int = 0, draft_extend: bool = True) -> float:
+        """One speculative step: `draft_steps` draft decodes of `bs` rows, a verify of
         `bs * width` rows, and (with a draft model, unless deferred) its draft-extend over
         the same window."""
         ms = self.target.ms(bs * width)
@@ -88,22 +82,8 @@ class CostModel:
                 ms += self.draft.ms(bs * width)
         return ms
 
-    def step_ms(self, bs: int, width: int, draft_steps: int = 0, draft_extend: bool = True) -> float:
-        """One speculative step: its forwards and the measured extra of its kind."""
-        extra = self.drafting_extra_ms if width > 1 else self.plain_extra_ms
-        return self.forwards_ms(bs, width, draft_steps, draft_extend) + extra
-
-    def observe_step(self, drafting: bool, measured_ms: float, forwards_ms: float) -> None:
-        """Fold one whole step's wall time into the extra of its kind (never below 0)."""
-        residual = max(0.0, measured_ms - forwards_ms)
-        if drafting:
-            self.drafting_extra_ms += self.alpha * (residual - self.drafting_extra_ms)
-        else:
-            self.plain_extra_ms += self.alpha * (residual - self.plain_extra_ms)
-
     def info(self) -> dict:
         out = {"target": self.target.info()}
         if self.draft is not None:
             out["draft"] = self.draft.info()
-        out["step_extra_ms"] = {"plain": round(self.plain_extra_ms, 3), "drafting": round(self.drafting_extra_ms, 3)}
         return out

@@ -121,15 +121,14 @@ class SpecSoTModelWorker(SpecSoTWorker):
         # A fixed chain or tree is verified whole; an adaptive chain may be cut to nothing.
         return 0 if self._chain_adaptive else self.draft_worker.tree_size - 1
 
-    def _step_ms(self, bs: int, width: int, forwards_only: bool = False) -> float:
+    def _step_ms(self, bs: int, width: int) -> float:
         # Draft-extend runs every step (the draft's KV must follow the text), except that a
         # plain step defers it when the backlog is on. The catch-up that follows is not
         # priced here: it replaces the extends the plain steps skipped, and is paid whether
         # the next drafting step comes soon or a flush does it (ExtendBacklog.may_defer).
         forwards = max(0, self._chain_steps(width) - 1)
         extend = width > 1 or self.backlog is None
-        price = self.cost.forwards_ms if forwards_only else self.cost.step_ms
-        return price(bs, width, draft_steps=forwards, draft_extend=extend)
+        return self.cost.step_ms(bs, width, draft_steps=forwards, draft_extend=extend)
 
     def speculative_state_report(self) -> dict:
         report = super().speculative_state_report()

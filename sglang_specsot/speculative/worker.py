@@ -93,16 +93,11 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._log_event_loop(on_publish)
         if not batch.forward_mode.is_decode():
             return self._forward_prefill(batch, on_publish, pp_proxy_tensors)
-        start = time.perf_counter()
         verify_input = self.draft(batch)
         result = self.verify(batch, verify_input, pp_proxy_tensors)
         if on_publish is not None:
             on_publish(result.new_seq_lens)  # before draft-extend: the fence is at verify end
         self.draft_extend(batch, result)
-        if self._refresh_costs and self.adaptive is not None:
-            bs, width = len(batch.reqs), verify_input.draft_token_num
-            forwards = self._step_ms(bs, width, forwards_only=True)
-            self.cost.observe_step(width > 1, (time.perf_counter() - start) * 1e3, forwards)
         return result
 
     def _log_event_loop(self, on_publish) -> None:
@@ -189,8 +184,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             ps, self.adaptive.candidates(len(ps)), self._step_ms, self.adaptive.min_token_prob, self._min_budget()
         )
 
-    def _step_ms(self, bs: int, width: int, forwards_only: bool = False) -> float:
-        return self.cost.forwards_ms(bs, width) if forwards_only else self.cost.step_ms(bs, width)
+    def _step_ms(self, bs: int, width: int) -> float:
+        return self.cost.step_ms(bs, width)
 
     def _min_budget(self) -> int:
         return 0  # context drafting may always fall back to a plain decode

@@ -43,20 +43,7 @@ def test_step_with_a_draft_model_adds_its_steps_and_extend():
     assert CostModel(target).step_ms(bs=2, width=5, draft_steps=4) == 10.0
     # A plain step whose draft-extend is deferred costs the target's forward alone.
     assert cost.step_ms(bs=2, width=1, draft_extend=False) == 10.0
-    assert set(cost.info()) == {"target", "draft", "step_extra_ms"}
-
-
-def test_whole_steps_teach_the_extra_of_their_kind():
-    # Host work of drafting (trees, catch-ups) shows only in whole steps' wall time: it is
-    # learned apart for drafting and plain steps and charged to steps of that kind.
-    cost = CostModel(ForwardCost(probe_rows=(1, 64), probe_ms=(10.0, 10.0)), alpha=0.5)
-    cost.observe_step(drafting=True, measured_ms=30.0, forwards_ms=10.0)
-    cost.observe_step(drafting=True, measured_ms=30.0, forwards_ms=10.0)
-    cost.observe_step(drafting=False, measured_ms=9.0, forwards_ms=10.0)  # faster: never below 0
-    assert cost.drafting_extra_ms == pytest.approx(15.0) and cost.plain_extra_ms == 0.0
-    assert cost.step_ms(bs=1, width=3) == pytest.approx(25.0) and cost.step_ms(bs=1, width=1) == 10.0
-    assert cost.forwards_ms(bs=1, width=3) == 10.0
-    assert cost.info()["step_extra_ms"] == {"plain": 0.0, "drafting": 15.0}
+    assert set(cost.info()) == {"target", "draft"}
 
 
 def test_probe_rows_must_increase():
