@@ -6,8 +6,9 @@ decode) that forward buys nothing yet; on this CPU a 0.5B draft-extend costs ~0.
 target's forward, so a "plain" step would cost ~1.4x plain decoding. Instead, the tokens of
 such steps are left as a backlog per request, and one draft-extend over the backlog runs
 when the draft model is next needed, or before the backlog would make that catch-up cost
-more than a plain step on top of the extend it replaces. A forward costs overhead plus at most linear in its rows, so one
-catch-up is never more work than the per-step extends it replaces.
+more than a plain step on top of the extend it replaces. A forward costs overhead plus at
+most linear in its rows, so one catch-up is never more work than the per-step extends it
+replaces.
 
 Plain Python (no torch, no SGLang): the worker runs the forwards, this module keeps count.
 """

@@ -138,38 +138,35 @@ class SpecSoTModelWorker(SpecSoTWorker):
 
     def draft_extend(self, batch, result) -> None:
         super().draft_extend(batch, result)  # the context history first (host side)
-        if self.backlog is None:
-            self._timed_extend(len(batch.reqs) * result.speculative_num_draft_tokens,
-                               self.draft_worker.extend_after_verify, batch, result)  # fmt: skip
-            return
         rids = self._rids(batch)
-        self.backlog.keep(rids)
-        was_current = self.backlog.current(rids)
-        self.backlog.add(rids, result.accept_lens.tolist())
-        if self._defer_extend(batch):
-            self.backlog.deferred_steps += 1
-            # Stale by design (the backlog says so); shaped as a real top-k, for FutureMap's
-            # buffers and for merging with a new request's input.
-            shape = (len(rids), self.draft_worker.topk)
+        if self.backlog is not None:
+            self.backlog.keep(rids)
+            was_current = self.backlog.current(rids)
+            self.backlog.add(rids, result.accept_lens.tolist())
             draft_input = result.next_draft_input
-            draft_input.topk_p = torch.zeros(shape, dtype=torch.float32, device=self.device)
-            draft_input.topk_index = torch.zeros(shape, dtype=torch.int64, device=self.device)
-            return
-        if was_current:  # nothing deferred: SGLang's own draft-extend over the verify window
-            self._timed_extend(len(rids) * result.speculative_num_draft_tokens,
-                               self.draft_worker.extend_after_verify, batch, result)  # fmt: skip
+            if self._defer_extend(batch, rids):
+                self.backlog.deferred_steps += 1
+                # Stale by design (the backlog says so); shaped as a real top-k, for
+                # FutureMap's buffers and for merging with a new request's input.
+                shape = (len(rids), self.draft_worker.topk)
+                draft_input.topk_p = torch.zeros(shape, dtype=torch.float32, device=self.device)
+                draft_input.topk_index = torch.zeros(shape, dtype=torch.int64, device=self.device)
+                return
+            if not was_current:  # the catch-up's last window ends where this step's does
+                draft_input.topk_p, draft_input.topk_index = self._catch_up(batch, result.new_seq_lens)
+                return
             self.backlog.clear(rids)
-        else:
-            draft_input = result.next_draft_input
-            draft_input.topk_p, draft_input.topk_index = self._catch_up(batch, result.new_seq_lens)
+        # Nothing deferred: SGLang's own draft-extend over the verify window.
+        self._timed_extend(len(rids) * result.speculative_num_draft_tokens,
+                           self.draft_worker.extend_after_verify, batch, result)  # fmt: skip
 
-    def _defer_extend(self, batch) -> bool:
+    def _defer_extend(self, batch, rids: list[str]) -> bool:
         """A plain next step (as the policy now plans it) may leave the extend for later."""
-        if self._plan(batch.reqs).width > 1:
+        if self._plan(self._acceptance(batch.reqs)).width > 1:
             return False  # the next step drafts: extend now, where the step layout has it
-        bs = len(batch.reqs)
+        bs = len(rids)
         limit = self.cost.draft.ms(bs) + self.cost.target.ms(bs)
-        return self.backlog.may_defer(self._rids(batch), self.cost.draft.ms, limit)
+        return self.backlog.may_defer(rids, self.cost.draft.ms, limit)
 
     def _catch_up(self, batch, seq_lens: torch.Tensor):
         """One draft-extend (or a few, see catch_up_windows) over every request's backlog up
@@ -189,11 +186,6 @@ class SpecSoTModelWorker(SpecSoTWorker):
         self.backlog.clear(rids)
         assert topk is not None, "catch-up called with no backlog"
         return topk
-
-    def _history(self, req) -> list[int]:
-        if not self.drafter.has(req.rid):
-            self._restart(req, [])
-        return self.drafter.tokens(req.rid)
 
     def _timed_extend(self, rows: int, extend, *args):
         start = time.perf_counter()

@@ -156,18 +156,18 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         with --speculative-adaptive what the budget policy finds pays on this machine."""
         if self.adaptive is None:
             return [self.num_draft_tokens] * len(batch.reqs)
-        plan = self._plan(batch.reqs)
+        ps = self._acceptance(batch.reqs)
+        plan = self._plan(ps)
         if plan.width == 1:
-            plan = self._maybe_explore(batch.reqs, plan)
+            plan = self._maybe_explore(ps, plan)
         else:
             self._plain_steps = 0
         self._last_plan = plan
         return [b + 1 for b in plan.budgets]
 
-    def _maybe_explore(self, reqs, plain: StepPlan) -> StepPlan:
+    def _maybe_explore(self, ps: list[float], plain: StepPlan) -> StepPlan:
         """The plain `plain`, or once every `explore_every` plain steps a step that drafts the
         smallest budget: the acceptance estimates learn only from drafted steps."""
-        ps = [self.stats.p(self._stats_key(req.rid)) for req in reqs]
         explore = explore_plan(ps, self.adaptive.candidates(len(ps)), self._step_ms)
         every = explore_every(plain.step_ms, explore.step_ms, self.adaptive.explore_share)
         self._plain_steps += 1
@@ -177,9 +177,13 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._explored += 1
         return explore
 
-    def _plan(self, reqs) -> StepPlan:
-        """The budget policy's plan for a step of `reqs` (needs --speculative-adaptive)."""
-        ps = [self.stats.p(self._stats_key(req.rid)) for req in reqs]
+    def _acceptance(self, reqs) -> list[float]:
+        """Each request's acceptance estimate (its SoT group's)."""
+        return [self.stats.p(self._stats_key(req.rid)) for req in reqs]
+
+    def _plan(self, ps: list[float]) -> StepPlan:
+        """The budget policy's plan for a step of requests with acceptance `ps` (needs
+        --speculative-adaptive)."""
         return plan_step(
             ps, self.adaptive.candidates(len(ps)), self._step_ms, self.adaptive.min_token_prob, self._min_budget()
         )
@@ -205,11 +209,16 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         return max(t.size for t in trees)
 
     def _context_tree(self, req, n: int, seed: DraftTree | None = None) -> DraftTree:
+        self._history(req)
+        return self.drafter.propose(req.rid, n, seed=seed)
+
+    def _history(self, req) -> list[int]:
+        """The drafter's token history of `req`: its committed tokens and the bonus token."""
         if not self.drafter.has(req.rid):
             # A request the worker never saw prefill (e.g. the worker's caches were
             # cleared): restart from the committed tokens; the last one is the root.
             self._restart(req, [])
-        return self.drafter.propose(req.rid, n, seed=seed)
+        return self.drafter.tokens(req.rid)
 
     def _verify_input(self, batch, trees: list[DraftTree]) -> SoTVerifyInput:
         """SGLang's verify input for equal-size host trees (links rebuilt from the mask)."""
