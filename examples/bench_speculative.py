@@ -10,7 +10,9 @@ with --draft also STANDALONE and SPECSOT with that draft model, both with a --st
 (SPECSOT adds up to 3 SoT-context nodes to it). With --adaptive, each SPECSOT config also
 runs with --speculative-adaptive ("+ad": per-step budgets from the measured cost model).
 Prints accept length, draft tokens spent per verify (meta_info spec_cap_length), output
-tokens/s and the ratio to plain decoding for each, and the machine's load average.
+tokens/s and the ratio to plain decoding for each, and the machine's load average; for
+SPECSOT, also how often a draft at each chain depth was accepted given its parent was,
+split by where the chain started (SGLang's draft-extend or a deferred extend's catch-up).
 
     .venv/bin/python examples/bench_speculative.py --model smollm2-135m
     .venv/bin/python examples/bench_speculative.py --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b
@@ -126,7 +128,7 @@ def main() -> None:
                for name, extra in configs(draft, args.num_draft_tokens, args.steps, args.topk,
                                      args.model_tree or 1 + args.steps * args.topk, args.adaptive).items()
                if args.only is None or name == "plain" or name in args.only.split(",")}
-    stats = {(c, w): {"tokens": 0, "seconds": 0.0, "accept": [], "spent": []} for c in servers for w in loads}
+    stats = {(c, w): {"tokens": 0, "seconds": 0.0, "accept": [], "spent": [], "depth": {}} for c in servers for w in loads}
     print(f"load average at start: {os.getloadavg()}", flush=True)
     print(f"server logs in {logs}", flush=True)
     run = run_one_at_a_time if args.one_at_a_time else run_interleaved
@@ -134,9 +136,32 @@ def main() -> None:
     report(stats, list(servers), list(loads), args)
 
 
+def _depth_counts(server) -> dict:
+    """SPECSOT's acceptance by chain depth so far ({} for other servers)."""
+    state = server.get("/server_info")["internal_states"][0]
+    return state.get("specsot", {}).get("acceptance_by_depth", {})
+
+
+def _add_depth_counts(into: dict, before: dict, after: dict) -> None:
+    """Add what `after` counted beyond `before` (per source and depth) to `into`."""
+    for source, counts in after.items():
+        old = before.get(source, {})
+        total = into.setdefault(source, {})
+        for key in ("reached", "accepted"):
+            rows = _padded([total.get(key, []), counts[key], old.get(key, [])])
+            total[key] = [t + n - o for t, n, o in zip(*rows)]
+
+
+def _padded(lists: list[list[int]]) -> list[list[int]]:
+    width = max(map(len, lists))
+    return [xs + [0] * (width - len(xs)) for xs in lists]
+
+
 def _measure(server, name, workload, prompts, tag, stats, max_new) -> None:
+    before = _depth_counts(server)
     tokens, secs, accept = run_batch(server, prompts, tag, max_new)
     s = stats[(name, workload)]
+    _add_depth_counts(s["depth"], before, _depth_counts(server))
     s["tokens"] += tokens
     s["seconds"] += secs
     s["accept"] += [a for a, _ in accept if a]
@@ -197,6 +222,12 @@ def report(stats: dict, names: list[str], loads: list[str], args) -> None:
             acc = f"{statistics.mean(s['accept']):.2f}" if s["accept"] else "-"
             spent = f"{statistics.mean(s['spent']):.2f}" if s["spent"] else "-"
             print(f"{w:10} {name:14} {acc:>10} {spent:>13} {rate:8.2f} {rate / base:8.2f}x")
+    print("\nSPECSOT acceptance by chain depth, given the parent was accepted (accepted/reached):")
+    for w in loads:
+        for name in names:
+            for source, c in sorted(stats[(name, w)]["depth"].items()):
+                cells = " ".join(f"{a}/{r}" for a, r in zip(c["accepted"], c["reached"]))
+                print(f"{w:10} {name:14} {source:9} {cells}")
 
 
 if __name__ == "__main__":

@@ -153,6 +153,36 @@ class AcceptanceStats:
         return {key: round(self.p(key), 3) for key in self._counts}
 
 
+class DepthAcceptance:
+    """How often a draft at each depth of the chain was accepted, given its parent was.
+
+    The budget model assumes one `p` for every depth; these counts show whether that holds
+    (and, split by where the step's first draft token came from, whether a deferred
+    draft-extend's catch-up drafts as well as an extend every step). Counts, not decayed:
+    they describe the server's life, for /server_info.
+    """
+
+    def __init__(self) -> None:
+        self.reached: list[int] = []  # reached[d]: steps whose chain had a draft at depth d+1 and accepted its parent
+        self.accepted: list[int] = []  # accepted[d]: of those, steps that accepted it
+
+    def observe(self, depth: int, accepted: int) -> None:
+        """One verify of a chain of `depth` drafts whose first `accepted` were right."""
+        if not 0 <= accepted <= depth:
+            raise ValueError(f"accepted={accepted} outside [0, depth={depth}]")
+        while len(self.reached) < depth:
+            self.reached.append(0)
+            self.accepted.append(0)
+        for d in range(min(accepted + 1, depth)):
+            self.reached[d] += 1
+        for d in range(accepted):
+            self.accepted[d] += 1
+
+    def info(self) -> dict[str, list]:
+        rates = [round(a / r, 3) if r else None for a, r in zip(self.accepted, self.reached)]
+        return {"p_by_depth": rates, "reached": list(self.reached), "accepted": list(self.accepted)}
+
+
 def expected_drafts_accepted(p: float, budget: int) -> float:
     """p + p^2 + ... + p^budget: accepted drafts of a chain of `budget` under the model."""
     if p >= 1.0:

@@ -41,6 +41,9 @@ class SpecSoTModelWorker(SpecSoTWorker):
         self.bind_workers(target_worker, SoTDraftModel(server_args, gpu_id, nccl_port, target_worker))
         check_vocab_compatible(target_worker, self.draft_worker)
         self.cost.draft = probe_forward_cost(self.draft_worker.draft_runner.model)
+        # What computed the top-k a step's chain starts from: SGLang's extend (after prefill
+        # or verify) or a deferred extend's catch-up; acceptance by depth is split by it.
+        self._topk_source = "extend"
         logger.info("SPECSOT cost model measured at start-up (draft, ms by rows): %s", self.cost.draft.info())
         logger.info(
             "SPECSOT drafts with %s: %d-node %s per request, up to %d SoT-context nodes more",
@@ -81,10 +84,13 @@ class SpecSoTModelWorker(SpecSoTWorker):
     def _draft_trees(self, batch, sizes: list[int]) -> list[DraftTree]:
         steps = self._chain_steps(max(sizes))
         seeds: list[DraftTree | None] = [None] * len(sizes)
+        self._draft_source = "context"
         if steps > 0:
+            self._draft_source = self._topk_source
             if self.backlog is not None and not self.backlog.current(self._rids(batch)):
                 # Step one reads the top-k of the draft's last extend: bring it up to date.
                 batch.spec_info.topk_p, batch.spec_info.topk_index = self._catch_up(batch, batch.seq_lens)
+                self._draft_source = "catch_up"
             start = time.perf_counter()
             seeds = self.draft_worker.draft_trees(batch, steps)
             if self._refresh_costs and steps > 1:  # step one reads the relayed top-k: no forward
@@ -154,9 +160,11 @@ class SpecSoTModelWorker(SpecSoTWorker):
                 return
             if not was_current:  # the catch-up's last window ends where this step's does
                 draft_input.topk_p, draft_input.topk_index = self._catch_up(batch, result.new_seq_lens)
+                self._topk_source = "catch_up"
                 return
             self.backlog.clear(rids)
         # Nothing deferred: SGLang's own draft-extend over the verify window.
+        self._topk_source = "extend"
         self._timed_extend(len(rids) * result.speculative_num_draft_tokens,
                            self.draft_worker.extend_after_verify, batch, result)  # fmt: skip
 

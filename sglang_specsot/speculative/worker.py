@@ -23,7 +23,7 @@ import torch
 
 from sglang_specsot.speculative import adapter as sgl
 from sglang_specsot.speculative.budget import (
-    AcceptanceStats, AdaptiveConfig, StepPlan, explore_every, explore_plan, plan_step,
+    AcceptanceStats, AdaptiveConfig, DepthAcceptance, StepPlan, explore_every, explore_plan, plan_step,
 )  # fmt: skip
 from sglang_specsot.speculative.context_draft import ContextDrafter
 from sglang_specsot.speculative.cost_model import CostModel
@@ -62,6 +62,9 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._plain_steps = 0  # plain steps since the last drafted one (for exploring)
         self._explored = 0
         self._steps = 0
+        # Where each step's first draft token came from (the model worker's catch-ups differ).
+        self._draft_source = "context"
+        self.by_depth: dict[str, DepthAcceptance] = {}
         logger.info("SPECSOT cost model measured at start-up (target, ms by rows): %s", self.cost.info())
 
     # -- what the scheduler asks of every spec worker -------------------------------------
@@ -85,6 +88,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             "acceptance_p": dict(list(self.stats.info().items())[-32:]),  # newest groups
             "last_plan": None if plan is None else {"width": plan.width, "budgets": list(plan.budgets)},
             "exploring_steps": self._explored,
+            "acceptance_by_depth": {source: d.info() for source, d in self.by_depth.items()},
         }}  # fmt: skip
 
     def forward_batch_generation(
@@ -333,7 +337,10 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     def _observe_acceptance(self, rids: tuple[str, ...], accept_lens: list[int]) -> None:
         for rid, tree, k in zip(rids, self._step_trees, accept_lens):
             depth = tree.height  # drafts a chain through the tree could have accepted
-            self.stats.observe(self._stats_key(rid), depth, min(k - 1, depth))
+            accepted = min(k - 1, depth)
+            self.stats.observe(self._stats_key(rid), depth, accepted)
+            if depth > 0:
+                self.by_depth.setdefault(self._draft_source, DepthAcceptance()).observe(depth, accepted)
         self._steps += 1
         if self._steps % 2000 == 0:
             logger.info("SPECSOT cost model after %d steps: %s", self._steps, self.cost.info())

@@ -9,6 +9,7 @@ import pytest
 from sglang_specsot.speculative.budget import (
     AcceptanceStats,
     AdaptiveConfig,
+    DepthAcceptance,
     expected_drafts_accepted,
     explore_every,
     explore_plan,
@@ -165,3 +166,18 @@ def test_an_exploring_step_drafts_the_smallest_positive_candidate():
     assert plan.budgets == (3, 3) and plan.width == 4 and plan.step_ms == 40.0
     assert plan.expected_tokens == pytest.approx(2 + expected_drafts_accepted(0.2, 3) + expected_drafts_accepted(0.9, 3))
     assert explore_plan([0.5], candidates=(0,), step_ms=lambda bs, width: 1.0).width == 1  # nothing to try
+
+
+def test_depth_acceptance_counts_each_depth_given_its_parent():
+    depth = DepthAcceptance()
+    depth.observe(3, 3)  # all three accepted
+    depth.observe(3, 1)  # depth 1 accepted, depth 2 reached and rejected, depth 3 never reached
+    depth.observe(2, 0)  # depth 1 rejected
+    info = depth.info()
+    assert info["reached"] == [3, 2, 1] and info["accepted"] == [2, 1, 1]
+    assert info["p_by_depth"] == [round(2 / 3, 3), 0.5, 1.0]
+
+
+def test_depth_acceptance_rejects_more_accepted_than_drafted():
+    with pytest.raises(ValueError, match="accepted=4 outside"):
+        DepthAcceptance().observe(3, 4)

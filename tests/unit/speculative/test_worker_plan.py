@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 from sglang_specsot.speculative.budget import AcceptanceStats, AdaptiveConfig
 from sglang_specsot.speculative.cost_model import CostModel, ForwardCost
+from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.worker import SpecSoTWorker
 
 
@@ -18,6 +19,7 @@ def _worker(config: AdaptiveConfig) -> SpecSoTWorker:
     worker.adaptive = config
     worker.stats = AcceptanceStats(config)
     worker._tags, worker._last_plan, worker._plain_steps, worker._explored = {}, None, 0, 0
+    worker._steps, worker._draft_source, worker.by_depth = 0, "context", {}
     return worker
 
 
@@ -35,6 +37,22 @@ def test_a_batch_that_stopped_drafting_explores_within_its_time_share():
     assert widths == ([1] * 7 + [3]) * 3
     assert worker._explored == widths.count(3)
     assert worker.speculative_state_report()["specsot"]["exploring_steps"] == worker._explored
+
+
+def test_acceptance_by_depth_is_split_by_where_the_chain_started():
+    worker = _worker(AdaptiveConfig(buckets=((1, (0, 2, 4)),)))
+    chain = DraftTree((7, 8, 9, 10), (-1, 0, 1, 2))  # root + a chain of 3 drafts
+    worker._step_trees = (chain, chain)
+    worker._draft_source = "catch_up"
+    worker._observe_acceptance(("a", "b"), [4, 1])  # a: all 3 drafts and the bonus; b: none
+    worker._draft_source = "extend"
+    worker._step_trees = (chain,)
+    worker._observe_acceptance(("a",), [2])
+    report = worker.speculative_state_report()["specsot"]["acceptance_by_depth"]
+    assert report == {
+        "catch_up": {"p_by_depth": [0.5, 1.0, 1.0], "reached": [2, 1, 1], "accepted": [1, 1, 1]},
+        "extend": {"p_by_depth": [1.0, 0.0, None], "reached": [1, 1, 0], "accepted": [1, 0, 0]},
+    }
 
 
 def test_no_exploring_when_its_share_is_zero():
@@ -61,6 +79,7 @@ def _model_worker(config: AdaptiveConfig):
     worker.cost = CostModel(target=target, draft=ForwardCost(probe_rows=(1, 64, 65), probe_ms=(40.0, 40.0, 50.0)))
     worker.adaptive, worker.stats = config, AcceptanceStats(config)
     worker._tags, worker._last_plan, worker._plain_steps, worker._explored = {}, None, 0, 0
+    worker._steps, worker._draft_source, worker.by_depth = 0, "context", {}
     worker.__dict__["backlog"] = ExtendBacklog()  # what the cached property gives on a CPU chain
     worker._chain_steps = lambda width: width - 1  # a chain as long as the budget
     worker._min_budget = lambda: 0  # an adaptive chain may be cut to nothing
