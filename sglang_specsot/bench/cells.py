@@ -97,7 +97,7 @@ def _ask(cfg: CellConfig, question: Question, target: Target, settings: Settings
     post_json(target.url + "/flush_cache", None, settings.timeout)
     started = time.perf_counter()
     if cfg.kind == NORMAL:
-        fields = _normal(target, question, settings)
+        fields = _normal(target, question, settings, cfg.temperature)
     elif cfg.kind == SERVER_SOT:
         fields = _server_sot(target, question, cfg.mode, settings)
     elif cfg.kind == FRONTEND:
@@ -129,10 +129,10 @@ def _messages(question: Question) -> list[dict]:
     return [{"role": "user", "content": question.text}]
 
 
-def _normal(target: Target, question: Question, settings: Settings) -> dict:
+def _normal(target: Target, question: Question, settings: Settings, temperature: float = 0.0) -> dict:
     prompt = target.render(_messages(question))
     out = post_json(target.url + "/generate", {"text": prompt, "sampling_params": {
-        "temperature": 0, "max_new_tokens": settings.max_tokens}}, settings.timeout)  # fmt: skip
+        "temperature": temperature, "max_new_tokens": settings.max_tokens}}, settings.timeout)  # fmt: skip
     meta = out["meta_info"]
     finish = meta.get("finish_reason") or {}
     return {"answer": out["text"], "output_tokens": meta["completion_tokens"],

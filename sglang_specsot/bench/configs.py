@@ -7,6 +7,7 @@ from dataclasses import dataclass
 NORMAL, SERVER_SOT, FRONTEND = "normal", "server_sot", "frontend"  # how a cell asks
 ALL, SUITABLE, UNSUITABLE = "all", "suitable", "unsuitable"  # which questions a cell runs on
 BASELINE = "plain"
+SAMPLED, SAMPLED_TEMPERATURE = "plain-sampled", 0.7
 
 
 # SGLang's plain overlap scheduler hands logit processors a history one token short unless
@@ -40,6 +41,7 @@ class CellConfig:
     kind: str  # NORMAL (/generate), SERVER_SOT (/v1/chat/completions + specsot), FRONTEND (sgl program)
     mode: str = "off"  # the SoT mode sent (SERVER_SOT, FRONTEND)
     subset: str = ALL
+    temperature: float = 0.0  # NORMAL only; every other cell is greedy
 
     def runs_on(self, suitable: bool) -> bool:
         return self.subset == ALL or (self.subset == SUITABLE) == suitable
@@ -75,6 +77,9 @@ def matrix(has_draft: bool) -> list[CellConfig]:
     spec = "specsot" if has_draft else "specsot-ctx"
     cells = [
         CellConfig(BASELINE, "plain", NORMAL),
+        # A second normal answer of the same model, sampled: how much of one normal answer
+        # another covers is the ceiling the coverage measure can reach, for SoT answers too.
+        CellConfig(SAMPLED, "plain", NORMAL, temperature=SAMPLED_TEMPERATURE),
         CellConfig("NGRAM", "ngram", NORMAL),
         CellConfig("SPECSOT-ctx", "specsot-ctx", NORMAL),
     ]

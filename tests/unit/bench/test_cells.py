@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from sglang_specsot.bench.cells import Question, Settings, Target, from_trace, run_cell
-from sglang_specsot.bench.configs import NORMAL, SERVER_SOT, CellConfig
+from sglang_specsot.bench.configs import NORMAL, SAMPLED, SAMPLED_TEMPERATURE, SERVER_SOT, CellConfig, matrix
 from sglang_specsot.bench.store import FAILED, OK
 
 QUESTION = Question(7, "How can I sleep better?", True)
@@ -21,10 +21,12 @@ render = lambda messages: messages[0]["content"]  # noqa: E731
 
 class FakeServer(http.server.BaseHTTPRequestHandler):
     replies: dict = {}
+    received: dict = {}  # path -> the last JSON body posted there
 
     def do_POST(self):  # noqa: N802 - the handler's API
         length = int(self.headers.get("Content-Length") or 0)
-        self.rfile.read(length)
+        raw = self.rfile.read(length)
+        FakeServer.received[self.path] = json.loads(raw) if raw else None
         status, body = self.replies.get(self.path, (404, {"error": "no route"}))
         data = json.dumps(body).encode()
         self.send_response(status)
@@ -69,6 +71,16 @@ def test_a_normal_cell_reads_generate(fake):
     assert result.load is not None and result.load >= 0  # the machine's load when the answer came
     assert len(result.commit) >= 7  # the code that measured it (the tests run in a checkout)
     assert result.looped  # the answer repeats itself up to the cap
+
+
+def test_normal_cells_are_greedy_except_the_sampled_reference(fake):
+    FakeServer.replies = {"/flush_cache": (200, {}), "/generate": (200, {"text": "Sleep early.",
+                          "meta_info": {"completion_tokens": 3, "finish_reason": {"type": "stop"}}})}  # fmt: skip
+    sampled = next(c for c in matrix(False) if c.name == SAMPLED)
+    for cfg, temperature in ((PLAIN, 0), (sampled, SAMPLED_TEMPERATURE)):
+        assert run_cell(cfg, QUESTION, Target(url(fake), render), Settings(48, 10)).status == OK
+        assert FakeServer.received["/generate"]["sampling_params"]["temperature"] == temperature
+    assert sampled.server == "plain" and 0 < SAMPLED_TEMPERATURE <= 1
 
 
 def test_a_server_sot_cell_reads_the_trace_and_usage(fake):
