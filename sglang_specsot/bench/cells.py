@@ -86,6 +86,23 @@ def failed(cfg: CellConfig, question: Question, reason: str) -> CellResult:
     return CellResult(question.id, cfg.name, FAILED, question.suitable, reason=reason)
 
 
+# SGLang refuses /flush_cache (400 "Flush cache failed.") while its scheduler is not fully
+# idle, which it can still be for a moment after the last answer was returned.
+FLUSH_WAIT_S, FLUSH_RETRY_S = 30.0, 0.5
+
+
+def _flush(target: Target, settings: Settings) -> None:
+    deadline = time.monotonic() + min(FLUSH_WAIT_S, settings.timeout)
+    while True:
+        try:
+            post_json(target.url + "/flush_cache", None, settings.timeout)
+            return
+        except urllib.error.HTTPError as exc:
+            if exc.code != 400 or time.monotonic() >= deadline:
+                raise
+        time.sleep(FLUSH_RETRY_S)
+
+
 def _describe(exc: Exception) -> str:
     if isinstance(exc, urllib.error.HTTPError):
         detail = exc.read().decode(errors="replace")[:300]
@@ -94,7 +111,7 @@ def _describe(exc: Exception) -> str:
 
 
 def _ask(cfg: CellConfig, question: Question, target: Target, settings: Settings) -> CellResult:
-    post_json(target.url + "/flush_cache", None, settings.timeout)
+    _flush(target, settings)
     started = time.perf_counter()
     if cfg.kind == NORMAL:
         fields = _normal(target, question, settings, cfg.temperature)

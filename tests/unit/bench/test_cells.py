@@ -21,6 +21,7 @@ render = lambda messages: messages[0]["content"]  # noqa: E731
 
 class FakeServer(http.server.BaseHTTPRequestHandler):
     replies: dict = {}
+    busy_flushes = 0  # how many /flush_cache calls answer 400 first, as a busy SGLang does
     received: dict = {}  # path -> the last JSON body posted there
 
     def do_POST(self):  # noqa: N802 - the handler's API
@@ -28,6 +29,9 @@ class FakeServer(http.server.BaseHTTPRequestHandler):
         raw = self.rfile.read(length)
         FakeServer.received[self.path] = json.loads(raw) if raw else None
         status, body = self.replies.get(self.path, (404, {"error": "no route"}))
+        if self.path == "/flush_cache" and FakeServer.busy_flushes > 0:
+            FakeServer.busy_flushes -= 1
+            status, body = 400, {"message": "Flush cache failed."}
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Length", str(len(data)))
@@ -81,6 +85,25 @@ def test_normal_cells_are_greedy_except_the_sampled_reference(fake):
         assert run_cell(cfg, QUESTION, Target(url(fake), render), Settings(48, 10)).status == OK
         assert FakeServer.received["/generate"]["sampling_params"]["temperature"] == temperature
     assert sampled.server == "plain" and 0 < SAMPLED_TEMPERATURE <= 1
+
+
+def test_a_busy_flush_is_retried_until_the_server_is_idle(fake, monkeypatch):
+    monkeypatch.setattr("sglang_specsot.bench.cells.FLUSH_RETRY_S", 0.01)
+    FakeServer.replies = {"/flush_cache": (200, {}), "/generate": (200, {"text": "Sleep early.",
+                          "meta_info": {"completion_tokens": 3, "finish_reason": {"type": "stop"}}})}  # fmt: skip
+    FakeServer.busy_flushes = 3
+    assert run_cell(PLAIN, QUESTION, Target(url(fake), render), Settings(48, 10)).status == OK
+    assert FakeServer.busy_flushes == 0
+
+
+def test_a_flush_that_stays_refused_fails_the_cell(fake, monkeypatch):
+    monkeypatch.setattr("sglang_specsot.bench.cells.FLUSH_RETRY_S", 0.01)
+    monkeypatch.setattr("sglang_specsot.bench.cells.FLUSH_WAIT_S", 0.05)
+    FakeServer.replies = {"/flush_cache": (200, {})}
+    FakeServer.busy_flushes = 10**6
+    result = run_cell(PLAIN, QUESTION, Target(url(fake), render), Settings(48, 10))
+    FakeServer.busy_flushes = 0
+    assert result.status == FAILED and "Flush cache failed" in result.reason
 
 
 def test_a_server_sot_cell_reads_the_trace_and_usage(fake):
