@@ -2,9 +2,8 @@
 
 The probe times the model's own weight matrices (every 2-D floating weight outside the
 embedding, plus the LM head, which verify applies to every row) on random activations of a
-few row counts: the part of a forward whose growth with rows can be timed without a KV
-cache. Attention (which also grows with rows, times the cached context) and per-layer
-overhead are learned from real steps (`ForwardCost.observe`).
+few row counts: the part of a forward that grows with rows. Attention and per-layer overhead
+do not grow with rows at these sizes; the worker learns them from real steps.
 """
 
 from __future__ import annotations
