@@ -86,11 +86,10 @@ class SpecSoTModelWorker(SpecSoTWorker):
         seeds: list[DraftTree | None] = [None] * len(sizes)
         self._draft_source = "context"
         if steps > 0:
-            self._draft_source = self._topk_source
             if self.backlog is not None and not self.backlog.current(self._rids(batch)):
                 # Step one reads the top-k of the draft's last extend: bring it up to date.
                 batch.spec_info.topk_p, batch.spec_info.topk_index = self._catch_up(batch, batch.seq_lens)
-                self._draft_source = "catch_up"
+            self._draft_source = self._topk_source
             start = time.perf_counter()
             seeds = self.draft_worker.draft_trees(batch, steps)
             if self._refresh_costs and steps > 1:  # step one reads the relayed top-k: no forward
@@ -160,7 +159,6 @@ class SpecSoTModelWorker(SpecSoTWorker):
                 return
             if not was_current:  # the catch-up's last window ends where this step's does
                 draft_input.topk_p, draft_input.topk_index = self._catch_up(batch, result.new_seq_lens)
-                self._topk_source = "catch_up"
                 return
             self.backlog.clear(rids)
         # Nothing deferred: SGLang's own draft-extend over the verify window.
@@ -192,6 +190,7 @@ class SpecSoTModelWorker(SpecSoTWorker):
             topk = self._timed_extend(len(rids) * w, self.draft_worker.extend_window, batch, window_ends, tokens)
             self.backlog.catch_ups += 1
         self.backlog.clear(rids)
+        self._topk_source = "catch_up"
         assert topk is not None, "catch-up called with no backlog"
         return topk
 
