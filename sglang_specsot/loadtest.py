@@ -77,6 +77,9 @@ class Report:
     after: dict = field(default_factory=dict)
     rss_peak_mb: float | None = None
     rss_timeline_mb: list[float] = field(default_factory=list)  # the scheduler's RSS every 30 s
+    # Beside it, every 30 s: where that memory goes (/server_info's specsot.memory: the C
+    # allocator's in-use and kept-free bytes, Python's blocks, the prefix cache, the drafter).
+    memory_timeline: list[dict] = field(default_factory=list)
     healthy_after: bool = False
     idle_after: bool = False
     failures: list[str] = field(default_factory=list)
@@ -111,6 +114,15 @@ class Server:
         state = {k: load.get(k) for k in keys}
         state["scheduler_rss_mb"] = self.rss_mb()
         return state
+
+    def memory(self, elapsed_s: float) -> dict:
+        """The scheduler's RSS and SPECSOT's memory figures (none from other servers)."""
+        entry = {"t_s": round(elapsed_s), "rss_mb": self.rss_mb()}
+        try:
+            state = self.get("/server_info")["internal_states"][0]
+        except (OSError, ValueError, KeyError, IndexError) as e:
+            return {**entry, "error": f"/server_info: {e!r}"}
+        return {**entry, **(state.get("specsot", {}).get("memory") or {})}
 
     def rss_mb(self) -> float | None:
         return round(self.scheduler.memory_info().rss / 2**20, 1) if self.scheduler else None
@@ -243,6 +255,7 @@ def run_load(server: Server, args) -> Report:
     settings.update(plain_max_tokens=PLAIN_MAX_TOKENS, sot_max_tokens=SOT_MAX_TOKENS, sot_config=SOT_CONFIG)
     report = Report(settings=settings, before=server.state())
     began = time.monotonic()
+    report.memory_timeline.append(server.memory(0.0))
     outcomes: list[Outcome] = []
     lock = threading.Lock()
     stop_at = time.monotonic() + args.duration
@@ -258,6 +271,7 @@ def run_load(server: Server, args) -> Report:
         peak = max(peak, rss)
         if ticks % 6 == 0:
             report.rss_timeline_mb.append(rss)
+            report.memory_timeline.append(server.memory(time.monotonic() - began))
         done = sum(o.status != "lost" for o in outcomes)
         print(f"[{time.monotonic() - stop_at + args.duration:6.0f}s] sent {len(outcomes)}, ended {done}", flush=True)
     report.wall_s = round(time.monotonic() - began, 1)
@@ -265,6 +279,7 @@ def run_load(server: Server, args) -> Report:
     report.idle_after = server.wait_idle()
     time.sleep(5.0)  # a few idle turns of the scheduler, each with its memory check
     report.after = server.state()
+    report.memory_timeline.append(server.memory(time.monotonic() - began))
     report.healthy_after = server.healthy()
     _tally(report, outcomes)
     return report

@@ -228,17 +228,30 @@ def plan_step(
     drafter always proposes (a draft model's chain); plain decoding is a candidate only when
     it is 0.
     """
-    bs = len(ps)
     best: StepPlan | None = None
-    for budget in sorted({max(min_budget, b) for b in candidates}):
-        budgets = tuple(max(min_budget, useful_budget(p, budget, min_token_prob)) for p in ps)
-        tokens = bs + sum(expected_drafts_accepted(p, b) for p, b in zip(ps, budgets))
-        width = 1 + max(budgets, default=0)
-        plan = StepPlan(width, budgets, tokens, step_ms(bs, width))
+    for plan in candidate_plans(ps, candidates, step_ms, min_token_prob, min_budget):
         if best is None or plan.rate > best.rate * (1.0 + 1e-9):  # ties go to the narrower
             best = plan
     assert best is not None, "no candidate budgets"
     return best
+
+
+def candidate_plans(
+    ps: Sequence[float],
+    candidates: Sequence[int],
+    step_ms: Callable[[int, int], float],
+    min_token_prob: float,
+    min_budget: int = 0,
+) -> list[StepPlan]:
+    """One plan per distinct candidate budget, narrowest first (see `plan_step`)."""
+    bs = len(ps)
+    plans = []
+    for budget in sorted({max(min_budget, b) for b in candidates}):
+        budgets = tuple(max(min_budget, useful_budget(p, budget, min_token_prob)) for p in ps)
+        tokens = bs + sum(expected_drafts_accepted(p, b) for p, b in zip(ps, budgets))
+        width = 1 + max(budgets, default=0)
+        plans.append(StepPlan(width, budgets, tokens, step_ms(bs, width)))
+    return plans
 
 
 def explore_every(plain_ms: float, explore_ms: float, share: float) -> int:

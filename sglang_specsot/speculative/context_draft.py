@@ -233,6 +233,15 @@ class ContextDrafter:
 
     # -- bookkeeping -----------------------------------------------------------------------
 
+    def sizes(self) -> dict[str, int]:
+        """What the drafter keeps, each bounded by its config (for /server_info's memory)."""
+        return {
+            "requests": len(self._seqs),  # running ones and finished SoT members kept
+            "groups": len(self._groups),
+            "finished_sibling_tokens": self._finished_tokens,
+            "corpus_tokens": sum(len(index.tokens) for index, _, _ in self._corpus.generations),
+        }
+
     def has(self, rid: str) -> bool:
         return rid in self._seqs
 

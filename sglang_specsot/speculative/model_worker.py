@@ -141,6 +141,12 @@ class SpecSoTModelWorker(SpecSoTWorker):
             report["specsot"]["draft_extend"] = self.backlog.info()
         return report
 
+    def _overheads(self) -> dict:
+        return {**super()._overheads(), "draft_overhead_ms": round(self.cost.draft.overhead_ms, 3)}
+
+    def _draft_extend_counters(self) -> dict | None:
+        return None if self.backlog is None else self.backlog.info()
+
     def draft_extend(self, batch, result) -> None:
         super().draft_extend(batch, result)  # the context history first (host side)
         rids = self._rids(batch)

@@ -5,7 +5,8 @@
 whose `_add_speculative` reports only the average accept length (and DSpark's records).
 The hook adds the spec worker's own report (`speculative_state_report()`, as the upstream diff
 would let any worker do): for SPECSOT, under "specsot", the measured cost model, whether
-adaptive budgets are on, the acceptance estimates and the last step's plan.
+adaptive budgets are on, the acceptance estimates and the last step's plan, and where the
+scheduler's memory goes (`speculative/memory.py`).
 """
 
 from __future__ import annotations

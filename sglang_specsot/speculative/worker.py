@@ -23,13 +23,16 @@ import torch
 
 from sglang_specsot.speculative import adapter as sgl
 from sglang_specsot.speculative.budget import (
-    AcceptanceStats, AdaptiveConfig, DepthAcceptance, StepPlan, explore_every, explore_plan, plan_step,
+    AcceptanceStats, AdaptiveConfig, DepthAcceptance, StepPlan, candidate_plans, explore_every, explore_plan,
+    plan_step,
 )  # fmt: skip
 from sglang_specsot.speculative.context_draft import ContextDrafter
 from sglang_specsot.speculative.cost_model import CostModel
 from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree, tree_mask
 from sglang_specsot.speculative.inputs import SoTDraftExtendInput, SoTDraftInput, SoTVerifyInput
+from sglang_specsot.speculative.memory import memory_report
 from sglang_specsot.speculative.probe import probe_forward_cost
+from sglang_specsot.speculative.step_log import StepLog, StepRecord
 from sglang_specsot.sot.tag import PLAIN_TAG, SoTTag
 
 logger = logging.getLogger(__name__)
@@ -65,6 +68,9 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         # Where each step's first draft token came from (the model worker's catch-ups differ).
         self._draft_source = "context"
         self.by_depth: dict[str, DepthAcceptance] = {}
+        self._last_ps: list[float] | None = None
+        self._last_candidates: dict[str, list[float]] | None = None
+        self._step_log = StepLog.from_env()  # SGLANG_SPECSOT_STEP_LOG: one JSON line per step
         logger.info("SPECSOT cost model measured at start-up (target, ms by rows): %s", self.cost.info())
 
     # -- what the scheduler asks of every spec worker -------------------------------------
@@ -89,6 +95,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             "last_plan": None if plan is None else {"width": plan.width, "budgets": list(plan.budgets)},
             "exploring_steps": self._explored,
             "acceptance_by_depth": {source: d.info() for source, d in self.by_depth.items()},
+            "memory": memory_report(self.drafter),
         }}  # fmt: skip
 
     def forward_batch_generation(
@@ -97,12 +104,44 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._log_event_loop(on_publish)
         if not batch.forward_mode.is_decode():
             return self._forward_prefill(batch, on_publish, pp_proxy_tensors)
+        start, explored = time.perf_counter(), self._explored
         verify_input = self.draft(batch)
         result = self.verify(batch, verify_input, pp_proxy_tensors)
         if on_publish is not None:
             on_publish(result.new_seq_lens)  # before draft-extend: the fence is at verify end
         self.draft_extend(batch, result)
+        if self._step_log is not None:
+            ms = (time.perf_counter() - start) * 1e3
+            self._step_log.write(self._step_record(result, ms, self._explored > explored))
         return result
+
+    def _step_record(self, result, ms: float, explored: bool) -> StepRecord:
+        plan, trees = self._last_plan if self.adaptive is not None else None, self._step_trees
+        accepted = [min(k - 1, t.height) for k, t in zip(result.accept_lens.tolist(), trees)]
+        return StepRecord(
+            step=self._steps, bs=len(trees), ps=None if plan is None else [round(p, 4) for p in self._last_ps],
+            width=result.speculative_num_draft_tokens,
+            budgets=[t.size - 1 for t in trees] if plan is None else list(plan.budgets),
+            drafted=[t.size - 1 for t in trees], accepted=accepted,
+            expected_tokens=None if plan is None else round(plan.expected_tokens, 4),
+            expected_ms=None if plan is None else round(plan.step_ms, 3),
+            explored=explored, draft_source=self._draft_source, step_ms=round(ms, 3),
+            candidates=None if plan is None else self._last_candidates,
+            cost=self._overheads(), draft_extend=self._draft_extend_counters(),
+        )  # fmt: skip
+
+    def _candidates(self, ps: list[float]) -> dict[str, list[float]]:
+        """What the policy weighed: each candidate width's expected tokens and ms."""
+        plans = candidate_plans(
+            ps, self.adaptive.candidates(len(ps)), self._step_ms, self.adaptive.min_token_prob, self._min_budget()
+        )
+        return {str(p.width): [round(p.expected_tokens, 4), round(p.step_ms, 3)] for p in plans}
+
+    def _overheads(self) -> dict:
+        return {"target_overhead_ms": round(self.cost.target.overhead_ms, 3)}
+
+    def _draft_extend_counters(self) -> dict | None:
+        return None  # no draft model, no draft-extend
 
     def _log_event_loop(self, on_publish) -> None:
         # Only the overlap event loop passes on_publish (scheduler.py:4690); the sync loop
@@ -160,8 +199,10 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         with --speculative-adaptive what the budget policy finds pays on this machine."""
         if self.adaptive is None:
             return [self.num_draft_tokens] * len(batch.reqs)
-        ps = self._acceptance(batch.reqs)
+        ps = self._last_ps = self._acceptance(batch.reqs)
         plan = self._plan(ps)
+        if self._step_log is not None:
+            self._last_candidates = self._candidates(ps)  # as weighed now, before this step's timings
         if plan.width == 1:
             plan = self._maybe_explore(ps, plan)
         else:

@@ -24,3 +24,8 @@ def test_one_minute_of_load_loses_nothing(smollm2_path, tmp_path):
     assert report["failed"] == report["lost"] == 0, report["failures"]
     assert report["completed"] > 0 and report["latency"]["plain"] and report["latency"]["sot"], report
     assert report["after"]["num_used_tokens"] == 0, report["after"]  # every KV slot came back
+    # Where the scheduler's memory went, before, during and after (/server_info's specsot.memory).
+    first, last = report["memory_timeline"][0], report["memory_timeline"][-1]
+    for entry in (first, last):
+        assert entry["malloc"]["in_use_mb"] > 0 and entry["python_blocks"] > 0, entry
+    assert last["t_s"] > first["t_s"] and last["drafter"]["corpus_tokens"] > 0, (first, last)

@@ -88,6 +88,21 @@ def test_a_restarted_member_is_live_again_and_joins_its_group_once():
     assert drafter._groups["g"] == ["b1"] and drafter._finished_tokens == 0
 
 
+def test_sizes_stay_within_their_bounds_however_many_requests_are_served():
+    config = ContextDraftConfig(finished_sibling_tokens=40, corpus_tokens=64)
+    drafter = ContextDrafter(config, max_groups=3)
+    rng = random.Random(0)
+    for i in range(200):
+        group = f"g{i // 4}" if i % 2 else None  # half SoT branches, half plain requests
+        drafter.start(f"r{i}", [rng.randrange(50) for _ in range(rng.randrange(1, 30))], group=group)
+        drafter.forget(f"r{i}")
+    sizes = drafter.sizes()
+    assert sizes["requests"] <= sizes["finished_sibling_tokens"] <= config.finished_sibling_tokens
+    assert 0 < sizes["groups"] <= 3
+    # Two generations of at most half the budget each (one request may fill one alone).
+    assert 0 < sizes["corpus_tokens"] <= config.corpus_tokens + 30
+
+
 def test_forget_drops_ungrouped_requests():
     drafter = ContextDrafter()
     drafter.start("a", [1, 2])

@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from sglang_specsot.speculative.budget import AcceptanceStats, AdaptiveConfig
+from sglang_specsot.speculative.context_draft import ContextDrafter
 from sglang_specsot.speculative.cost_model import CostModel, ForwardCost
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.worker import SpecSoTWorker
@@ -20,6 +21,7 @@ def _worker(config: AdaptiveConfig) -> SpecSoTWorker:
     worker.stats = AcceptanceStats(config)
     worker._tags, worker._last_plan, worker._plain_steps, worker._explored = {}, None, 0, 0
     worker._steps, worker._draft_source, worker.by_depth = 0, "context", {}
+    worker._step_log, worker.drafter = None, ContextDrafter()
     return worker
 
 
@@ -36,7 +38,8 @@ def test_a_batch_that_stopped_drafting_explores_within_its_time_share():
     # plain steps take 1600 ms; the 400 ms extra is a quarter of that).
     assert widths == ([1] * 7 + [3]) * 3
     assert worker._explored == widths.count(3)
-    assert worker.speculative_state_report()["specsot"]["exploring_steps"] == worker._explored
+    report = worker.speculative_state_report()["specsot"]
+    assert report["exploring_steps"] == worker._explored and report["memory"]["drafter"]["requests"] == 0
 
 
 def test_acceptance_by_depth_is_split_by_where_the_chain_started():
@@ -92,3 +95,34 @@ def test_a_plain_step_with_a_deferred_extend_costs_the_target_alone():
     step_ms = worker._step_ms
     assert step_ms(1, 1) == 100.0  # no extend on a plain step
     assert step_ms(1, 2) == 100.0 + 40.0  # one draft (read from the last extend) and its extend
+
+
+def test_the_step_log_records_what_the_policy_chose_and_what_verify_accepted(tmp_path, monkeypatch):
+    import json
+
+    import torch
+
+    from sglang_specsot.speculative import step_log
+
+    monkeypatch.setenv(step_log.ENV, str(tmp_path / "steps.jsonl"))
+    worker = _worker(AdaptiveConfig(buckets=((1, (0, 2, 4)),)))
+    worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 64), probe_ms=(100.0, 100.0)))  # rows free
+    worker._step_log, batch = step_log.StepLog.from_env(), _batch(2)
+    sizes = worker._tree_sizes(batch)
+    worker._step_trees = tuple(DraftTree(tuple(range(n)), tuple(range(-1, n - 1))) for n in sizes)
+    result = SimpleNamespace(accept_lens=torch.tensor([3, 1]), speculative_num_draft_tokens=max(sizes))
+    worker._step_log.write(worker._step_record(result, 123.4, explored=False))
+    (line,) = (tmp_path / "steps.jsonl").read_text().splitlines()
+    record = json.loads(line)
+    assert record["bs"] == 2 and record["ps"] == [0.5, 0.5] and record["width"] == max(sizes) > 1
+    assert record["budgets"] == record["drafted"] == [n - 1 for n in sizes]
+    assert record["accepted"] == [2, 0] and record["step_ms"] == 123.4 and record["explored"] is False
+    assert record["expected_ms"] == 100.0 and record["cost"] == {"target_overhead_ms": 0.0}
+    assert record["draft_extend"] is None and record["candidates"]["1"] == [2.0, 100.0]
+
+
+def test_no_step_log_without_its_environment_variable(monkeypatch):
+    from sglang_specsot.speculative import step_log
+
+    monkeypatch.delenv(step_log.ENV, raising=False)
+    assert step_log.StepLog.from_env() is None

@@ -1,0 +1,57 @@
+"""A per-step log of SPECSOT's budget policy, for diagnosing what it chose and why.
+
+With `SGLANG_SPECSOT_STEP_LOG=/path/steps.jsonl` in the server's environment, every decode
+step appends one JSON line: the batch size, each request's acceptance estimate, the plan
+(verify width, budgets, expected tokens and ms), whether it explored, where the first draft
+token came from, what verify accepted, the step's wall-clock time, and the cost model's
+learned overheads and the draft model's deferred-extend counters at that point, and every
+candidate width's expected tokens and ms, so a choice can be checked against what the steps
+really cost (`examples/step_log_report.py` summarises a log). Off by default: with it on, each step reads the accept
+lengths back to the host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+
+ENV = "SGLANG_SPECSOT_STEP_LOG"
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One decode step, as the policy saw it and as it turned out."""
+
+    step: int
+    bs: int
+    ps: list[float] | None  # acceptance estimates (None: adaptive budgets off)
+    width: int  # verify window per request, incl. the bonus row
+    budgets: list[int]  # draft tokens each request was allowed
+    drafted: list[int]  # draft tokens each request's tree really held
+    accepted: list[int]  # drafts accepted per request (accept length - 1)
+    expected_tokens: float | None
+    expected_ms: float | None
+    explored: bool
+    draft_source: str  # where the first draft token came from: context, extend, catch_up
+    step_ms: float  # draft + verify + draft-extend, wall clock
+    # What the policy weighed, by verify width: [expected tokens, expected ms] (adaptive only).
+    candidates: dict[str, list[float]] | None
+    cost: dict  # the cost model's learned overheads at this step (ms)
+    draft_extend: dict | None  # the deferred-extend counters (draft model, adaptive chains)
+
+
+class StepLog:
+    """Appends StepRecords as JSON lines to one file (the scheduler's own: one writer)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._file = open(path, "a", buffering=1)  # line-buffered: a crash loses no step
+
+    @classmethod
+    def from_env(cls) -> StepLog | None:
+        path = os.environ.get(ENV)
+        return cls(path) if path else None
+
+    def write(self, record: StepRecord) -> None:
+        self._file.write(json.dumps(asdict(record)) + "\n")
