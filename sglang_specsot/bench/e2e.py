@@ -74,7 +74,7 @@ def build_report(out: Path, quality: bool = True) -> dict:
     from sglang_specsot.bench.judge import load_judgements
     from sglang_specsot.bench.plots import speedup_plot, timeline_plot
     from sglang_specsot.bench.quality import assess
-    from sglang_specsot.bench.goals import check
+    from sglang_specsot.bench.goals import check, coverage_ceiling
     from sglang_specsot.bench.profile import profiles
     from sglang_specsot.bench.report import SUBSETS, greedy_equality, markdown, per_question, summarize
     from sglang_specsot.data import load_questions
@@ -98,7 +98,7 @@ def build_report(out: Path, quality: bool = True) -> dict:
                   {"question_id": c.question_id, "config": c.config, "reason": c.reason}
                   for c in cells.values() if c.status != "ok"],
               "plots": [str(p.relative_to(out)) for p in plots if p],
-              "goals": [asdict(g) for g in check(rows)], "profile": [asdict(p) for p in profiles(cells, SUBSETS)]}  # fmt: skip
+              "goals": [asdict(g) for g in check(rows)], "coverage_ceiling": coverage_ceiling(rows), "profile": [asdict(p) for p in profiles(cells, SUBSETS)]}  # fmt: skip
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     table = markdown(rows)
     (out / "report.md").write_text(_report_md(settings, table, report))
@@ -118,6 +118,8 @@ def _report_md(settings: dict, table: str, report: dict) -> str:
     lines += [f"- q{f['question_id']} {f['config']}: {f['reason']}" for f in report["failed"]]
     lines += ["", "Plots: " + ", ".join(f"[{p}]({p})" for p in report["plots"]), ""]
     lines += ["## Goals", "", goals.markdown([goals.Goal(**g) for g in report["goals"]]), ""]
+    if report.get("coverage_ceiling"):
+        lines += [report["coverage_ceiling"], ""]
     lines += ["## Where a SoT answer's time goes", "", "Shares of the complete answer; `branches at once` = "
               "sum of branch durations / branch phase; `tokens / plain` counts the skeleton.", "",
               profile.markdown([profile.Profile(**p) for p in report["profile"]]), ""]  # fmt: skip

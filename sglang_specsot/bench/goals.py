@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sglang_specsot.bench.configs import SAMPLED
 from sglang_specsot.bench.report import Row
 
 VS_PLAIN, VS_SPEC, VS_SOT, MIN_COVERAGE = 3.0, 1.5, 1.5, 0.9
@@ -50,6 +51,21 @@ def check(rows: list[Row]) -> list[Goal]:
     router = by.get((ROUTER, "unsuitable"))
     goals.append(_at_least(f"{ROUTER} vs plain on unsuitable questions", router.speedup if router else None, 1.0))
     return goals
+
+
+def coverage_ceiling(rows: list[Row]) -> str | None:
+    """What the coverage goal is measured against: how much of the greedy normal answer a
+    second normal answer of the same model (sampled, `plain-sampled`) covers on the suitable
+    questions; None when the run has no such cells."""
+    row = next((r for r in rows if r.config == SAMPLED and r.subset == "suitable"), None)
+    if row is None or row.normal_covered is None:
+        return None
+    return (
+        f"Coverage ceiling: a second normal answer ({SAMPLED}) covers {row.normal_covered:.2f} of the "
+        f"greedy normal answer on the {row.ok} suitable questions (worst question {row.min_normal_covered:.2f}); "
+        f"a SoT answer that covers as much is as close to the normal answer as the model's own answers "
+        f"are to each other."
+    )
 
 
 def _quality(name: str, row: Row | None) -> list[Goal]:

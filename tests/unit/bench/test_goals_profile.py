@@ -58,3 +58,17 @@ def test_quality_goals_count_loop_ended_branches_flawed_skeletons_and_the_worst_
     assert goals["SpecSoT-server loop-ended branches"].met is False
     assert goals["SpecSoT-server skeletons with code or repeated points"].met is False
     assert goals["SpecSoT-server worst question covers the normal answer"].met is False
+
+
+def test_the_coverage_ceiling_is_what_a_second_normal_answer_covers():
+    from sglang_specsot.bench.goals import coverage_ceiling
+    from sglang_specsot.bench.quality import Quality
+
+    cells = cells_of(cell(1, "plain", 12.0), cell(1, "plain-sampled", 11.0), cell(2, "plain", 8.0),
+                     cell(2, "plain-sampled", 9.0))  # fmt: skip
+    quality = [Quality(1, "plain-sampled", 0.8, 0.9, 0.9, 1.0, 0, None),
+               Quality(2, "plain-sampled", 0.6, 0.9, 0.9, 1.0, 0, None)]  # fmt: skip
+    text = coverage_ceiling(summarize(cells, quality, {}))
+    assert text.startswith("Coverage ceiling: a second normal answer (plain-sampled) covers 0.70")
+    assert "2 suitable questions (worst question 0.60)" in text
+    assert coverage_ceiling(summarize(CELLS, [], {})) is None  # no plain-sampled cells
