@@ -18,6 +18,7 @@ Plain Python (no torch, no SGLang).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import math
@@ -183,19 +184,66 @@ class DepthAcceptance:
         return {"p_by_depth": rates, "reached": list(self.reached), "accepted": list(self.accepted)}
 
 
-def expected_drafts_accepted(p: float, budget: int) -> float:
-    """p + p^2 + ... + p^budget: accepted drafts of a chain of `budget` under the model."""
+def expected_drafts_accepted(p: float, budget: int, first: float | None = None) -> float:
+    """first + first*p + ... + first*p^(budget-1): accepted drafts of a chain of `budget`
+    under the model, whose first draft is accepted with `first` (default `p`)."""
+    first = p if first is None else first
+    if budget <= 0:
+        return 0.0
     if p >= 1.0:
-        return float(budget)
-    return p * (1.0 - p**budget) / (1.0 - p)
+        return first * budget
+    return first * (1.0 - p**budget) / (1.0 - p)
 
 
-def useful_budget(p: float, cap: int, min_token_prob: float) -> int:
-    """The longest budget up to `cap` whose last token still has p^b >= min_token_prob."""
+def useful_budget(p: float, cap: int, min_token_prob: float, first: float | None = None) -> int:
+    """The longest budget up to `cap` whose last token is still accepted with at least
+    `min_token_prob` (first * p^(b-1); `first` defaults to `p`)."""
+    first = p if first is None else first
     b = 0
-    while b < cap and p ** (b + 1) >= min_token_prob:
+    while b < cap and first * p**b >= min_token_prob:
         b += 1
     return b
+
+
+class FirstDraftCalibration:
+    """How often the draft model's first token is accepted, by the draft's own probability of it.
+
+    A draft model knows when it is unsure: its top-1 probability for the next token says how
+    likely the target is to agree. The relayed top-k of the last draft-extend gives that
+    probability before any draft forward runs, so a step can draft its full chain where the
+    draft is sure and only the free first token (or nothing) where it is not. What a
+    probability is worth in acceptance is learned here, per probability bin (decayed counts,
+    smoothed towards the budget model's own estimate `p`), not assumed: an uninformative
+    draft model calibrates every bin to the same rate and changes nothing.
+    """
+
+    EDGES = (0.3, 0.5, 0.7, 0.85, 0.95)  # bin upper edges; the last bin is [0.95, 1]
+
+    def __init__(self, decay: float = 0.01, prior_weight: float = 4.0):
+        assert 0.0 < decay <= 1.0 and prior_weight > 0.0, (decay, prior_weight)
+        self.decay, self.prior_weight = decay, prior_weight
+        self._counts = [[0.0, 0.0] for _ in range(len(self.EDGES) + 1)]  # [accepted, seen] per bin
+
+    def _bin(self, q: float) -> int:
+        return bisect.bisect_right(self.EDGES, q)
+
+    def observe(self, q: float, accepted: bool) -> None:
+        counts = self._counts[self._bin(q)]
+        keep = 1.0 - self.decay
+        counts[0] = counts[0] * keep + float(accepted)
+        counts[1] = counts[1] * keep + 1.0
+
+    def rate(self, q: float, prior: float) -> float:
+        """Expected acceptance of a first draft the draft model gave probability `q`."""
+        acc, seen = self._counts[self._bin(q)]
+        return (acc + self.prior_weight * prior) / (seen + self.prior_weight)
+
+    def info(self) -> dict:
+        return {
+            "edges": list(self.EDGES),
+            "accept_rate": [round(a / n, 3) if n else None for a, n in self._counts],
+            "weight": [round(n, 1) for _, n in self._counts],
+        }
 
 
 @dataclass(frozen=True)
@@ -218,18 +266,20 @@ def plan_step(
     step_ms: Callable[[int, int], float],
     min_token_prob: float,
     min_budget: int = 0,
+    firsts: Sequence[float] | None = None,
 ) -> StepPlan:
     """The budget among `candidates` with the most expected tokens per ms for this batch.
 
     `ps`: each request's acceptance estimate; `step_ms(bs, width)`: the cost model's time of a
     step with that verify width. Verify checks one width for the whole batch, so the window
     is the chosen budget + 1 and each request drafts what pays for it within that window (its
-    own p^b >= `min_token_prob`); the rest of its rows are padding. `min_budget` is what the
-    drafter always proposes (a draft model's chain); plain decoding is a candidate only when
-    it is 0.
+    own last token accepted with at least `min_token_prob`); the rest of its rows are padding.
+    `min_budget` is what the drafter always proposes (a draft model's chain); plain decoding
+    is a candidate only when it is 0. `firsts`: each request's chance its first draft is
+    accepted, where known better than `ps` (the draft model's calibrated confidence).
     """
     best: StepPlan | None = None
-    for plan in candidate_plans(ps, candidates, step_ms, min_token_prob, min_budget):
+    for plan in candidate_plans(ps, candidates, step_ms, min_token_prob, min_budget, firsts):
         if best is None or plan.rate > best.rate * (1.0 + 1e-9):  # ties go to the narrower
             best = plan
     assert best is not None, "no candidate budgets"
@@ -242,13 +292,18 @@ def candidate_plans(
     step_ms: Callable[[int, int], float],
     min_token_prob: float,
     min_budget: int = 0,
+    firsts: Sequence[float] | None = None,
 ) -> list[StepPlan]:
     """One plan per distinct candidate budget, narrowest first (see `plan_step`)."""
     bs = len(ps)
+    firsts = list(ps) if firsts is None else list(firsts)
+    assert len(firsts) == bs, f"{len(firsts)} first-draft estimates for {bs} requests"
     plans = []
     for budget in sorted({max(min_budget, b) for b in candidates}):
-        budgets = tuple(max(min_budget, useful_budget(p, budget, min_token_prob)) for p in ps)
-        tokens = bs + sum(expected_drafts_accepted(p, b) for p, b in zip(ps, budgets))
+        budgets = tuple(
+            max(min_budget, useful_budget(p, budget, min_token_prob, f)) for p, f in zip(ps, firsts)
+        )
+        tokens = bs + sum(expected_drafts_accepted(p, b, f) for p, b, f in zip(ps, budgets, firsts))
         width = 1 + max(budgets, default=0)
         plans.append(StepPlan(width, budgets, tokens, step_ms(bs, width)))
     return plans

@@ -3,8 +3,8 @@
 A forward's time is modelled as `overhead + linear(rows)`: `linear` is the time of the
 model's matrix products for that many rows, probed at a few row counts at start-up and
 interpolated between them; `overhead` (attention, kernel launches, per-layer Python, sampling)
-does not grow with rows and is learned from the timings of real steps (an EWMA of what the
-probe leaves unexplained). On a CPU in bf16, `linear` is nearly flat from 1 to ~32 rows, so a
+does not grow with rows and is learned from the timings of real steps (the lower median of
+what the probe leaves unexplained in the last `window` forwards). On a CPU in bf16, `linear` is nearly flat from 1 to ~32 rows, so a
 wider verify window costs little; on a GPU it is flat much further. The draft model is
 modelled the same way.
 
@@ -14,6 +14,8 @@ Plain Python (no torch, no SGLang): the worker measures, this module only keeps 
 from __future__ import annotations
 
 import bisect
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 
 
@@ -24,15 +26,20 @@ class ForwardCost:
     probe_rows: tuple[int, ...]  # increasing row counts the probe ran at
     probe_ms: tuple[float, ...]  # the probe's time at each (matrix products only)
     overhead_ms: float = 0.0  # rows-independent part, learned from real steps
-    alpha: float = 0.1  # EWMA weight of one real step
+    # Recent forwards the overhead is the lower median of. A median, not a mean: on a CPU the
+    # first forward of a new shape can take 10x the usual time (oneDNN builds its kernels),
+    # and one such forward folded into an average (an EWMA, before) made the draft model
+    # look three times as expensive for tens of steps, so the budget policy stopped drafting.
+    window: int = 32
     observed: int = field(default=0, init=False)  # real steps folded in so far
+    _residuals: deque = field(default_factory=deque, init=False, repr=False)
 
     def __post_init__(self) -> None:
         assert len(self.probe_rows) == len(self.probe_ms) >= 1, "one time per probe size"
         assert list(self.probe_rows) == sorted(set(self.probe_rows)) and self.probe_rows[0] >= 1, (
             f"probe rows must be increasing positive ints, got {self.probe_rows}"
         )
-        assert 0.0 < self.alpha <= 1.0, f"alpha {self.alpha} outside (0, 1]"
+        assert self.window >= 1, f"window {self.window} must be >= 1"
 
     def linear_ms(self, rows: int) -> float:
         """The probe's curve at `rows`: piecewise linear, extended with the last slope."""
@@ -50,9 +57,10 @@ class ForwardCost:
 
     def observe(self, rows: int, ms: float) -> None:
         """Fold one real forward's time into the overhead (the first one sets it)."""
-        residual = max(0.0, ms - self.linear_ms(rows))
-        a = 1.0 if self.observed == 0 else self.alpha
-        self.overhead_ms += a * (residual - self.overhead_ms)
+        self._residuals.append(max(0.0, ms - self.linear_ms(rows)))
+        if len(self._residuals) > self.window:
+            self._residuals.popleft()
+        self.overhead_ms = statistics.median_low(self._residuals)
         self.observed += 1
 
     def info(self) -> dict:

@@ -23,6 +23,7 @@ import time
 import torch
 
 from sglang_specsot.speculative import adapter as sgl
+from sglang_specsot.speculative.budget import FirstDraftCalibration
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.extend_backlog import ExtendBacklog, catch_up_windows
 from sglang_specsot.speculative.inputs import SoTDraftInput
@@ -44,6 +45,9 @@ class SpecSoTModelWorker(SpecSoTWorker):
         # What computed the top-k a step's chain starts from: SGLang's extend (after prefill
         # or verify) or a deferred extend's catch-up; acceptance by depth is split by it.
         self._topk_source = "extend"
+        self.first_calibration = FirstDraftCalibration()
+        self._step_q1: list[tuple[float, int] | None] | None = None  # this step's first drafts
+        self._last_q1: list[tuple[float, int] | None] | None = None  # the last step's, for the step log
         logger.info("SPECSOT cost model measured at start-up (draft, ms by rows): %s", self.cost.draft.info())
         logger.info(
             "SPECSOT drafts with %s: %d-node %s per request, up to %d SoT-context nodes more",
@@ -82,26 +86,81 @@ class SpecSoTModelWorker(SpecSoTWorker):
     # -- draft / draft-extend --------------------------------------------------------------
 
     def _draft_trees(self, batch, sizes: list[int]) -> list[DraftTree]:
-        steps = self._chain_steps(max(sizes))
+        self._draft_source, self._step_q1 = "context", None
         seeds: list[DraftTree | None] = [None] * len(sizes)
-        self._draft_source = "context"
-        if steps > 0:
+        if self._chain_steps(max(sizes)) > 0:
             if self.backlog is not None and not self.backlog.current(self._rids(batch)):
                 # Step one reads the top-k of the draft's last extend: bring it up to date.
                 batch.spec_info.topk_p, batch.spec_info.topk_index = self._catch_up(batch, batch.seq_lens)
+                sizes = self._replan(batch, sizes)  # the draft's confidence is known only now
             self._draft_source = self._topk_source
-            start = time.perf_counter()
-            seeds = self.draft_worker.draft_trees(batch, steps)
-            if self._refresh_costs and steps > 1:  # step one reads the relayed top-k: no forward
-                per_forward = (time.perf_counter() - start) * 1e3 / (steps - 1)
-                self.cost.draft.observe(len(batch.reqs) * self.draft_worker.topk, per_forward)
+            seeds = self._draft_model_trees(batch, self._chain_steps(max(sizes)))
         if self._chain_adaptive:
             seeds = [_chain_prefix(seed, n - 1) for seed, n in zip(seeds, sizes)]
+            self._note_first_drafts(batch, seeds)
         # The model's tree goes in whole; SoT-context nodes fill the request's budget.
         return [
             self._context_tree(req, max(n, seed.size if seed else 1), seed)
             for req, seed, n in zip(batch.reqs, seeds, sizes)
         ]
+
+    def _draft_model_trees(self, batch, steps: int) -> list[DraftTree | None]:
+        if steps == 0:
+            return [None] * len(batch.reqs)
+        start = time.perf_counter()
+        seeds = self.draft_worker.draft_trees(batch, steps)
+        if self._refresh_costs and steps > 1:  # step one reads the relayed top-k: no forward
+            per_forward = (time.perf_counter() - start) * 1e3 / (steps - 1)
+            self.cost.draft.observe(len(batch.reqs) * self.draft_worker.topk, per_forward)
+        return seeds
+
+    # -- the draft model's confidence in its first draft ----------------------------------
+
+    def _first_draft_acceptance(self, batch, ps: list[float]) -> list[float] | None:
+        """Each request's calibrated chance that the draft's first token is accepted, read
+        from the top-k its last draft-extend left (no forward); None where that top-k is
+        stale (a deferred extend) or the chain is not adaptive."""
+        if not self._chain_adaptive or (self.backlog is not None and not self.backlog.current(self._rids(batch))):
+            return None
+        topk_p = getattr(batch.spec_info, "topk_p", None)
+        if topk_p is None or topk_p.shape[0] != len(ps):
+            return None
+        return [self.first_calibration.rate(q, p) for q, p in zip(topk_p[:, 0].tolist(), ps)]
+
+    def _replan(self, batch, sizes: list[int]) -> list[int]:
+        """After a catch-up: the plan again, now with the draft's confidence in its first
+        token (an exploring step keeps its plan: it drafts to learn)."""
+        if not self._chain_adaptive or self._exploring:
+            return sizes
+        firsts = self._first_draft_acceptance(batch, self._last_ps)
+        plan = self._last_plan = self._plan(self._last_ps, firsts)
+        if self._step_log is not None:
+            self._last_candidates = self._candidates(self._last_ps, firsts)
+        return [b + 1 for b in plan.budgets]
+
+    def _note_first_drafts(self, batch, seeds: list[DraftTree | None]) -> None:
+        """(probability, token) of each request's first model draft in this step's verify
+        tree (None where it drafted none), for `_observe_first_drafts`."""
+        if not any(seeds):
+            return
+        q = batch.spec_info.topk_p[:, 0].tolist()
+        tokens = batch.spec_info.topk_index[:, 0].tolist()
+        self._step_q1 = [(qi, ti) if seed is not None else None for qi, ti, seed in zip(q, tokens, seeds)]
+
+    def _observe_first_drafts(self, result) -> None:
+        """Calibrate: was the draft's first token the target's next token?"""
+        self._last_q1, entries, self._step_q1 = self._step_q1, self._step_q1, None
+        if entries is None:
+            return
+        n = result.speculative_num_draft_tokens
+        committed = result.next_token_ids.view(-1, n)[:, 0].tolist()  # the target's token at the root
+        for entry, token in zip(entries, committed):
+            if entry is not None:
+                self.first_calibration.observe(entry[0], token == entry[1])
+
+    def _first_draft_q(self) -> list[float] | None:
+        entries = self._last_q1
+        return None if entries is None else [None if e is None else round(e[0], 4) for e in entries]
 
     @functools.cached_property
     def backlog(self) -> ExtendBacklog | None:
@@ -139,6 +198,8 @@ class SpecSoTModelWorker(SpecSoTWorker):
         report = super().speculative_state_report()
         if self.backlog is not None:
             report["specsot"]["draft_extend"] = self.backlog.info()
+        if self._chain_adaptive:
+            report["specsot"]["first_draft_calibration"] = self.first_calibration.info()
         return report
 
     def _overheads(self) -> dict:
@@ -149,6 +210,7 @@ class SpecSoTModelWorker(SpecSoTWorker):
 
     def draft_extend(self, batch, result) -> None:
         super().draft_extend(batch, result)  # the context history first (host side)
+        self._observe_first_drafts(result)
         rids = self._rids(batch)
         if self.backlog is not None:
             self.backlog.keep(rids)

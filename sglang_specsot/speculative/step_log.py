@@ -37,6 +37,7 @@ class StepRecord:
     step_ms: float  # draft + verify + draft-extend, wall clock
     # What the policy weighed, by verify width: [expected tokens, expected ms] (adaptive only).
     candidates: dict[str, list[float]] | None
+    first_draft_q: list[float] | None  # the draft model's top-1 probability of its first draft
     cost: dict  # the cost model's learned overheads at this step (ms)
     draft_extend: dict | None  # the deferred-extend counters (draft model, adaptive chains)
 

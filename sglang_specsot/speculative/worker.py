@@ -70,6 +70,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self.by_depth: dict[str, DepthAcceptance] = {}
         self._last_ps: list[float] | None = None
         self._last_candidates: dict[str, list[float]] | None = None
+        self._exploring = False  # this step drafts to learn, not because it pays
         self._step_log = StepLog.from_env()  # SGLANG_SPECSOT_STEP_LOG: one JSON line per step
         logger.info("SPECSOT cost model measured at start-up (target, ms by rows): %s", self.cost.info())
 
@@ -127,14 +128,16 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             expected_ms=None if plan is None else round(plan.step_ms, 3),
             explored=explored, draft_source=self._draft_source, step_ms=round(ms, 3),
             candidates=None if plan is None else self._last_candidates,
+            first_draft_q=self._first_draft_q(),
             cost=self._overheads(), draft_extend=self._draft_extend_counters(),
         )  # fmt: skip
 
-    def _candidates(self, ps: list[float]) -> dict[str, list[float]]:
+    def _candidates(self, ps: list[float], firsts: list[float] | None) -> dict[str, list[float]]:
         """What the policy weighed: each candidate width's expected tokens and ms."""
         plans = candidate_plans(
-            ps, self.adaptive.candidates(len(ps)), self._step_ms, self.adaptive.min_token_prob, self._min_budget()
-        )
+            ps, self.adaptive.candidates(len(ps)), self._step_ms, self.adaptive.min_token_prob, self._min_budget(),
+            firsts,
+        )  # fmt: skip
         return {str(p.width): [round(p.expected_tokens, 4), round(p.step_ms, 3)] for p in plans}
 
     def _overheads(self) -> dict:
@@ -142,6 +145,9 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
 
     def _draft_extend_counters(self) -> dict | None:
         return None  # no draft model, no draft-extend
+
+    def _first_draft_q(self) -> list[float] | None:
+        return None  # the draft model's confidence in its first token, where it drafted
 
     def _log_event_loop(self, on_publish) -> None:
         # Only the overlap event loop passes on_publish (scheduler.py:4690); the sync loop
@@ -200,9 +206,11 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         if self.adaptive is None:
             return [self.num_draft_tokens] * len(batch.reqs)
         ps = self._last_ps = self._acceptance(batch.reqs)
-        plan = self._plan(ps)
+        firsts = self._first_draft_acceptance(batch, ps)
+        plan = self._plan(ps, firsts)
         if self._step_log is not None:
-            self._last_candidates = self._candidates(ps)  # as weighed now, before this step's timings
+            self._last_candidates = self._candidates(ps, firsts)  # as weighed now, before this step's timings
+        self._exploring = False
         if plan.width == 1:
             plan = self._maybe_explore(ps, plan)
         else:
@@ -220,18 +228,25 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             return plain
         self._plain_steps = 0
         self._explored += 1
+        self._exploring = True
         return explore
 
     def _acceptance(self, reqs) -> list[float]:
         """Each request's acceptance estimate (its SoT group's)."""
         return [self.stats.p(self._stats_key(req.rid)) for req in reqs]
 
-    def _plan(self, ps: list[float]) -> StepPlan:
+    def _first_draft_acceptance(self, batch, ps: list[float]) -> list[float] | None:
+        """Each request's chance its first draft is accepted, where known better than `ps`
+        before drafting (the draft model's own confidence); None: use `ps`."""
+        return None  # SoT-context drafts carry no confidence of their own
+
+    def _plan(self, ps: list[float], firsts: list[float] | None = None) -> StepPlan:
         """The budget policy's plan for a step of requests with acceptance `ps` (needs
         --speculative-adaptive)."""
         return plan_step(
-            ps, self.adaptive.candidates(len(ps)), self._step_ms, self.adaptive.min_token_prob, self._min_budget()
-        )
+            ps, self.adaptive.candidates(len(ps)), self._step_ms, self.adaptive.min_token_prob, self._min_budget(),
+            firsts,
+        )  # fmt: skip
 
     def _step_ms(self, bs: int, width: int) -> float:
         return self.cost.step_ms(bs, width)

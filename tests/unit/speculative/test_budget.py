@@ -10,6 +10,7 @@ from sglang_specsot.speculative.budget import (
     AcceptanceStats,
     AdaptiveConfig,
     DepthAcceptance,
+    FirstDraftCalibration,
     expected_drafts_accepted,
     explore_every,
     explore_plan,
@@ -181,3 +182,41 @@ def test_depth_acceptance_counts_each_depth_given_its_parent():
 def test_depth_acceptance_rejects_more_accepted_than_drafted():
     with pytest.raises(ValueError, match="accepted=4 outside"):
         DepthAcceptance().observe(3, 4)
+
+
+def test_a_known_first_draft_acceptance_scales_the_chain():
+    assert expected_drafts_accepted(0.8, 3, first=0.5) == pytest.approx(0.5 + 0.4 + 0.32)
+    assert expected_drafts_accepted(0.8, 0, first=0.5) == 0.0
+    assert useful_budget(0.5, 7, 0.05, first=0.1) == 2  # 0.1, 0.05, then 0.025 < 0.05
+    assert useful_budget(0.5, 7, 0.05, first=0.5) == useful_budget(0.5, 7, 0.05)
+
+
+def _draft_model_cost() -> CostModel:
+    # 1.5B target + 0.5B draft on this CPU, roughly: rows free, a draft forward 0.4x a target's.
+    flat = (1, 64)
+    return CostModel(ForwardCost(flat, (100.0, 100.0), overhead_ms=50.0), ForwardCost(flat, (40.0, 40.0), overhead_ms=25.0))
+
+
+def test_an_unsure_draft_drafts_its_free_first_token_only_and_a_sure_one_its_chain():
+    cost = _draft_model_cost()
+    # A draft model's chain: budget b costs b - 1 draft forwards (the first token is read
+    # from the last extend's top-k) and an extend; a plain step costs the target alone.
+    step_ms = lambda bs, w: cost.step_ms(bs, w, draft_steps=max(0, w - 2), draft_extend=w > 1)  # noqa: E731
+    sure = plan_step([0.8], range(5), step_ms, 0.05, firsts=[0.97])
+    unsure = plan_step([0.8], range(5), step_ms, 0.05, firsts=[0.2])
+    blind = plan_step([0.8], range(5), step_ms, 0.05)
+    assert sure.budgets[0] >= 2 and blind.budgets[0] >= 2  # worth draft forwards
+    assert unsure.budgets == (0,)  # behind an unlikely first token not even its extend is
+
+
+def test_first_draft_calibration_learns_what_a_probability_is_worth():
+    cal = FirstDraftCalibration(decay=0.01, prior_weight=4.0)
+    assert cal.rate(0.99, prior=0.7) == pytest.approx(0.7)  # no evidence: the budget model's p
+    for i in range(400):
+        cal.observe(0.98, accepted=i % 20 != 0)  # sure: 95% accepted
+        cal.observe(0.2, accepted=i % 5 == 0)  # unsure: 20% accepted
+    assert cal.rate(0.99, prior=0.7) == pytest.approx(0.95, abs=0.01)
+    assert cal.rate(0.1, prior=0.7) == pytest.approx(0.2, abs=0.02)
+    assert cal.rate(0.6, prior=0.7) == pytest.approx(0.7)  # a bin never seen stays at the prior
+    info = cal.info()
+    assert info["edges"] == list(FirstDraftCalibration.EDGES) and info["accept_rate"][2] is None

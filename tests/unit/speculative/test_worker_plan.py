@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from sglang_specsot.speculative.budget import AcceptanceStats, AdaptiveConfig
 from sglang_specsot.speculative.context_draft import ContextDrafter
 from sglang_specsot.speculative.cost_model import CostModel, ForwardCost
@@ -126,3 +128,54 @@ def test_no_step_log_without_its_environment_variable(monkeypatch):
 
     monkeypatch.delenv(step_log.ENV, raising=False)
     assert step_log.StepLog.from_env() is None
+
+
+def _confident_worker():
+    import torch
+
+    from sglang_specsot.speculative.budget import FirstDraftCalibration
+
+    config = AdaptiveConfig(buckets=((1, (0, 1, 2, 3)),), explore_share=0.0)
+    worker = _model_worker(config)
+    worker._draft_worker = SimpleNamespace(topk=1, variable_steps=True, max_steps=3)  # what bind_workers sets
+    worker.first_calibration = FirstDraftCalibration()
+    for i in range(200):  # this draft model is right when sure and wrong when not
+        worker.first_calibration.observe(0.97, accepted=True)
+        worker.first_calibration.observe(0.2, accepted=False)
+    worker._step_q1 = worker._last_q1 = None
+    worker._step_log, worker._exploring, worker.drafter = None, False, ContextDrafter()
+    batch = _batch(2)
+    batch.spec_info = SimpleNamespace(topk_p=torch.tensor([[0.97], [0.2]]), topk_index=torch.tensor([[11], [22]]))
+    return worker, batch
+
+
+def test_the_draft_models_confidence_shapes_each_requests_budget():
+    worker, batch = _confident_worker()
+    sizes = worker._tree_sizes(batch)
+    assert sizes[0] > 1 and sizes[1] == 1  # the sure request drafts, the unsure one does not
+    # A stale top-k (a deferred extend) says nothing: the plan falls back to the shared p.
+    worker.backlog.add(["r0"], [3])
+    assert worker._first_draft_acceptance(batch, [0.5, 0.5]) is None
+
+
+def test_after_a_catch_up_the_plan_is_made_again_with_the_fresh_confidence():
+    worker, batch = _confident_worker()
+    worker._last_ps = [0.9, 0.9]
+    assert worker._replan(batch, [4, 4])[1] == 1  # the unsure request's chain is cut
+    worker._exploring = True
+    assert worker._replan(batch, [2, 2]) == [2, 2]  # an exploring step keeps its plan
+
+
+def test_verify_tells_the_calibration_whether_the_first_draft_was_the_targets_token():
+    import torch
+
+    worker, batch = _confident_worker()
+    worker.first_calibration = type(worker.first_calibration)()
+    chain = DraftTree((5, 11), (-1, 0))
+    worker._note_first_drafts(batch, [chain, None])  # the second request drafted nothing
+    assert worker._step_q1 == [(pytest.approx(0.97), 11), None]
+    result = SimpleNamespace(next_token_ids=torch.tensor([11, 7, 9, 9]), speculative_num_draft_tokens=2)
+    worker._observe_first_drafts(result)
+    assert worker.first_calibration.info()["weight"][-1] == 1.0
+    assert worker.first_calibration.rate(0.97, prior=0.0) == pytest.approx(1 / 5)  # 1 accepted, prior weight 4
+    assert worker._step_q1 is None and worker._first_draft_q() == [0.97, None]
