@@ -119,6 +119,34 @@ def draft_model_context(parallel_layout):
         yield
 
 
+@contextlib.contextmanager
+def kept_forward_logits(model_runner):
+    """The `logits_output` of every `model_runner.forward` call inside the block, in a list.
+
+    SGLang's draft-extend (eagle_worker_v2.py:1207-1272) keeps its logits local: for a top-1
+    chain it takes the argmax and leaves `topk_p = 1.0` (a chain needs no scores), so the draft
+    model's confidence is lost. Its eager path replaces `next_token_logits` on the same object
+    with the rows it selected (:1233), so the object kept here holds one row per request
+    after the call. The runner's own `forward` is back when the block ends.
+    """
+    kept, forward = [], model_runner.forward
+    own = "forward" in vars(model_runner)
+
+    def keep(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        kept.append(out.logits_output)
+        return out
+
+    model_runner.forward = keep
+    try:
+        yield kept
+    finally:
+        if own:
+            model_runner.forward = forward
+        else:
+            del model_runner.forward
+
+
 def validate_chat_request(serving, request) -> str | None:
     """SGLang's own check of a chat request (serving_chat.py:1103); the problem, or None."""
     return serving._validate_request(request)

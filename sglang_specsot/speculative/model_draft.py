@@ -45,6 +45,7 @@ class SoTDraftModel(sgl.DraftModelWorker):
         )
         self.verify_width = spec.speculative_num_draft_tokens
         self.max_steps = spec.speculative_num_steps
+        self.confidence = False  # set by the worker whose budget policy reads it
         super().__init__(server_args, gpu_id, nccl_port, target_worker)
         # SGLang reads speculative_num_draft_tokens both as the draft tree size (draft,
         # organize_draft_results) and as the draft-extend window (= the verify window).
@@ -123,6 +124,29 @@ class SoTDraftModel(sgl.DraftModelWorker):
             verify_input.retrieve_next_sibling.cpu(),
         )
 
+    @property
+    def keeps_confidence(self) -> bool:
+        """Whether draft-extends leave the draft's probability of its top-1 token in `topk_p`
+        (SGLang's top-1 path leaves 1.0): asked for by the adaptive budget policy
+        (`confidence`), for a top-1 chain run eagerly, without rejection sampling (whose
+        top-k is a sample, with probabilities of its own)."""
+        return (
+            self.confidence and self.topk == 1 and self.variable_steps
+            and not sgl.get_spec().speculative_use_rejection_sampling
+        )  # fmt: skip
+
+    def _draft_extend(self, batch, result) -> None:
+        """SGLang's draft-extend over the window `result` describes; fills
+        `result.next_draft_input` (with the draft's confidence where `keeps_confidence`)."""
+        if not self.keeps_confidence:
+            self.draft_extend_for_decode(batch, result)
+            return
+        with sgl.kept_forward_logits(self.draft_runner) as kept:
+            self.draft_extend_for_decode(batch, result)
+        draft_input = result.next_draft_input
+        probs = torch.softmax(kept[-1].next_token_logits.float(), dim=-1)  # one row per request
+        draft_input.topk_p = probs.gather(-1, draft_input.topk_index.to(probs.device))
+
     def extend_after_prefill(self, batch, next_token_ids: torch.Tensor):
         """Draft-extend over the prompt; returns SGLang's draft input (top-k for step one)."""
         with sgl.draft_model_context(self.parallel_layout):
@@ -161,7 +185,7 @@ class SoTDraftModel(sgl.DraftModelWorker):
                 next_draft_input=SoTDraftInput(),
             )  # fmt: skip
             with self._width(w), sgl.draft_model_context(self.parallel_layout):
-                self.draft_extend_for_decode(batch, result)
+                self._draft_extend(batch, result)
         finally:
             for name, value in saved.items():
                 setattr(batch, name, value)
@@ -172,7 +196,7 @@ class SoTDraftModel(sgl.DraftModelWorker):
         width = result.speculative_num_draft_tokens
         assert 1 <= width <= self.verify_width, f"verify window {width} outside [1, {self.verify_width}]"
         with self._width(width), sgl.draft_model_context(self.parallel_layout):
-            self.draft_extend_for_decode(batch, result)
+            self._draft_extend(batch, result)
 
 
 def trees_from_links(

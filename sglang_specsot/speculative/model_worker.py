@@ -41,6 +41,9 @@ class SpecSoTModelWorker(SpecSoTWorker):
         super().__init__(server_args, gpu_id, nccl_port, target_worker)
         self.bind_workers(target_worker, SoTDraftModel(server_args, gpu_id, nccl_port, target_worker))
         check_vocab_compatible(target_worker, self.draft_worker)
+        # The draft's probability of its first token, for the budget policy (adaptive only:
+        # it costs a softmax over the vocabulary per draft-extend).
+        self.draft_worker.confidence = self.adaptive is not None
         self.cost.draft = probe_forward_cost(self.draft_worker.draft_runner.model)
         # What computed the top-k a step's chain starts from: SGLang's extend (after prefill
         # or verify) or a deferred extend's catch-up; acceptance by depth is split by it.
