@@ -188,7 +188,10 @@ class SpecSoTModelWorker(SpecSoTWorker):
         # A fixed chain or tree is verified whole; an adaptive chain may be cut to nothing.
         return 0 if self._chain_adaptive else self.draft_worker.tree_size - 1
 
-    def _step_ms(self, bs: int, width: int) -> float:
+    def _catch_ups(self) -> int:
+        return 0 if self.backlog is None else self.backlog.catch_ups
+
+    def _modelled_step_ms(self, bs: int, width: int) -> float:
         # Draft-extend runs every step (the draft's KV must follow the text), except that a
         # plain step defers it when the backlog is on. The catch-up that follows is not
         # priced here: it replaces the extends the plain steps skipped, and is paid whether

@@ -27,7 +27,7 @@ from sglang_specsot.speculative.budget import (
     plan_step,
 )  # fmt: skip
 from sglang_specsot.speculative.context_draft import ContextDrafter
-from sglang_specsot.speculative.cost_model import CostModel
+from sglang_specsot.speculative.cost_model import CostModel, StepCostTable
 from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree, tree_mask
 from sglang_specsot.speculative.inputs import SoTDraftExtendInput, SoTDraftInput, SoTVerifyInput
 from sglang_specsot.speculative.memory import memory_report
@@ -56,6 +56,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         # The cost model is measured on every start-up (and shown in /server_info); the
         # budget policy uses it only with --speculative-adaptive.
         self.cost = CostModel(target=probe_forward_cost(self.model_runner.model))
+        self.step_costs = StepCostTable()  # real step times, where the model prices them wrong
         # Wall-clock step times mean something only where the host waits for the forward.
         self._refresh_costs = torch.device(self.device).type == "cpu"
         self.adaptive = adaptive_config(server_args, self.num_draft_tokens - 1)
@@ -91,6 +92,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         plan = self._last_plan
         return {"specsot": {
             "cost_model": self.cost.info(),
+            "measured_step_ms": self.step_costs.info(),
             "adaptive": self.adaptive is not None,
             "acceptance_p": dict(list(self.stats.info().items())[-32:]),  # newest groups
             "last_plan": None if plan is None else {"width": plan.width, "budgets": list(plan.budgets)},
@@ -105,16 +107,21 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._log_event_loop(on_publish)
         if not batch.forward_mode.is_decode():
             return self._forward_prefill(batch, on_publish, pp_proxy_tensors)
-        start, explored = time.perf_counter(), self._explored
+        start, explored, catch_ups = time.perf_counter(), self._explored, self._catch_ups()
         verify_input = self.draft(batch)
         result = self.verify(batch, verify_input, pp_proxy_tensors)
         if on_publish is not None:
             on_publish(result.new_seq_lens)  # before draft-extend: the fence is at verify end
         self.draft_extend(batch, result)
+        ms = (time.perf_counter() - start) * 1e3
+        if self._refresh_costs and self._catch_ups() == catch_ups:
+            self.step_costs.observe(len(batch.reqs), result.speculative_num_draft_tokens, ms)
         if self._step_log is not None:
-            ms = (time.perf_counter() - start) * 1e3
             self._step_log.write(self._step_record(result, ms, self._explored > explored))
         return result
+
+    def _catch_ups(self) -> int:
+        return 0  # deferred draft-extends' catch-ups so far (a draft model's)
 
     def _step_record(self, result, ms: float, explored: bool) -> StepRecord:
         plan, trees = self._last_plan if self.adaptive is not None else None, self._step_trees
@@ -249,6 +256,11 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         )  # fmt: skip
 
     def _step_ms(self, bs: int, width: int) -> float:
+        """What a step costs: as measured lately where known, else as the cost model prices it."""
+        measured = self.step_costs.ms(bs, width)
+        return measured if measured is not None else self._modelled_step_ms(bs, width)
+
+    def _modelled_step_ms(self, bs: int, width: int) -> float:
         return self.cost.step_ms(bs, width)
 
     def _min_budget(self) -> int:

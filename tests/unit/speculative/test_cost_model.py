@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_specsot.speculative.cost_model import CostModel, ForwardCost
+from sglang_specsot.speculative.cost_model import CostModel, ForwardCost, StepCostTable
 
 
 def _flat_then_linear() -> ForwardCost:
@@ -58,3 +58,19 @@ def test_step_with_a_draft_model_adds_its_steps_and_extend():
 def test_probe_rows_must_increase():
     with pytest.raises(AssertionError):
         ForwardCost(probe_rows=(8, 4), probe_ms=(1.0, 1.0))
+
+
+def test_step_cost_table_answers_only_for_steps_seen_enough_and_lately():
+    table = StepCostTable(window=4, min_seen=3, fresh_steps=5, max_keys=2)
+    table.observe(4, 8, 700.0)
+    table.observe(4, 8, 5000.0)  # a one-off slow step (a new shape's first forward)
+    assert table.ms(4, 8) is None  # seen twice: not yet
+    table.observe(4, 8, 780.0)
+    assert table.ms(4, 8) == 780.0  # the lower median of 700, 780, 5000
+    for _ in range(5):
+        table.observe(1, 1, 200.0)
+    assert table.ms(1, 1) == 200.0 and table.ms(4, 8) == 780.0
+    table.observe(1, 1, 200.0)  # 6 steps since (4, 8) was seen: stale, the model answers again
+    assert table.ms(4, 8) is None
+    table.observe(2, 2, 300.0)  # a third key: the least recently seen one goes
+    assert table.ms(4, 8) is None and (4, 8) not in table._times and table.info() == {"1x1": 200.0}

@@ -9,7 +9,7 @@ import pytest
 
 from sglang_specsot.speculative.budget import AcceptanceStats, AdaptiveConfig
 from sglang_specsot.speculative.context_draft import ContextDrafter
-from sglang_specsot.speculative.cost_model import CostModel, ForwardCost
+from sglang_specsot.speculative.cost_model import CostModel, ForwardCost, StepCostTable
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.worker import SpecSoTWorker
 
@@ -23,7 +23,7 @@ def _worker(config: AdaptiveConfig) -> SpecSoTWorker:
     worker.stats = AcceptanceStats(config)
     worker._tags, worker._last_plan, worker._plain_steps, worker._explored = {}, None, 0, 0
     worker._steps, worker._draft_source, worker.by_depth = 0, "context", {}
-    worker._step_log, worker.drafter = None, ContextDrafter()
+    worker._step_log, worker.drafter, worker.step_costs = None, ContextDrafter(), StepCostTable()
     return worker
 
 
@@ -85,6 +85,7 @@ def _model_worker(config: AdaptiveConfig):
     worker.adaptive, worker.stats = config, AcceptanceStats(config)
     worker._tags, worker._last_plan, worker._plain_steps, worker._explored = {}, None, 0, 0
     worker._steps, worker._draft_source, worker.by_depth = 0, "context", {}
+    worker.step_costs = StepCostTable()
     worker.__dict__["backlog"] = ExtendBacklog()  # what the cached property gives on a CPU chain
     worker._chain_steps = lambda width: width - 1  # a chain as long as the budget
     worker._min_budget = lambda: 0  # an adaptive chain may be cut to nothing
@@ -179,3 +180,16 @@ def test_verify_tells_the_calibration_whether_the_first_draft_was_the_targets_to
     assert worker.first_calibration.info()["weight"][-1] == 1.0
     assert worker.first_calibration.rate(0.97, prior=0.0) == pytest.approx(1 / 5)  # 1 accepted, prior weight 4
     assert worker._step_q1 is None and worker._first_draft_q() == [0.97, None]
+
+
+def test_measured_step_times_override_the_model_where_it_prices_a_width_wrong():
+    worker = _worker(AdaptiveConfig(buckets=((1, (0, 7)),), explore_share=0.0))
+    worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 64), probe_ms=(100.0, 100.0)))  # rows "free"
+    batch = _batch(4)
+    width = max(worker._tree_sizes(batch))
+    assert width == 5  # by the model a wide window is free (p = 0.5: 4 drafts are worth it)
+    for _ in range(3):  # ... but such steps really take 4x a plain one
+        worker.step_costs.observe(4, width, 400.0)
+    assert worker._step_ms(4, width) == 400.0 and worker._step_ms(4, 1) == 100.0  # the rest: the model
+    assert max(worker._tree_sizes(batch)) == 1
+    assert worker.speculative_state_report()["specsot"]["measured_step_ms"] == {"4x5": 400.0}
