@@ -142,7 +142,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     def _candidates(self, ps: list[float], firsts: list[float] | None) -> dict[str, list[float]]:
         """What the policy weighed: each candidate width's expected tokens and ms."""
         plans = candidate_plans(
-            ps, self.adaptive.candidates(len(ps)), self._step_ms, self.adaptive.min_token_prob, self._min_budget(),
+            ps, self._candidate_budgets(len(ps)), self._step_ms, self.adaptive.min_token_prob, self._min_budget(),
             firsts,
         )  # fmt: skip
         return {str(p.width): [round(p.expected_tokens, 4), round(p.step_ms, 3)] for p in plans}
@@ -228,7 +228,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     def _maybe_explore(self, ps: list[float], plain: StepPlan) -> StepPlan:
         """The plain `plain`, or once every `explore_every` plain steps a step that drafts the
         smallest budget: the acceptance estimates learn only from drafted steps."""
-        explore = explore_plan(ps, self.adaptive.candidates(len(ps)), self._step_ms)
+        explore = explore_plan(ps, self._candidate_budgets(len(ps)), self._step_ms)
         every = explore_every(plain.step_ms, explore.step_ms, self.adaptive.explore_share)
         self._plain_steps += 1
         if every == 0 or explore.width == 1 or self._plain_steps < every:
@@ -251,7 +251,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         """The budget policy's plan for a step of requests with acceptance `ps` (needs
         --speculative-adaptive)."""
         return plan_step(
-            ps, self.adaptive.candidates(len(ps)), self._step_ms, self.adaptive.min_token_prob, self._min_budget(),
+            ps, self._candidate_budgets(len(ps)), self._step_ms, self.adaptive.min_token_prob, self._min_budget(),
             firsts,
         )  # fmt: skip
 
@@ -262,6 +262,10 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
 
     def _modelled_step_ms(self, bs: int, width: int) -> float:
         return self.cost.step_ms(bs, width)
+
+    def _candidate_budgets(self, bs: int) -> tuple[int, ...]:
+        """The budgets the policy weighs for a batch of `bs` (the adaptive config's)."""
+        return self.adaptive.candidates(bs)
 
     def _min_budget(self) -> int:
         return 0  # context drafting may always fall back to a plain decode

@@ -193,3 +193,11 @@ def test_measured_step_times_override_the_model_where_it_prices_a_width_wrong():
     assert worker._step_ms(4, width) == 400.0 and worker._step_ms(4, 1) == 100.0  # the rest: the model
     assert max(worker._tree_sizes(batch)) == 1
     assert worker.speculative_state_report()["specsot"]["measured_step_ms"] == {"4x5": 400.0}
+
+
+def test_an_adaptive_chains_budgets_stop_at_the_chain_length():
+    worker, batch = _confident_worker()  # a 3-step chain; the config offers budgets up to 3
+    worker.adaptive = AdaptiveConfig(buckets=((1, (0, 2, 5, 7)),), explore_share=0.0)
+    assert worker._candidate_budgets(2) == (0, 2, 3)
+    worker._draft_worker = SimpleNamespace(topk=2, variable_steps=True, max_steps=3)  # a tree: as configured
+    assert worker._candidate_budgets(2) == (0, 2, 5, 7)
