@@ -35,7 +35,7 @@ class AdaptiveConfig:
     its size) to `candidate_steps`; for SPECSOT a candidate is a per-request draft budget in
     tokens (0 = plain decode). SPECSOT's keys live under "specsot" (SGLang's loader skips
     non-numeric keys): `decay`, `prior_accepts`, `prior_misses`, `min_token_prob`,
-    `defer_draft_extend`, `explore_share`.
+    `defer_draft_extend`, `explore_share`, `long_match`.
     """
 
     buckets: tuple[tuple[int, tuple[int, ...]], ...]  # (smallest batch size, budgets), increasing
@@ -50,6 +50,11 @@ class AdaptiveConfig:
     # learn only from drafted steps, so a batch that stopped drafting drafts one step
     # (the smallest candidate budget) every `explore_every` plain steps. 0 = never.
     explore_share: float = 0.05
+    # With a draft model: a step whose every request's recent tokens match its SoT context
+    # (own text, siblings, corpus) over at least this many tokens weighs drafting from the
+    # context alone, without the draft model's forwards, at the acceptance such context
+    # chains have measured (compared with the committed tokens). 0 = never.
+    long_match: int = 12
 
     def __post_init__(self) -> None:
         if not self.buckets or any(not c for _, c in self.buckets):
@@ -60,6 +65,8 @@ class AdaptiveConfig:
             raise ValueError("specsot.prior_accepts and specsot.prior_misses must be positive")
         if not 0.0 <= self.explore_share < 1.0:
             raise ValueError(f"specsot.explore_share={self.explore_share} outside [0, 1)")
+        if not isinstance(self.long_match, int) or isinstance(self.long_match, bool) or self.long_match < 0:
+            raise ValueError(f"specsot.long_match={self.long_match!r} must be an int >= 0 (0 = never)")
         if not isinstance(self.defer_draft_extend, bool):
             raise ValueError(f"specsot.defer_draft_extend={self.defer_draft_extend!r} must be true or false")
 

@@ -340,6 +340,23 @@ class ContextDrafter:
 
     # -- drafting --------------------------------------------------------------------------
 
+    def match_length(self, rid: str) -> int:
+        """The longest match (at most max_ngram) of the request's recent tokens in its own
+        earlier text, its SoT siblings' or the corpus, among the occurrences a proposal
+        would weigh: how strongly the context alone predicts what comes next."""
+        cfg = self.config
+        suffix = self._seqs[rid].tokens[-cfg.max_ngram :]
+        best = 0
+        for source, _ in self._sources(rid):
+            for _, length in source.matches(suffix, cfg.min_ngram, cfg.max_ngram, cfg.per_source):
+                best = max(best, length)
+        if cfg.corpus_weight > 0:
+            for _, _, length in self._corpus.matches(
+                suffix, self._group_of.get(rid, rid), cfg.min_ngram, cfg.max_ngram, cfg.per_source
+            ):
+                best = max(best, length)
+        return best
+
     def propose(self, rid: str, num_nodes: int, seed: DraftTree | None = None) -> DraftTree:
         """A tree of at most `num_nodes` nodes rooted at the request's last token.
 

@@ -38,6 +38,18 @@ class DraftTree:
             depth[i] = depth[self.parents[i]] + 1
         return max(depth)
 
+    def first_chain(self) -> list[int]:
+        """Tokens below the root along each node's first child: a best-first builder's
+        likeliest path."""
+        first_child: dict[int, int] = {}
+        for node in range(1, self.size):
+            first_child.setdefault(self.parents[node], node)
+        out, node = [], 0
+        while node in first_child:
+            node = first_child[node]
+            out.append(self.tokens[node])
+        return out
+
     def leaf_paths(self) -> list[list[int]]:
         """Token paths from below the root to each leaf, in node order."""
         has_child = set(self.parents[1:])

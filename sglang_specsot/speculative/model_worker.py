@@ -23,7 +23,9 @@ import time
 import torch
 
 from sglang_specsot.speculative import adapter as sgl
-from sglang_specsot.speculative.budget import FirstDraftCalibration
+from sglang_specsot.speculative.budget import (
+    AcceptanceStats, AdaptiveConfig, FirstDraftCalibration, expected_drafts_accepted,
+)  # fmt: skip
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.extend_backlog import ExtendBacklog, catch_up_windows
 from sglang_specsot.speculative.inputs import SoTDraftInput
@@ -32,6 +34,8 @@ from sglang_specsot.speculative.probe import probe_forward_cost
 from sglang_specsot.speculative.worker import SpecSoTWorker
 
 logger = logging.getLogger(__name__)
+
+_LONG_MATCH = "long_match"  # the acceptance key of long-match context chains
 
 
 class SpecSoTModelWorker(SpecSoTWorker):
@@ -49,6 +53,10 @@ class SpecSoTModelWorker(SpecSoTWorker):
         # or verify) or a deferred extend's catch-up; acceptance by depth is split by it.
         self._topk_source = "extend"
         self.first_calibration = FirstDraftCalibration()
+        # Long-match context chains: their measured acceptance, and the steps they drafted alone.
+        self.long_match_stats = AcceptanceStats(self.adaptive or AdaptiveConfig.default(self.num_draft_tokens - 1))
+        self.draft_model_skips = 0
+        self._shadow: list[list[int] | None] | None = None
         self._step_q1: list[tuple[float, int] | None] | None = None  # this step's first drafts
         self._last_q1: list[tuple[float, int] | None] | None = None  # the last step's, for the step log
         logger.info("SPECSOT cost model measured at start-up (draft, ms by rows): %s", self.cost.draft.info())
@@ -91,7 +99,10 @@ class SpecSoTModelWorker(SpecSoTWorker):
     def _draft_trees(self, batch, sizes: list[int]) -> list[DraftTree]:
         self._draft_source, self._step_q1 = "context", None
         seeds: list[DraftTree | None] = [None] * len(sizes)
-        if self._chain_steps(max(sizes)) > 0:
+        self._shadow = self._long_match_chains(batch)
+        if self._chain_steps(max(sizes)) > 0 and self._context_pays(sizes):
+            self.draft_model_skips += 1  # the SoT context alone drafts this step
+        elif self._chain_steps(max(sizes)) > 0:
             if self.backlog is not None and not self.backlog.current(self._rids(batch)):
                 # Step one reads the top-k of the draft's last extend: bring it up to date.
                 batch.spec_info.topk_p, batch.spec_info.topk_index = self._catch_up(batch, batch.seq_lens)
@@ -116,6 +127,52 @@ class SpecSoTModelWorker(SpecSoTWorker):
             per_forward = (time.perf_counter() - start) * 1e3 / (steps - 1)
             self.cost.draft.observe(len(batch.reqs) * self.draft_worker.topk, per_forward)
         return seeds
+
+    # -- skipping the draft model where the SoT context matches long ---------------------
+
+    def _long_match_chains(self, batch) -> list[list[int] | None] | None:
+        """Per request, the context's likeliest chain where its recent tokens match the SoT
+        context over at least `long_match` tokens (None elsewhere); None when no request
+        does. Compared with the committed tokens after verify, whatever drafted the step."""
+        if not self._chain_adaptive or self.adaptive.long_match == 0:
+            return None
+        chains: list[list[int] | None] = []
+        for req in batch.reqs:
+            self._history(req)
+            if self.drafter.match_length(req.rid) >= self.adaptive.long_match:
+                chains.append(self.drafter.propose(req.rid, self.draft_worker.max_steps + 1).first_chain())
+            else:
+                chains.append(None)
+        return chains if any(c is not None for c in chains) else None
+
+    def _context_pays(self, sizes: list[int]) -> bool:
+        """Whether this step drafts more tokens per ms from the context alone (no draft
+        forwards) than with the draft model, at the acceptance long-match context chains
+        have measured; only when every request has one (the draft runs for the whole batch)."""
+        chains, plan = self._shadow, self._last_plan
+        if chains is None or plan is None or self._exploring or not all(chains):
+            return False
+        p, bs = self.long_match_stats.p(_LONG_MATCH), len(sizes)
+        saved = max(0, self._chain_steps(max(sizes)) - 1) * self.cost.draft.ms(bs)
+        tokens = sum(1 + expected_drafts_accepted(p, min(n - 1, len(c))) for n, c in zip(sizes, chains))
+        ms = plan.step_ms - saved
+        return ms > 0 and tokens / ms > plan.rate
+
+    def _observe_long_match_chains(self, result) -> None:
+        """How far each long-match context chain agreed with the tokens verify committed."""
+        chains, self._shadow = self._shadow, None
+        if chains is None:
+            return
+        n = result.speculative_num_draft_tokens
+        rows, lens = result.next_token_ids.view(-1, n).tolist(), result.accept_lens.tolist()
+        for chain, row, k in zip(chains, rows, lens):
+            if not chain:
+                continue
+            agree = 0
+            while agree < min(len(chain), k) and chain[agree] == row[agree]:
+                agree += 1
+            # All k committed tokens agreed: what the chain says beyond them is unknown.
+            self.long_match_stats.observe(_LONG_MATCH, agree if agree == k else len(chain), agree)
 
     # -- the draft model's confidence in its first draft ----------------------------------
 
@@ -216,6 +273,9 @@ class SpecSoTModelWorker(SpecSoTWorker):
             report["specsot"]["draft_extend"] = self.backlog.info()
         if self._chain_adaptive:
             report["specsot"]["first_draft_calibration"] = self.first_calibration.info()
+            report["specsot"]["long_match"] = {
+                "p": round(self.long_match_stats.p(_LONG_MATCH), 3), "draft_model_skips": self.draft_model_skips,
+            }  # fmt: skip
         return report
 
     def _overheads(self) -> dict:
@@ -227,6 +287,7 @@ class SpecSoTModelWorker(SpecSoTWorker):
     def draft_extend(self, batch, result) -> None:
         super().draft_extend(batch, result)  # the context history first (host side)
         self._observe_first_drafts(result)
+        self._observe_long_match_chains(result)
         rids = self._rids(batch)
         if self.backlog is not None:
             self.backlog.keep(rids)

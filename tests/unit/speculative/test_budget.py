@@ -137,6 +137,8 @@ def test_sglang_config_format_with_specsot_keys():
         ({"1": {"candidate_steps": [1]}, "specsot": [0.2]}, "takes keys"),
         ({"1": {"candidate_steps": [1]}, "specsot": {"defer_draft_extend": "no"}}, "true or false"),
         ({"1": {"candidate_steps": [1]}, "specsot": {"explore_share": 1.5}}, "explore_share"),
+        ({"1": {"candidate_steps": [1]}, "specsot": {"long_match": -1}}, "long_match"),
+        ({"1": {"candidate_steps": [1]}, "specsot": {"long_match": 2.5}}, "long_match"),
     ],
 )
 def test_bad_configs_name_the_problem(data, message):

@@ -103,6 +103,17 @@ def test_sizes_stay_within_their_bounds_however_many_requests_are_served():
     assert 0 < sizes["corpus_tokens"] <= config.corpus_tokens + 30
 
 
+def test_match_length_is_the_longest_match_of_the_recent_tokens_anywhere_in_the_context():
+    drafter = ContextDrafter()
+    phrase = list(range(100, 120))
+    drafter.start("a", [1, 2] + phrase + [3] + phrase[:15], group="g")  # repeating itself
+    assert drafter.match_length("a") == 15
+    drafter.start("b", [7, 8, 9], group="g")
+    assert drafter.match_length("b") == 0  # its last tokens occur nowhere else
+    drafter.start("c", [4] + phrase[:6], group="g")
+    assert drafter.match_length("c") == 6  # a sibling's text
+
+
 def test_forget_drops_ungrouped_requests():
     drafter = ContextDrafter()
     drafter.start("a", [1, 2])

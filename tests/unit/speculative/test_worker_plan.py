@@ -201,3 +201,42 @@ def test_an_adaptive_chains_budgets_stop_at_the_chain_length():
     assert worker._candidate_budgets(2) == (0, 2, 3)
     worker._draft_worker = SimpleNamespace(topk=2, variable_steps=True, max_steps=3)  # a tree: as configured
     assert worker._candidate_budgets(2) == (0, 2, 5, 7)
+
+
+def _long_match_worker():
+    from sglang_specsot.speculative.budget import AcceptanceStats, StepPlan
+
+    worker, batch = _confident_worker()
+    worker.long_match_stats, worker.draft_model_skips = AcceptanceStats(worker.adaptive), 0
+    # A 3-step chain planned for both requests: 2 draft forwards of 40 ms in a 300 ms step.
+    worker._last_plan = StepPlan(width=4, budgets=(3, 3), expected_tokens=2 * 2.5, step_ms=300.0)
+    worker._chain_steps = lambda width: min(width - 1, 3)
+    return worker, batch
+
+
+def test_the_context_alone_drafts_when_its_long_matches_have_proven_as_good():
+    worker, _ = _long_match_worker()
+    worker._shadow = [[5, 6, 7], [8, 9, 10]]
+    for _ in range(20):  # long-match context chains have been right all the way
+        worker.long_match_stats.observe("long_match", 3, 3)
+    assert worker._context_pays([4, 4])  # ~4 tokens each in 220 ms beats 2.5 in 300 ms
+    worker._shadow = [[5, 6, 7], None]  # one request without a long match: the draft runs anyway
+    assert not worker._context_pays([4, 4])
+    worker._shadow = [[5, 6, 7], [8, 9, 10]]
+    for _ in range(40):  # ... and once they are mostly wrong, the draft model drafts again
+        worker.long_match_stats.observe("long_match", 3, 0)
+    assert not worker._context_pays([4, 4])
+
+
+def test_long_match_chains_are_scored_against_the_committed_tokens_censored_at_the_accept_length():
+    import torch
+
+    worker, _ = _long_match_worker()
+    worker._shadow = [[5, 6, 7], [8, 9, 10]]
+    # Request 0 committed 5, 6 (all it committed agreed: beyond is unknown); request 1
+    # committed 8, 1, 2 (the chain's second token was wrong).
+    result = SimpleNamespace(next_token_ids=torch.tensor([5, 6, 0, 0, 8, 1, 2, 0]),
+                             accept_lens=torch.tensor([2, 3]), speculative_num_draft_tokens=4)  # fmt: skip
+    worker._observe_long_match_chains(result)
+    acc, miss = worker.long_match_stats._counts["long_match"]
+    assert (acc, miss) == pytest.approx((0.9 * 2 + 1, 1.0)) and worker._shadow is None

@@ -58,3 +58,11 @@ def test_draft_model_trees_round_trip_through_sglang_links(seed):
     next_token, next_sibling = _host_links(tuple(trees), n)
     tokens = torch.tensor([t.tokens for t in trees], dtype=torch.int64)
     assert trees_from_links(tokens, next_token, next_sibling) == trees
+
+
+def test_first_chain_follows_each_nodes_first_child():
+    from sglang_specsot.speculative.draft_tree import DraftTree
+
+    tree = DraftTree((1, 2, 3, 4, 5, 6), (-1, 0, 0, 1, 1, 3))  # 2 -> (4 -> 6, 5); 3
+    assert tree.first_chain() == [2, 4, 6]
+    assert DraftTree((1,), (-1,)).first_chain() == []
