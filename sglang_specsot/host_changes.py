@@ -330,6 +330,40 @@ register_host_change(
 )
 
 
+# --- A bounded cache of deserialized custom logit processors ------------------------------------
+
+PROCESSOR_CACHE_SIZE = 64  # distinct processor strings kept deserialized per process
+
+
+def _bounded_processor_cache_hook() -> Callable:
+    import functools
+
+    from sglang_specsot.speculative import adapter as sgl
+
+    # SGLang's own deserializer, undecorated, under a bounded cache of the same kind.
+    return functools.lru_cache(maxsize=PROCESSOR_CACHE_SIZE)(sgl.uncached_processor_deserializer())
+
+
+register_host_change(
+    HostChange(
+        name="bounded-processor-cache",
+        target="sglang.srt.sampling.custom_logit_processor._cache_from_str",
+        hook_type="replace",
+        hook=_bounded_processor_cache_hook,
+        why=(
+            "CustomLogitProcessor.from_str deserializes through _cache_from_str, an "
+            "lru_cache(maxsize=None) (sglang/srt/sampling/custom_logit_processor.py:15): every "
+            "distinct processor string a client sends stays deserialized in the scheduler (and, "
+            "with our request checks, the HTTP server) for the life of the process. Server-side "
+            "SoT sends one string per distinct SoTConfig, which clients choose, so a client "
+            "varying its config could grow the server's memory without bound. The cache keeps "
+            "the last 64."
+        ),
+        patch="bounded-processor-cache.diff",
+    )
+)
+
+
 # --- SPECSOT's cost model and budgets in /server_info (speculative/server_info.py) ----------------
 
 

@@ -52,6 +52,8 @@ NAMES: dict[str, str] = {
     "register_model_override_predicate": "sglang.srt.arg_groups.model_override_base",
     "resolving_view": "sglang.srt.arg_groups.model_override_base",
     "get_platform": "sglang.srt.runtime_context",
+    # Host changes (host_changes.py): the deserializer of custom logit processors, cached.
+    "_cache_from_str": "sglang.srt.sampling.custom_logit_processor",
 }
 
 # What the adapter calls or overrides on SGLang objects: class -> {method: its parameters}.
@@ -145,6 +147,12 @@ def kept_forward_logits(model_runner):
             model_runner.forward = forward
         else:
             del model_runner.forward
+
+
+def uncached_processor_deserializer():
+    """SGLang's deserializer of custom logit processors without its unbounded cache
+    (custom_logit_processor.py:15-21: `_cache_from_str` is an `lru_cache(maxsize=None)`)."""
+    return importlib.import_module(NAMES["_cache_from_str"])._cache_from_str.__wrapped__
 
 
 def validate_chat_request(serving, request) -> str | None:

@@ -90,3 +90,14 @@ def test_register_in_a_sglang_cpu_process_applies_everything(tmp_path):
     assert records[0]["host_changes"] == expected == records[1]["host_changes"]
     http_only = {c.name for c in HOST_CHANGES if c.when is _http_server_only}
     assert http_only == {"sot-chat-route", "reject-unservable-requests"}
+
+
+def test_the_processor_cache_is_bounded_and_still_deserializes():
+    from sglang.srt.sampling.custom_logit_processor import DisallowedTokensLogitsProcessor
+
+    from sglang_specsot.host_changes import PROCESSOR_CACHE_SIZE, _bounded_processor_cache_hook
+
+    bounded = _bounded_processor_cache_hook()
+    assert bounded.cache_info().maxsize == PROCESSOR_CACHE_SIZE
+    assert bounded(DisallowedTokensLogitsProcessor.to_str()) is DisallowedTokensLogitsProcessor
+    assert bounded.cache_info().currsize == 1
