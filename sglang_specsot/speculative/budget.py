@@ -285,9 +285,14 @@ def plan_step(
     is a candidate only when it is 0. `firsts`: each request's chance its first draft is
     accepted, where known better than `ps` (the draft model's calibrated confidence).
     """
+    return best_plan(candidate_plans(ps, candidates, step_ms, min_token_prob, min_budget, firsts))
+
+
+def best_plan(plans: Sequence[StepPlan]) -> StepPlan:
+    """The plan with the most expected tokens per ms; ties go to the narrower (listed first)."""
     best: StepPlan | None = None
-    for plan in candidate_plans(ps, candidates, step_ms, min_token_prob, min_budget, firsts):
-        if best is None or plan.rate > best.rate * (1.0 + 1e-9):  # ties go to the narrower
+    for plan in plans:
+        if best is None or plan.rate > best.rate * (1.0 + 1e-9):
             best = plan
     assert best is not None, "no candidate budgets"
     return best

@@ -344,18 +344,21 @@ class ContextDrafter:
         """The longest match (at most max_ngram) of the request's recent tokens in its own
         earlier text, its SoT siblings' or the corpus, among the occurrences a proposal
         would weigh: how strongly the context alone predicts what comes next."""
+        return max((length for _, _, length, _ in self._occurrences(rid)), default=0)
+
+    def _occurrences(self, rid: str):
+        """(tokens, end, match length, vote factor) of each earlier occurrence of the request's
+        recent tokens that a proposal weighs: in its own text and its siblings', then (with a
+        corpus weight) in finished requests' outside its group, which vote as siblings."""
         cfg = self.config
         suffix = self._seqs[rid].tokens[-cfg.max_ngram :]
-        best = 0
-        for source, _ in self._sources(rid):
-            for _, length in source.matches(suffix, cfg.min_ngram, cfg.max_ngram, cfg.per_source):
-                best = max(best, length)
+        for source, factor in self._sources(rid):
+            for end, length in source.matches(suffix, cfg.min_ngram, cfg.max_ngram, cfg.per_source):
+                yield source.tokens, end, length, factor
         if cfg.corpus_weight > 0:
-            for _, _, length in self._corpus.matches(
-                suffix, self._group_of.get(rid, rid), cfg.min_ngram, cfg.max_ngram, cfg.per_source
-            ):
-                best = max(best, length)
-        return best
+            mine = self._group_of.get(rid, rid)
+            for index, end, length in self._corpus.matches(suffix, mine, cfg.min_ngram, cfg.max_ngram, cfg.per_source):
+                yield index.tokens, end, length, cfg.corpus_weight
 
     def propose(self, rid: str, num_nodes: int, seed: DraftTree | None = None) -> DraftTree:
         """A tree of at most `num_nodes` nodes rooted at the request's last token.
@@ -391,21 +394,12 @@ class ContextDrafter:
 
     def _votes(self, rid: str, depth: int) -> _Votes:
         """Each match of the request's recent tokens votes for the `depth` tokens after it."""
-        cfg = self.config
-        suffix = self._seqs[rid].tokens[-cfg.max_ngram :]
         ballots: dict[tuple[int, ...], float] = {}  # equal continuations are counted once, summed
-        for source, factor in self._sources(rid):
-            for end, length in source.matches(suffix, cfg.min_ngram, cfg.max_ngram, cfg.per_source):
-                path = tuple(source.tokens[end : end + depth])
-                ballots[path] = ballots.get(path, 0.0) + factor * length**cfg.match_power
-        if cfg.corpus_weight > 0:
-            # The own group's finished members are already voting as siblings.
-            mine = self._group_of.get(rid, rid)
-            for index, end, length in self._corpus.matches(suffix, mine, cfg.min_ngram, cfg.max_ngram, cfg.per_source):
-                path = tuple(index.tokens[end : end + depth])
-                if _Corpus.SEPARATOR in path:
-                    path = path[: path.index(_Corpus.SEPARATOR)]
-                ballots[path] = ballots.get(path, 0.0) + cfg.corpus_weight * length**cfg.match_power
+        for tokens, end, length, factor in self._occurrences(rid):
+            path = tuple(tokens[end : end + depth])
+            if _Corpus.SEPARATOR in path:  # only the corpus holds separators: stop at its request's end
+                path = path[: path.index(_Corpus.SEPARATOR)]
+            ballots[path] = ballots.get(path, 0.0) + factor * length**self.config.match_power
         votes = _Votes()
         for path, weight in ballots.items():
             votes.add(path, weight)

@@ -100,9 +100,10 @@ class SpecSoTModelWorker(SpecSoTWorker):
         self._draft_source, self._step_q1 = "context", None
         seeds: list[DraftTree | None] = [None] * len(sizes)
         self._shadow = self._long_match_chains(batch)
-        if self._chain_steps(max(sizes)) > 0 and self._context_pays(sizes):
+        drafts = self._chain_steps(max(sizes)) > 0
+        if drafts and self._context_pays(sizes):
             self.draft_model_skips += 1  # the SoT context alone drafts this step
-        elif self._chain_steps(max(sizes)) > 0:
+        elif drafts:
             if self.backlog is not None and not self.backlog.current(self._rids(batch)):
                 # Step one reads the top-k of the draft's last extend: bring it up to date.
                 batch.spec_info.topk_p, batch.spec_info.topk_index = self._catch_up(batch, batch.seq_lens)
@@ -192,10 +193,7 @@ class SpecSoTModelWorker(SpecSoTWorker):
         token (an exploring step keeps its plan: it drafts to learn)."""
         if not self._chain_adaptive or self._exploring:
             return sizes
-        firsts = self._first_draft_acceptance(batch, self._last_ps)
-        plan = self._last_plan = self._plan(self._last_ps, firsts)
-        if self._step_log is not None:
-            self._last_candidates = self._candidates(self._last_ps, firsts)
+        plan = self._last_plan = self._decide(self._last_ps, self._first_draft_acceptance(batch, self._last_ps))
         return [b + 1 for b in plan.budgets]
 
     def _note_first_drafts(self, batch, seeds: list[DraftTree | None]) -> None:

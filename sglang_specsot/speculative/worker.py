@@ -23,8 +23,8 @@ import torch
 
 from sglang_specsot.speculative import adapter as sgl
 from sglang_specsot.speculative.budget import (
-    AcceptanceStats, AdaptiveConfig, DepthAcceptance, StepPlan, candidate_plans, explore_every, explore_plan,
-    plan_step,
+    AcceptanceStats, AdaptiveConfig, DepthAcceptance, StepPlan, best_plan, candidate_plans, explore_every,
+    explore_plan,
 )  # fmt: skip
 from sglang_specsot.speculative.context_draft import ContextDrafter
 from sglang_specsot.speculative.cost_model import CostModel, StepCostTable
@@ -139,14 +139,6 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             cost=self._overheads(), draft_extend=self._draft_extend_counters(),
         )  # fmt: skip
 
-    def _candidates(self, ps: list[float], firsts: list[float] | None) -> dict[str, list[float]]:
-        """What the policy weighed: each candidate width's expected tokens and ms."""
-        plans = candidate_plans(
-            ps, self._candidate_budgets(len(ps)), self._step_ms, self.adaptive.min_token_prob, self._min_budget(),
-            firsts,
-        )  # fmt: skip
-        return {str(p.width): [round(p.expected_tokens, 4), round(p.step_ms, 3)] for p in plans}
-
     def _overheads(self) -> dict:
         return {"target_overhead_ms": round(self.cost.target.overhead_ms, 3)}
 
@@ -213,10 +205,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         if self.adaptive is None:
             return [self.num_draft_tokens] * len(batch.reqs)
         ps = self._last_ps = self._acceptance(batch.reqs)
-        firsts = self._first_draft_acceptance(batch, ps)
-        plan = self._plan(ps, firsts)
-        if self._step_log is not None:
-            self._last_candidates = self._candidates(ps, firsts)  # as weighed now, before this step's timings
+        plan = self._decide(ps, self._first_draft_acceptance(batch, ps))
         self._exploring = False
         if plan.width == 1:
             plan = self._maybe_explore(ps, plan)
@@ -250,7 +239,18 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     def _plan(self, ps: list[float], firsts: list[float] | None = None) -> StepPlan:
         """The budget policy's plan for a step of requests with acceptance `ps` (needs
         --speculative-adaptive)."""
-        return plan_step(
+        return best_plan(self._candidate_plans(ps, firsts))
+
+    def _decide(self, ps: list[float], firsts: list[float] | None) -> StepPlan:
+        """`_plan` for the step being drafted; with the step log on, what it weighed is kept
+        (each candidate width's expected tokens and ms, before this step's timings)."""
+        plans = self._candidate_plans(ps, firsts)
+        if self._step_log is not None:
+            self._last_candidates = {str(p.width): [round(p.expected_tokens, 4), round(p.step_ms, 3)] for p in plans}
+        return best_plan(plans)
+
+    def _candidate_plans(self, ps: list[float], firsts: list[float] | None) -> list[StepPlan]:
+        return candidate_plans(
             ps, self._candidate_budgets(len(ps)), self._step_ms, self.adaptive.min_token_prob, self._min_budget(),
             firsts,
         )  # fmt: skip
