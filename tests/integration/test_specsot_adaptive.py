@@ -115,8 +115,12 @@ def _acceptance(results: list[dict]) -> float:
 
 
 def test_deferred_draft_extend_keeps_the_drafts_as_good(smollm2_path, tmp_path):
-    # SmolLM2 drafting for itself: its drafts are the target's own greedy tokens, so nearly
-    # all are accepted when the draft's KV is right. A min_token_prob no estimate reaches
+    # SmolLM2 drafting for itself: with the draft's KV right, most drafts are the target's own
+    # greedy tokens. Not all: SGLang's standalone draft reads its input one token ahead
+    # (eagle_worker_v2.py:990-996), so the draft never sees the prompt's first token; with
+    # transformers, float32, that alone makes SmolLM2's next token differ from its own greedy
+    # one at 6.8% of 384 Vicuna answer positions; with a 2-token chain, and drafts past the
+    # token cap counted as proposed, 0.72-0.80 is accepted. A min_token_prob no estimate reaches
     # keeps the policy to plain steps (deferring the extend) except when it explores, right
     # after a catch-up. A catch-up that left the KV wrong would stay lossless (verify
     # rejects) but sink acceptance: compare with extending on every step.
@@ -134,6 +138,6 @@ def test_deferred_draft_extend_keeps_the_drafts_as_good(smollm2_path, tmp_path):
     print(f"draft acceptance: deferred draft-extend {rates[True]:.3f}, every step {rates[False]:.3f}; {backlogs[True]}")
     assert backlogs[False] is None, backlogs  # the key turns the backlog off
     assert backlogs[True]["deferred_steps"] > 100 and backlogs[True]["catch_up_forwards"] > 5, backlogs
-    assert rates[False] >= 0.75, f"a model drafting for itself accepted only {rates[False]:.2f}: the check is void"
-    # Wrong KV would leave the drafts mostly rejected; sampling noise is a few hundredths.
-    assert rates[True] >= max(0.7, rates[False] - 0.1), f"acceptance with deferred draft-extends {rates[True]:.2f}, without {rates[False]:.2f}"
+    assert rates[False] >= 0.6, f"a model drafting for itself accepted only {rates[False]:.2f}: the check is void"
+    # Wrong KV would leave the drafts mostly rejected; run-to-run noise is a few hundredths.
+    assert rates[True] >= max(0.6, rates[False] - 0.1), f"acceptance with deferred draft-extends {rates[True]:.2f}, without {rates[False]:.2f}"
