@@ -92,10 +92,16 @@ FLUSH_WAIT_S, FLUSH_RETRY_S = 30.0, 0.5
 
 
 def _flush(target: Target, settings: Settings) -> None:
-    deadline = time.monotonic() + min(FLUSH_WAIT_S, settings.timeout)
+    flush_cache(target.url, settings.timeout)
+
+
+def flush_cache(url: str, timeout: float) -> None:
+    """SGLang's /flush_cache: the KV cache and, on SPECSOT, the context drafter's corpus, so
+    nothing drafts from an earlier answer to the same question."""
+    deadline = time.monotonic() + min(FLUSH_WAIT_S, timeout)
     while True:
         try:
-            post_json(target.url + "/flush_cache", None, settings.timeout)
+            post_json(url + "/flush_cache", None, timeout)
             return
         except urllib.error.HTTPError as exc:
             if exc.code != 400 or time.monotonic() >= deadline:

@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sglang_specsot.bench.cells import flush_cache
 from sglang_specsot.bench.configs import servers
 
 # name: (server, extra request body)
@@ -66,7 +67,10 @@ def bench_command(url: str, model: str, dataset: Path, n: int, concurrency: int,
     cmd = [sys.executable, "-m", "sglang.benchmark.serving", "--backend", "sglang-oai-chat", "--base-url", url,
            "--model", model, "--tokenizer", model, "--dataset-name", "custom", "--dataset-path", str(dataset),
            "--num-prompts", str(n), "--max-concurrency", str(concurrency), "--sharegpt-output-len", str(max_tokens),
-           "--seed", "0", "--output-file", str(output)]  # fmt: skip
+           "--seed", "0", "--output-file", str(output),
+           # Real answers, as in the e2e benchmark: bench_serving's default ignore_eos would
+           # pad every normal answer to the cap with text past its end.
+           "--disable-ignore-eos"]  # fmt: skip
     return cmd + (["--extra-request-body", json.dumps(body)] if body else [])
 
 
@@ -144,6 +148,7 @@ def _one(url, target, dataset, n, c, args, body, out: Path, name: str, merged: P
     cmd = bench_command(url, target, dataset, n, c, args.max_tokens, body, raw)
     print(f"{name} concurrency {c}: {' '.join(cmd[1:4])} ...", flush=True)
     try:
+        flush_cache(url, 60.0)  # each run starts cold: no prefix or drafter corpus from the last one
         subprocess.run(cmd, check=True, timeout=args.timeout, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         result = json.loads(raw.read_text().splitlines()[-1])
         _append(merged, {"config": name, "concurrency": c, **{k: result.get(k) for k in ["completed", *FIELDS]}})

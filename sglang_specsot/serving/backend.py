@@ -63,6 +63,12 @@ class TokenizerManagerBackend:
 
     def _sampling_params(self, request: GenRequest) -> dict:
         params = dict(self.chat_input.sampling_params or {})
+        if request.tag.role != PLAIN:
+            # ignore_eos (bench_serving sends it by default) asks for exactly max_tokens of one
+            # generation; under SoT it would run the skeleton past its end and every branch to
+            # its budget. The skeleton decides the answer's length, so SoT's own generations
+            # end at EOS; the normal answer, when SoT falls back, keeps the client's setting.
+            params.pop("ignore_eos", None)
         if request.max_new_tokens is not None:
             params["max_new_tokens"] = request.max_new_tokens
         params["custom_params"] = {**(params.get("custom_params") or {}), **request.tag.to_custom_params()}

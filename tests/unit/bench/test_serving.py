@@ -20,6 +20,7 @@ def test_command_sends_sot_through_the_extra_request_body(tmp_path):
     assert cmd[1:3] == ["-m", "sglang.benchmark.serving"]
     assert cmd[cmd.index("--max-concurrency") + 1] == "8" and cmd[cmd.index("--dataset-name") + 1] == "custom"
     assert json.loads(cmd[cmd.index("--extra-request-body") + 1]) == {"specsot": {"mode": "on"}}
+    assert "--disable-ignore-eos" in cmd  # answers end where the model ends them
     assert "--extra-request-body" not in bench_command("http://h", "/m", tmp_path, 5, 1, 64, {}, tmp_path / "o")
 
 

@@ -11,7 +11,7 @@ from sglang.srt.managers.io_struct import GenerateReqInput
 from sglang_specsot.serving.backend import TokenizerManagerBackend, _result
 from sglang_specsot.sot.phases import GenerationAborted
 from sglang_specsot.sot.phases import GenRequest
-from sglang_specsot.sot.tag import BRANCH, SoTTag
+from sglang_specsot.sot.tag import BRANCH, PLAIN, SKELETON, SoTTag
 
 CLAUSE = "which would increase the number of people who had died from the plague, "
 
@@ -26,9 +26,11 @@ class _TokenizerManager:
         self.text, self.step = text, step
         self.aborted: list[str] = []
         self.streamed: list[bool] = []
+        self.inputs: list = []
 
     async def generate_request(self, obj, raw_request=None):
         self.streamed.append(obj.stream)
+        self.inputs.append(obj)
         end, steps_after_abort = 0, 0
         while True:
             await asyncio.sleep(0)
@@ -93,3 +95,16 @@ def test_an_abort_keeps_sglangs_status_and_only_a_400_is_bad_input(status, error
     with pytest.raises(error, match="Out of memory") as info:
         _result("partial", {"finish_reason": finish})
     assert getattr(info.value, "status_code", 400) == status.value
+
+
+@pytest.mark.parametrize("role, kept", [(SKELETON, False), (BRANCH, False), (PLAIN, True)])
+def test_ignore_eos_holds_for_the_normal_answer_only(role, kept):
+    # bench_serving sends ignore_eos=true unless told otherwise: a skeleton must still end.
+    tm = _TokenizerManager("1. Plan\n2. Act")
+    chat = GenerateReqInput(text="q", sampling_params={"temperature": 0.0, "ignore_eos": True, "top_p": 0.9})
+    tag = SoTTag("g1", BRANCH, 0, 2) if role == BRANCH else SoTTag("g1", role)
+    request = GenRequest("prompt", 32, tag)
+    asyncio.run(TokenizerManagerBackend(tm, chat, None, "g1").generate(request))
+    params = tm.inputs[0].sampling_params
+    assert params["top_p"] == 0.9 and params["max_new_tokens"] == 32
+    assert ("ignore_eos" in params) is kept
