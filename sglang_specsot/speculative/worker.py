@@ -30,7 +30,7 @@ from sglang_specsot.speculative.context_draft import ContextDrafter
 from sglang_specsot.speculative.cost_model import CostModel, StepCostTable
 from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree, tree_mask
 from sglang_specsot.speculative.inputs import SoTDraftExtendInput, SoTDraftInput, SoTVerifyInput
-from sglang_specsot.speculative.memory import memory_report
+from sglang_specsot.speculative.memory import PythonTrace, memory_report
 from sglang_specsot.speculative.probe import probe_forward_cost
 from sglang_specsot.speculative.step_log import StepLog, StepRecord
 from sglang_specsot.sot.tag import PLAIN_TAG, SoTTag
@@ -73,6 +73,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._last_candidates: dict[str, list[float]] | None = None
         self._exploring = False  # this step drafts to learn, not because it pays
         self._step_log = StepLog.from_env()  # SGLANG_SPECSOT_STEP_LOG: one JSON line per step
+        self._trace = PythonTrace.from_env()  # SGLANG_SPECSOT_TRACEMALLOC: a leak hunt's tracing
         logger.info("SPECSOT cost model measured at start-up (target, ms by rows): %s", self.cost.info())
 
     # -- what the scheduler asks of every spec worker -------------------------------------
@@ -98,7 +99,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             "last_plan": None if plan is None else {"width": plan.width, "budgets": list(plan.budgets)},
             "exploring_steps": self._explored,
             "acceptance_by_depth": {source: d.info() for source, d in self.by_depth.items()},
-            "memory": memory_report(self.drafter),
+            "memory": memory_report(self.drafter, self._trace),
         }}  # fmt: skip
 
     def forward_batch_generation(
