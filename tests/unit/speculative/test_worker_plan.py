@@ -23,7 +23,7 @@ def _worker(config: AdaptiveConfig) -> SpecSoTWorker:
     worker.stats = AcceptanceStats(config)
     worker._tags, worker._last_plan, worker._plain_steps, worker._explored = {}, None, 0, 0
     worker._steps, worker._draft_source, worker.by_depth = 0, "context", {}
-    worker._step_log, worker.drafter, worker.step_costs = None, ContextDrafter(), StepCostTable()
+    worker._step_log, worker.drafter, worker.step_costs, worker._trace = None, ContextDrafter(), StepCostTable(), None
     return worker
 
 
