@@ -91,10 +91,6 @@ def failed(cfg: CellConfig, question: Question, reason: str) -> CellResult:
 FLUSH_WAIT_S, FLUSH_RETRY_S = 30.0, 0.5
 
 
-def _flush(target: Target, settings: Settings) -> None:
-    flush_cache(target.url, settings.timeout)
-
-
 def flush_cache(url: str, timeout: float) -> None:
     """SGLang's /flush_cache: the KV cache and, on SPECSOT, the context drafter's corpus, so
     nothing drafts from an earlier answer to the same question."""
@@ -117,7 +113,7 @@ def _describe(exc: Exception) -> str:
 
 
 def _ask(cfg: CellConfig, question: Question, target: Target, settings: Settings) -> CellResult:
-    _flush(target, settings)
+    flush_cache(target.url, settings.timeout)
     started = time.perf_counter()
     if cfg.kind == NORMAL:
         fields = _normal(target, question, settings, cfg.temperature)
