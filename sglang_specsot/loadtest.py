@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import random
 import sys
 import threading
@@ -253,6 +254,9 @@ def percentiles(values: list[float]) -> dict[str, float]:
 def run_load(server: Server, args) -> Report:
     settings = {k: getattr(args, k) for k in ("clients", "duration", "sot_share", "stream_share", "fault_share", "seed")}
     settings.update(plain_max_tokens=PLAIN_MAX_TOKENS, sot_max_tokens=SOT_MAX_TOKENS, sot_config=SOT_CONFIG)
+    # oneDNN caches one primitive per new matmul shape (1,024 by default): most of the native
+    # heap's growth under load, so a memory reading means little without it.
+    settings["onednn_primitive_cache_capacity"] = os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "default")
     report = Report(settings=settings, before=server.state())
     began = time.monotonic()
     report.memory_timeline.append(server.memory(0.0))
