@@ -212,4 +212,4 @@ def _gen(state, request: GenRequest, name: str, text: str) -> GenResult:
         raise error if isinstance(error, BaseException) else RuntimeError(error or "no output") from None
     meta = state.get_meta_info(name) or {}
     finish = (meta.get("finish_reason") or {}).get("type", "stop")
-    return GenResult(text, meta.get("prompt_tokens", 0), meta.get("completion_tokens", 0), finish)
+    return GenResult.from_meta(text, meta, finish)

@@ -200,6 +200,7 @@ def from_trace(trace: dict) -> dict:
     capped = any(b.finish_reason == "length" for b in branches) or normal.get("finish_reason") == "length"
     return {
         "output_tokens": (trace.get("usage") or {}).get("completion_tokens", 0),
+        "accept_length": trace.get("spec_accept_length"),
         "path": trace.get("path", "normal"),
         "finish_reason": "length" if capped else "stop",
         "skeleton_seconds": skeleton.get("seconds"),

@@ -47,7 +47,7 @@ class TokenizerManagerBackend:
                 self.tokenizer_manager.abort_request(obj.rid)
         if looped:
             meta = last["meta_info"]
-            return GenResult(text, meta.get("prompt_tokens", 0), meta.get("completion_tokens", 0), "loop")
+            return GenResult.from_meta(text, meta, "loop")
         return _result(text, last["meta_info"])
 
     def _input(self, request: GenRequest, stream: bool):
@@ -79,7 +79,7 @@ def _result(text: str, meta: dict) -> GenResult:
     finish = meta.get("finish_reason") or {}
     if finish.get("type") == "abort":
         raise _abort_error(finish)
-    return GenResult(text, meta.get("prompt_tokens", 0), meta.get("completion_tokens", 0), finish.get("type", "stop"))
+    return GenResult.from_meta(text, meta, finish.get("type", "stop"))
 
 
 def _abort_error(finish: dict) -> Exception:

@@ -40,6 +40,15 @@ class GenResult:
     prompt_tokens: int
     completion_tokens: int
     finish_reason: str  # "stop" | "length" | "abort" | "loop" (ended by stop_on_loop)
+    # Verify forwards the generation took (SGLang's `spec_verify_ct`); 0 on a server that does
+    # not speculate. completion_tokens / verify_steps is SGLang's `spec_accept_length`.
+    verify_steps: int = 0
+
+    @classmethod
+    def from_meta(cls, text: str, meta: dict, finish_reason: str) -> GenResult:
+        """A result from SGLang's `meta_info` for one generation."""
+        return cls(text, meta.get("prompt_tokens", 0), meta.get("completion_tokens", 0), finish_reason,
+                   meta.get("spec_verify_ct") or 0)  # fmt: skip
 
 
 def ended_by(result: GenResult) -> str:
@@ -164,6 +173,15 @@ class SoTAnswer:
         return sum(r.completion_tokens for r in self.results)
 
     @property
+    def accept_length(self) -> float | None:
+        """Tokens per verify forward over the generations that were speculated (SGLang's
+        `spec_accept_length` for the whole answer); None when none was."""
+        speculated = [r for r in self.results if r.verify_steps]
+        if not speculated:
+            return None
+        return sum(r.completion_tokens for r in speculated) / sum(r.verify_steps for r in speculated)
+
+    @property
     def finish_reason(self) -> str:
         """"length" when a branch or the normal answer was cut by its budget, else "stop"."""
         parts = [b.result for b in self.branches.results] if self.branches else []
@@ -184,6 +202,7 @@ def _gen_trace(result: GenResult) -> dict:
         "completion_tokens": result.completion_tokens,
         "finish_reason": result.finish_reason,
         "ended": ended_by(result),
+        "spec_verify_ct": result.verify_steps,
     }
 
 
@@ -196,6 +215,7 @@ def _trace(answer: SoTAnswer) -> dict:
         "fallback": answer.skeleton is not None and answer.path == NORMAL,
         "seconds": answer.seconds,
         "usage": {"prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens},
+        "spec_accept_length": answer.accept_length,
         "route": {"use_sot": answer.route.decision.use_sot, "rule": answer.route.decision.rule,
                   "seconds": answer.route.seconds},
     }  # fmt: skip

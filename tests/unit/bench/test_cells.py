@@ -157,3 +157,8 @@ def test_the_frontend_names_frontend_cells_call_still_exist():
     assert {"render", "options", "constrain_skeleton"} <= set(params)
     assert {"mode", "config", "max_new_tokens"} <= {f.name for f in dataclasses.fields(SoTOptions)}
     assert callable(getattr(SoTAnswer, "trace", None))
+
+
+def test_from_trace_reads_the_answers_accept_length():
+    assert from_trace({**TRACE, "spec_accept_length": 2.5})["accept_length"] == 2.5
+    assert from_trace(TRACE)["accept_length"] is None  # a server that does not speculate

@@ -108,3 +108,12 @@ def test_ignore_eos_holds_for_the_normal_answer_only(role, kept):
     params = tm.inputs[0].sampling_params
     assert params["top_p"] == 0.9 and params["max_new_tokens"] == 32
     assert ("ignore_eos" in params) is kept
+
+
+def test_a_generation_keeps_sglangs_verify_count_for_the_answers_accept_length():
+    meta = {"prompt_tokens": 7, "completion_tokens": 30, "finish_reason": {"type": "stop"}, "spec_verify_ct": 12}
+    result = _result("text", meta)
+    assert result.verify_steps == 12 and result.completion_tokens == 30
+    # A server that does not speculate sends no count (or None): no verify forwards, not a crash.
+    assert _result("text", {**meta, "spec_verify_ct": None}).verify_steps == 0
+    assert _result("text", {"completion_tokens": 3, "finish_reason": {"type": "stop"}}).verify_steps == 0

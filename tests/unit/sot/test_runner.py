@@ -553,3 +553,22 @@ def test_a_branch_cut_by_its_budget_drops_its_unfinished_sentence_but_the_trace_
     assert answer.answer.split("\n")[0] == "1. Plan the day. Point 1 matters."
     assert answer.trace()["branches"]["items"][0]["text"].endswith("It also")
     assert answer.trace()["branches"]["items"][0]["ended"] == "budget"
+
+
+def test_the_answers_accept_length_pools_the_speculated_generations():
+    class Speculating(FakeBackend):
+        async def _reply(self, text, request, on_text):
+            result = await super()._reply(text, request, on_text)
+            # The skeleton was not speculated (0 verify steps); each branch took 2 verify forwards.
+            steps = 2 if request.tag.role == BRANCH else 0
+            return GenResult(result.text, result.prompt_tokens, result.completion_tokens, result.finish_reason, steps)
+
+    answer = run(run_sot(QUESTION, Speculating(), render, options()))
+    branches = [b.result for b in answer.branches.results]
+    assert answer.accept_length == sum(r.completion_tokens for r in branches) / (2 * len(branches))
+    trace = answer.trace()
+    assert trace["spec_accept_length"] == answer.accept_length
+    assert [b["spec_verify_ct"] for b in trace["branches"]["items"]] == [2, 2, 2]
+    assert trace["skeleton"]["spec_verify_ct"] == 0
+    # A server that does not speculate: no accept length, not a division by zero.
+    assert run(run_sot(QUESTION, FakeBackend(), render, options())).trace()["spec_accept_length"] is None
