@@ -36,6 +36,8 @@ from sglang_specsot.speculative.step_log import StepLog, StepRecord
 from sglang_specsot.sot.tag import PLAIN_TAG, SoTTag
 
 logger = logging.getLogger(__name__)
+_MAX_WARNED = 32  # distinct malformed-tag warnings logged; later ones are not
+_LAST_WARNING = f" (the last of {_MAX_WARNED} such warnings; further malformed tags are ignored silently)"
 
 
 class SpecSoTWorker(sgl.SpecWorkerBase):
@@ -184,9 +186,12 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
 
     def _read_tag(self, req) -> SoTTag:
         tag, problem = SoTTag.parse(getattr(req.sampling_params, "custom_params", None))
-        if problem is not None and problem not in self._warned:
+        if problem is not None and problem not in self._warned and len(self._warned) < _MAX_WARNED:
+            # The problem text quotes the client's values, so the set of distinct ones is the
+            # client's to grow: bounded, or any /generate client could grow this process.
             self._warned.add(problem)
-            logger.warning("SPECSOT: ignoring malformed SoT metadata (%s); drafting from the request alone", problem)
+            logger.warning("SPECSOT: ignoring malformed SoT metadata (%s); drafting from the request alone%s",
+                           problem, _LAST_WARNING if len(self._warned) == _MAX_WARNED else "")  # fmt: skip
         self._tags[req.rid] = tag
         return tag
 

@@ -240,3 +240,18 @@ def test_long_match_chains_are_scored_against_the_committed_tokens_censored_at_t
     worker._observe_long_match_chains(result)
     acc, miss = worker.long_match_stats._counts["long_match"]
     assert (acc, miss) == pytest.approx((0.9 * 2 + 1, 1.0)) and worker._shadow is None
+
+
+def test_malformed_tags_are_logged_a_bounded_number_of_times(caplog):
+    # Each problem text quotes the client's value: a client sending ever new garbage must not
+    # grow the scheduler's set of warnings without bound.
+    from sglang_specsot.speculative import worker as worker_module
+
+    worker = _worker(AdaptiveConfig.default(4))
+    worker._warned = set()
+    for i in range(3 * worker_module._MAX_WARNED):
+        req = SimpleNamespace(rid=f"r{i}", sampling_params=SimpleNamespace(custom_params={"specsot": {"role": f"junk-{i}"}}))
+        assert worker._read_tag(req) is not None
+    assert len(worker._warned) == worker_module._MAX_WARNED
+    warnings = [r for r in caplog.records if "malformed SoT metadata" in r.getMessage()]
+    assert len(warnings) == worker_module._MAX_WARNED and "further malformed" in warnings[-1].getMessage()
