@@ -70,9 +70,30 @@ class TokenizerManagerBackend:
             # end at EOS; the normal answer, when SoT falls back, keeps the client's setting.
             params.pop("ignore_eos", None)
         if request.max_new_tokens is not None:
-            params["max_new_tokens"] = request.max_new_tokens
+            params["max_new_tokens"] = self._within_context(request)
         params["custom_params"] = {**(params.get("custom_params") or {}), **request.tag.to_custom_params()}
         return params
+
+
+    def _within_context(self, request: GenRequest) -> int:
+        """The generation's budget, cut to what the context leaves after its prompt.
+
+        A branch prompt repeats the question and the whole skeleton, so a question that fits
+        the context with room for a skeleton can leave a branch less than its budget; SGLang
+        would refuse that branch (tokenizer_manager.py:1353-1377) after the skeleton had been
+        streamed. The budget is clamped instead (the branch then ends as "budget"). A prompt
+        with no room at all is still SGLang's refusal: there is nothing to answer with."""
+        budget = request.max_new_tokens
+        room = sgl.request_token_room(self.tokenizer_manager)
+        # A byte-level BPE never makes more tokens than UTF-8 bytes (+ a few specials), so
+        # most prompts are shown to fit without tokenizing them a second time.
+        if request.tag.role == PLAIN or len(request.prompt.encode()) + _SPECIAL_TOKENS + budget <= room:
+            return budget
+        prompt_tokens = len(self.tokenizer_manager.tokenizer.encode(request.prompt))
+        return max(1, min(budget, room - prompt_tokens))
+
+
+_SPECIAL_TOKENS = 8  # BOS and the like the tokenizer may add to a prompt
 
 
 def _result(text: str, meta: dict) -> GenResult:

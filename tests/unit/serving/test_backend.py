@@ -21,6 +21,10 @@ class _TokenizerManager:
     ends the stream two steps later with SGLang's abort finish reason."""
 
     incremental_streaming_output = False
+    context_len = 32_768
+
+    class tokenizer:  # noqa: N801 - stands in for the HF tokenizer: one token per word
+        encode = staticmethod(lambda text: text.split())
 
     def __init__(self, text: str, step: int = 6) -> None:
         self.text, self.step = text, step
@@ -117,3 +121,17 @@ def test_a_generation_keeps_sglangs_verify_count_for_the_answers_accept_length()
     # A server that does not speculate sends no count (or None): no verify forwards, not a crash.
     assert _result("text", {**meta, "spec_verify_ct": None}).verify_steps == 0
     assert _result("text", {"completion_tokens": 3, "finish_reason": {"type": "stop"}}).verify_steps == 0
+
+
+@pytest.mark.parametrize("role, words, budget, sent", [
+    (BRANCH, 100, 64, 64),  # fits: the budget as planned
+    (BRANCH, 990, 64, 34),  # the branch prompt leaves 34 tokens of a 1,024 context: clamped
+    (SKELETON, 1_030, 64, 1),  # no room at all: SGLang's own refusal decides, as for a plain request
+    (PLAIN, 990, 64, 64),  # the normal answer is SGLang's own request, checked by SGLang
+])  # fmt: skip
+def test_a_budget_is_cut_to_the_room_the_context_leaves(monkeypatch, role, words, budget, sent):
+    tm = _TokenizerManager("An answer.")
+    monkeypatch.setattr(tm, "context_len", 1_024, raising=False)
+    tag = SoTTag("g1", BRANCH, 0, 2) if role == BRANCH else SoTTag("g1", role)
+    asyncio.run(_backend(tm).generate(GenRequest("w " * words, budget, tag)))
+    assert tm.inputs[0].sampling_params["max_new_tokens"] == sent
