@@ -33,6 +33,7 @@ SOT_SHARE = 0.5
 STREAM_SHARE = 0.5
 DRAIN_TIMEOUT = 900.0  # a request still running this long after the end counts as lost
 SEED = 0
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 PLAIN_MAX_TOKENS = 64
 SOT_MAX_TOKENS = 256  # room for the skeleton and every branch below, should it cap the total
 SOT_CONFIG = {"skeleton_max_tokens": 64, "max_points": 4, "max_running": 2, "default_branch_tokens": 32,
@@ -81,6 +82,7 @@ class Report:
     # Beside it, every 30 s: where that memory goes (/server_info's specsot.memory: the C
     # allocator's in-use and kept-free bytes, Python's blocks, the prefix cache, the drafter).
     memory_timeline: list[dict] = field(default_factory=list)
+    memory_trend: dict[str, float] = field(default_factory=dict)  # MB/min over the second half
     healthy_after: bool = False
     idle_after: bool = False
     failures: list[str] = field(default_factory=list)
@@ -96,7 +98,9 @@ class Server:
     def __init__(self, url: str, pid: int | None) -> None:
         parsed = urlparse(url)
         self.url, self.host, self.port = url.rstrip("/"), parsed.hostname, parsed.port
-        self.scheduler = _scheduler_process(pid, self.port)
+        # The HTTP server's process runs server-side SoT (tokenizer manager, SoT runner).
+        self.http = _server_process(pid, self.port)
+        self.scheduler = _scheduler_process(self.http)
 
     def get(self, path: str, timeout: float = 60.0) -> dict:
         with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
@@ -114,11 +118,12 @@ class Server:
         keys = ("num_running_reqs", "num_waiting_reqs", "num_used_tokens", "max_total_num_tokens", "token_usage")
         state = {k: load.get(k) for k in keys}
         state["scheduler_rss_mb"] = self.rss_mb()
+        state["http_rss_mb"] = _rss_mb(self.http)
         return state
 
     def memory(self, elapsed_s: float) -> dict:
         """The scheduler's RSS and SPECSOT's memory figures (none from other servers)."""
-        entry = {"t_s": round(elapsed_s), "rss_mb": self.rss_mb()}
+        entry = {"t_s": round(elapsed_s), "rss_mb": self.rss_mb(), "http_rss_mb": _rss_mb(self.http)}
         try:
             state = self.get("/server_info")["internal_states"][0]
         except (OSError, ValueError, KeyError, IndexError) as e:
@@ -126,7 +131,8 @@ class Server:
         return {**entry, **(state.get("specsot", {}).get("memory") or {})}
 
     def rss_mb(self) -> float | None:
-        return round(self.scheduler.memory_info().rss / 2**20, 1) if self.scheduler else None
+        """The scheduler's RSS."""
+        return _rss_mb(self.scheduler)
 
     def healthy(self) -> bool:
         try:
@@ -145,21 +151,51 @@ class Server:
         return False
 
 
-def _scheduler_process(pid: int | None, port: int):
-    """SGLang's scheduler (process title sglang::scheduler...) under the server process, found
-    from its pid or from whoever listens on the port."""
+def _server_process(pid: int | None, port: int):
+    """The server's main process (HTTP and tokenizer manager), from its pid or from whoever
+    listens on the port."""
     import psutil
 
     if pid is None:
         listeners = [c.pid for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port
                      and c.status == psutil.CONN_LISTEN and c.pid]  # fmt: skip
         pid = listeners[0] if listeners else None
-    if pid is None:
+    return psutil.Process(pid) if pid is not None else None
+
+
+def _scheduler_process(server):
+    """SGLang's scheduler (process title sglang::scheduler...) under the server process."""
+    if server is None:
         return None
-    for child in psutil.Process(pid).children(recursive=True):
+    for child in server.children(recursive=True):
         if "scheduler" in " ".join(child.cmdline()) or "scheduler" in child.name():
             return child
     return None
+
+
+def _rss_mb(process) -> float | None:
+    return round(process.memory_info().rss / 2**20, 1) if process is not None else None
+
+
+def memory_trend(timeline: list[dict]) -> dict[str, float]:
+    """MB per minute over the second half of the run (least squares), per memory figure: the
+    first half includes stores filling to their bounds; flat memory shows as slopes near 0."""
+    half = [e for e in timeline if e.get("t_s", 0) >= timeline[-1].get("t_s", 0) / 2] if timeline else []
+    figures = {"scheduler_rss": lambda e: e.get("rss_mb"), "http_rss": lambda e: e.get("http_rss_mb"),
+               "malloc_in_use": lambda e: (e.get("malloc") or {}).get("in_use_mb")}  # fmt: skip
+    trend = {}
+    for name, read in figures.items():
+        points = [(e["t_s"] / 60, read(e)) for e in half if read(e) is not None]
+        if len(points) >= 3:
+            trend[f"{name}_mb_per_min"] = round(_slope(points), 2)
+    return trend
+
+
+def _slope(points: list[tuple[float, float]]) -> float:
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else 0.0
 
 
 def request_body(kind: str, stream: bool, question: str, rid: str) -> dict:
@@ -285,6 +321,7 @@ def run_load(server: Server, args) -> Report:
     report.after = server.state()
     report.memory_timeline.append(server.memory(time.monotonic() - began))
     report.healthy_after = server.healthy()
+    report.memory_trend = memory_trend(report.memory_timeline)
     _tally(report, outcomes)
     return report
 
@@ -311,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--out", help="also write the report here as JSON")
     args = parser.parse_args(argv)
+    if args.url and urlparse(args.url).hostname not in LOOPBACK:
+        parser.error(f"--url {args.url}: the load test sends only to this machine (loopback: {sorted(LOOPBACK)}); "
+                     "run it on the server's host")  # fmt: skip
     if args.url:
         report = run_load(Server(args.url, None), args)
     else:

@@ -29,3 +29,5 @@ def test_one_minute_of_load_loses_nothing(smollm2_path, tmp_path):
     for entry in (first, last):
         assert entry["malloc"]["in_use_mb"] > 0 and entry["python_blocks"] > 0, entry
     assert last["t_s"] > first["t_s"] and last["drafter"]["corpus_tokens"] > 0, (first, last)
+    # The HTTP server's process, where server-side SoT runs, is measured beside the scheduler.
+    assert first["http_rss_mb"] > 0 and report["after"]["http_rss_mb"] > 0, (first, report["after"])

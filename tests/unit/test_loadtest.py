@@ -1,0 +1,34 @@
+"""The load test's own arithmetic and guards, without a server."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_specsot.loadtest import main, memory_trend
+
+
+def _entry(t_s: int, rss: float, malloc: float | None = None) -> dict:
+    entry = {"t_s": t_s, "rss_mb": rss, "http_rss_mb": 900.0}
+    return {**entry, "malloc": {"in_use_mb": malloc}} if malloc is not None else entry
+
+
+def test_the_trend_reads_the_second_half_only():
+    # Stores fill in the first half (+400 MB), then memory is flat: a slope of 0, not the average.
+    timeline = [_entry(0, 1600), _entry(60, 2000)] + [_entry(t, 2000 + (t % 120 == 0)) for t in range(120, 601, 30)]
+    trend = memory_trend(timeline)
+    assert abs(trend["scheduler_rss_mb_per_min"]) < 0.5 and trend["http_rss_mb_per_min"] == 0.0
+    assert "malloc_in_use_mb_per_min" not in trend  # an entry without the figure is skipped
+
+
+def test_a_steady_climb_shows_as_its_slope():
+    timeline = [_entry(t, 1000 + t / 60 * 4, malloc=500 + t / 60 * 2) for t in range(0, 1801, 30)]
+    trend = memory_trend(timeline)
+    assert trend["scheduler_rss_mb_per_min"] == pytest.approx(4.0)
+    assert trend["malloc_in_use_mb_per_min"] == pytest.approx(2.0)
+    assert memory_trend([]) == {} and memory_trend(timeline[:2]) == {}  # too few points: no slope
+
+
+def test_a_server_off_this_machine_is_refused(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--url", "http://10.0.0.5:30000", "--duration", "1"])
+    assert info.value.code == 2 and "loopback" in capsys.readouterr().err
