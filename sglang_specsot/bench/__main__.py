@@ -14,6 +14,8 @@ import signal
 import sys
 from pathlib import Path
 
+from sglang_specsot.models.fetcher import FetchError  # an offline or failed fetch: one line
+
 PROG = "python -m sglang_specsot.bench"
 
 
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     _stop_on_sigterm()
     try:
         return args.run(args)
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, FetchError) as exc:
         print(f"error: {exc}", file=sys.stderr)  # bad input: one line the user can act on
         return 2
     except KeyboardInterrupt:

@@ -68,17 +68,33 @@ def run_cell(cfg: CellConfig, question: Question, target: Target, settings: Sett
         try:
             box["cell"] = _ask(cfg, question, target, settings)
         except Exception as exc:  # noqa: BLE001 - any request error becomes the cell's reason
-            box["error"] = _describe(exc)
+            box["error"], box["timed_out"] = _describe(exc), _timed_out(exc)
 
     thread = threading.Thread(target=work, daemon=True)  # abandoned, not joined, on a timeout
     thread.start()
     thread.join(settings.timeout + 5)
     if thread.is_alive():
+        abort_all(target.url)
         return failed(cfg, question, f"no answer within {settings.timeout:.0f}s")
     if "error" in box:
+        if box["timed_out"]:  # the client gave up; the server did not
+            abort_all(target.url)
         gone = target.alive() if target.alive else None
         return failed(cfg, question, gone or box["error"])
     return box["cell"]
+
+
+def abort_all(url: str) -> None:
+    """End every request on the server (SGLang's /abort_request with abort_all). A timed-out
+    cell's request would otherwise keep decoding into the next cell: its flush refused while
+    the scheduler is busy, its timing shared. Cells run one at a time, so all is that one."""
+    try:
+        post_json(url + "/abort_request", {"abort_all": True}, ABORT_TIMEOUT_S)
+    except OSError as exc:  # a dead server is the next cell's failure to report
+        logger.warning("abort after a timeout failed: %s", _describe(exc))
+
+
+ABORT_TIMEOUT_S = 5.0
 
 
 def failed(cfg: CellConfig, question: Question, reason: str) -> CellResult:
@@ -103,6 +119,10 @@ def flush_cache(url: str, timeout: float) -> None:
             if exc.code != 400 or time.monotonic() >= deadline:
                 raise
         time.sleep(FLUSH_RETRY_S)
+
+
+def _timed_out(exc: Exception) -> bool:
+    return isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError)
 
 
 def _describe(exc: Exception) -> str:

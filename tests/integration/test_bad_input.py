@@ -169,10 +169,25 @@ def error_message(reply: dict) -> str:
     return str(reply.get("message") or reply.get("detail") or error or "")
 
 
-def assert_alive(server: ServerProcess) -> None:
-    """A small good request still gets an answer: the bad one did not take the server down."""
+def assert_alive(server: ServerProcess, sot: bool = False) -> None:
+    """A small good request still gets an answer: the bad one did not take the server down.
+    After a bad SoT request, a good SoT request must get an SoT answer too."""
     status, reply = post(server, CHAT, chat("Say hi.", max_tokens=4))
     assert status == 200 and reply["choices"][0]["message"]["content"] is not None, (status, reply)
+    if sot:
+        status, reply = post(server, CHAT, chat(sot=ON))
+        assert status == 200 and reply["metadata"]["specsot"]["path"] == "sot", (status, reply)
+
+
+def check_json_schema(choice: dict, schema: dict) -> None:
+    """A JSON-schema answer that ended is JSON of that schema; one cut by its cap is a prefix."""
+    content = choice["message"]["content"]
+    if choice["finish_reason"] != "stop":
+        assert content.lstrip().startswith("{"), choice
+        return
+    value = json.loads(content)
+    assert isinstance(value, dict) and set(schema["required"]) <= set(value), choice
+    assert all(isinstance(value[k], str) for k in schema["required"]), choice
 
 
 def check(server: ServerProcess, case: Case) -> None:
@@ -180,17 +195,19 @@ def check(server: ServerProcess, case: Case) -> None:
     allowed = case.status if isinstance(case.status, tuple) else (case.status,)
     assert status in allowed, f"{case.id}: HTTP {status}, expected {allowed}: {json.dumps(reply)[:800]}"
     if status == 200 and case.path == CHAT:
-        assert reply["choices"], reply
+        assert len(reply["choices"]) == case.body.get("n", 1), reply
         for choice in reply["choices"]:
             assert choice["finish_reason"] in ("stop", "length"), choice
             assert isinstance(choice["message"]["content"], str), choice
             if "regex" in case.body:  # constrained output really was constrained
                 assert re.fullmatch(case.body["regex"], choice["message"]["content"]), choice
+            if case.body.get("response_format") == JSON_SCHEMA:
+                check_json_schema(choice, SCHEMA)
     elif status != 200:
         message = error_message(reply)
         assert message, f"{case.id}: a {status} without a message: {reply}"
         assert case.says.lower() in message.lower(), f"{case.id}: {message!r} does not say {case.says!r}"
-    assert_alive(server)
+    assert_alive(server, sot="specsot" in case.body)
 
 
 def _param(case: Case):
@@ -224,3 +241,12 @@ def test_streaming_sot_with_bad_input_is_a_4xx_before_the_stream(server):
     status, reply = post(server, CHAT, chat(DENSE, sot=ON, stream=True))
     assert status == 400 and "context" in error_message(reply).lower(), reply
     assert_alive(server)
+
+
+def test_a_small_cap_bounds_a_ten_point_answer(server):
+    # The issue's probe: max_tokens 50 with ten branches returned 398 tokens. The cap is the
+    # answer's total: points are dropped and budgets shared until it fits (sot/budget.py).
+    config = {"max_points": 10, "min_points": 2, "min_branch_tokens": 8, "router_min_answer_tokens": 1}
+    status, reply = post(server, CHAT, chat(sot={"mode": "on", "config": config}, max_tokens=50))
+    assert status == 200 and reply["usage"]["completion_tokens"] <= 50, reply
+    assert_alive(server, sot=True)

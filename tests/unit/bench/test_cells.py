@@ -6,6 +6,7 @@ import http.server
 import json
 import socket
 import threading
+import time
 
 import pytest
 
@@ -136,6 +137,29 @@ def test_a_silent_server_times_out_instead_of_hanging():
         port = listener.getsockname()[1]
         result = run_cell(PLAIN, QUESTION, Target(f"http://127.0.0.1:{port}", render), Settings(48, 1))
     assert result.status == FAILED and "timed out" in result.reason
+
+
+def test_a_cell_past_its_timeout_aborts_what_it_left_running(fake, monkeypatch):
+    # The abandoned request would go on decoding into the next cell's flush and timing.
+    from sglang_specsot.bench import cells
+
+    FakeServer.replies = {"/abort_request": (200, {})}
+    FakeServer.received = {}
+    monkeypatch.setattr(cells, "_ask", lambda *args: time.sleep(10))
+    result = run_cell(PLAIN, QUESTION, Target(url(fake), render), Settings(48, 0.2))
+    assert result.status == FAILED and "no answer within" in result.reason
+    assert FakeServer.received["/abort_request"] == {"abort_all": True}
+
+
+def test_a_request_timeout_aborts_it_on_the_server(fake, monkeypatch):
+    from sglang_specsot.bench import cells
+
+    FakeServer.replies = {"/abort_request": (200, {})}
+    FakeServer.received = {}
+    monkeypatch.setattr(cells, "_ask", lambda *args: (_ for _ in ()).throw(TimeoutError("timed out")))
+    result = run_cell(PLAIN, QUESTION, Target(url(fake), render), Settings(48, 5))
+    assert result.status == FAILED and "timed out" in result.reason
+    assert FakeServer.received["/abort_request"] == {"abort_all": True}
 
 
 def test_a_dead_server_fails_the_cell_without_a_request():

