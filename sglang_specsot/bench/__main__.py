@@ -14,6 +14,7 @@ import signal
 import sys
 from pathlib import Path
 
+from sglang_specsot.bench.provenance import record_invocation
 from sglang_specsot.models.fetcher import FetchError  # an offline or failed fetch: one line
 
 PROG = "python -m sglang_specsot.bench"
@@ -24,6 +25,7 @@ def _e2e(args) -> int:
     from sglang_specsot.bench.runner import run
 
     plan = plan_from_args(args)
+    record_invocation(plan.out)
     todo = plan.pending()
     print(f"{len(plan.questions)} questions x {len(plan.configs)} configurations; {len(todo)} cells to run "
           f"({'one server at a time, blocks of ' + str(plan.block) if plan.one_at_a_time else 'all servers up'}); "
@@ -48,6 +50,7 @@ def _report(args) -> int:
 def _judge(args) -> int:
     from sglang_specsot.bench.judge_run import run_judge
 
+    record_invocation(Path(args.out))
     print(f"judged {run_judge(Path(args.out), args.judge_model, args.configs.split(','), args.timeout)} pairs")
     return 0
 

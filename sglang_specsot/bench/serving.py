@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from sglang_specsot.bench.cells import flush_cache
+from sglang_specsot.bench.provenance import record_invocation
 from sglang_specsot.bench.configs import servers
 
 # name: (server, extra request body)
@@ -74,6 +75,29 @@ def bench_command(url: str, model: str, dataset: Path, n: int, concurrency: int,
     return cmd + (["--extra-request-body", json.dumps(body)] if body else [])
 
 
+def failures(merged: Path) -> list[dict]:
+    """The last error of each (config, concurrency) that has no result, so a failed run shows
+    in serving.md and not only in serving.jsonl."""
+    done, errors = finished(merged), {}
+    measured = {config for config, _ in done}
+    for r in _rows(merged):
+        key = (r["config"], r.get("concurrency"))
+        # A server that did not start has no concurrency: it failed every run of its config.
+        superseded = key in done if key[1] is not None else key[0] in measured
+        if "error" in r and not superseded:
+            errors[key] = r
+    return list(errors.values())
+
+
+def failure_lines(rows: list[dict]) -> str:
+    if not rows:
+        return ""
+    lines = ["", "Failed runs (no result):", ""]
+    lines += [f"- {r['config']}" + (f" at concurrency {r['concurrency']}" if r.get("concurrency") else "")
+              + f": {r['error'].strip()[:300]}" for r in rows]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def merge(rows: list[dict]) -> str:
     """One markdown table of the tagged bench_serving result lines."""
     head = ["config", "concurrency", "completed", *FIELDS]
@@ -100,6 +124,7 @@ def main(args) -> int:
     specs = servers(draft)
     out = Path(args.out or f"benchmarks/serving-{Path(args.target).name}" + (f"-{Path(args.draft).name}" if args.draft else ""))
     (out / "logs").mkdir(parents=True, exist_ok=True)
+    record_invocation(out)
     dataset = write_dataset(questions, out / "questions.jsonl", args.max_tokens)
     merged = out / "serving.jsonl"
     concurrencies = [int(x) for x in args.concurrency.split(",")]
@@ -118,7 +143,7 @@ def main(args) -> int:
         except (RuntimeError, TimeoutError, OSError) as exc:
             _append(merged, {"config": name, "error": str(exc).splitlines()[0]})
             print(f"{name}: failed: {str(exc).splitlines()[0]}", flush=True)
-    table = merge(latest(merged))
+    table = merge(latest(merged)) + failure_lines(failures(merged))
     (out / "serving.md").write_text(table)
     print(table)
     return 0

@@ -5,7 +5,16 @@ from __future__ import annotations
 import json
 
 from sglang_specsot.bench.cells import Question
-from sglang_specsot.bench.serving import bench_command, finished, latest, merge, write_dataset
+from sglang_specsot.bench.provenance import INVOCATIONS_FILE, record_invocation
+from sglang_specsot.bench.serving import (
+    bench_command,
+    failure_lines,
+    failures,
+    finished,
+    latest,
+    merge,
+    write_dataset,
+)
 
 
 def test_dataset_is_bench_servings_custom_format(tmp_path):
@@ -36,3 +45,25 @@ def test_resume_skips_measured_pairs_and_the_table_keeps_the_latest(tmp_path):
     table = merge(latest(merged))
     assert table.splitlines()[2].startswith("| plain | 1 | - | ") and "| 7.0 |" in table
     assert finished(tmp_path / "missing.jsonl") == set()
+
+
+def test_failed_runs_show_in_the_table_until_a_later_run_succeeds(tmp_path):
+    merged = tmp_path / "serving.jsonl"
+    rows = [{"config": "plain", "concurrency": 1, "error": "first try timed out"},
+            {"config": "plain", "concurrency": 1, "median_e2e_latency_ms": 7.0},
+            {"config": "SoT", "concurrency": 8, "error": "bench_serving exited 1"},
+            {"config": "NGRAM", "error": "server did not start"}]  # fmt: skip
+    merged.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    shown = failure_lines(failures(merged))
+    assert "SoT at concurrency 8: bench_serving exited 1" in shown and "NGRAM: server did not start" in shown
+    assert "first try" not in shown  # superseded by the result after it
+    assert failure_lines([]) == ""
+
+
+def test_each_invocation_is_recorded_with_its_command_commit_and_machine(tmp_path):
+    first = record_invocation(tmp_path, ["bench", "serving", "--target", "qwen2.5-coder-1.5b"])
+    record_invocation(tmp_path, ["bench", "serving", "--target", "qwen2.5-coder-1.5b"])
+    lines = [json.loads(line) for line in (tmp_path / INVOCATIONS_FILE).read_text().splitlines()]
+    assert len(lines) == 2 and lines[0] == first
+    assert first["command"] == "python -m sglang_specsot.bench serving --target qwen2.5-coder-1.5b"
+    assert first["machine"]["cores"] >= 1 and first["machine"]["cpu"] and len(first["commit"]) >= 7
