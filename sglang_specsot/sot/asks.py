@@ -47,6 +47,7 @@ def enumerated_items(question: str) -> tuple[str, ...]:
 
 
 def _series(clause: str) -> tuple[str, ...]:
+    clause = _without_tail(clause)
     parts = [p.strip() for p in _SERIES_SPLIT.split(clause.strip()) if p.strip()]
     start = _series_start(parts)
     if start:  # "..., discussing its plot, characters and effects": the series starts there
@@ -64,6 +65,19 @@ def _series(clause: str) -> tuple[str, ...]:
         if not _content_words(item) or len(words) > MAX_ITEM_WORDS or words & _CLAUSE_WORDS:
             return ()  # a clause ("what is herd immunity"), not a name
     return tuple(item.strip(" .,'\"") for item in items)
+
+
+def _without_tail(clause: str) -> str:
+    """The clause without what follows its last item: "A, B and C in terms of speed and
+    memory use" -> "A, B and C", so the tail's own "and" is not read as one more item."""
+    head, comma, last = clause.rpartition(",")
+    kept = _TRAILING.sub("", last)
+    # Only after a series' own last "and"/"or" ("B and C in ..."); a tail clause after the
+    # series (", without relying on ...") is no item, cut or not.
+    return head + comma + kept if comma and _ENDS_SERIES.search(kept) else clause
+
+
+_ENDS_SERIES = re.compile(r"(?:^|\s)(?:and|or)\s", re.IGNORECASE)
 
 
 def _series_start(parts: list[str]) -> int:

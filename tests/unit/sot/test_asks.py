@@ -22,6 +22,10 @@ SORTS = ("Compare the sorting algorithms bubble sort, quick sort, merge sort, he
         ("Which is better for me: tea, coffee, or water?", ("tea", "coffee", "water")),
         ("Write about big cats, including lions, tigers and leopards.", ("lions", "tigers", "leopards")),
         ("List the pros of solar, wind and hydro power for a small town.", ("solar", "wind", "hydro power")),
+        # The tail's own "and" is not one more item (it hid the whole series before).
+        ("Compare bubble sort, merge sort, quick sort and heap sort in terms of speed and memory use.",
+         ("bubble sort", "merge sort", "quick sort", "heap sort")),
+        ("Compare Python, Java, and Rust for web servers and scripts.", ("Python", "Java", "Rust")),
     ],
 )  # fmt: skip
 def test_a_named_series_is_found(question, items):
@@ -36,6 +40,9 @@ def test_a_named_series_is_found(question, items):
         "How do vaccinations protect individuals and communities, and what is herd immunity?",  # clauses
         "I like apples, pears, and plums, but what should I eat for breakfast today?",
         "Write a blog post about a trip to Hawaii, highlighting cultural experiences and attractions.",
+        # A clause after a two-item "such as": no series, and the clause is no item (Vicuna q35).
+        "How can you assess the credibility of a source of information, such as a news article or blog "
+        "post, without relying solely on the reputation of the author or publisher?",
         "",
     ],
 )
