@@ -94,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("judge", help="pairwise judge pass over a run directory")
     p.add_argument("out")
     p.add_argument("--judge-model", default="qwen2.5-coder-1.5b")
-    p.add_argument("--configs", default="SoT-server,SpecSoT-server,SpecSoT-router")
+    p.add_argument("--configs", default="SoT-server,SoT-frontend,SpecSoT-server,SpecSoT-frontend,SpecSoT-router")
     p.add_argument("--timeout", type=float, default=300.0)
     p.set_defaults(run=_judge)
     from sglang_specsot.bench.serving import add_arguments
