@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 
 from sglang_specsot.serving.backend import TokenizerManagerBackend
 from sglang_specsot.serving.field import FIELD, SoTField, default_mode, parse_field, server_limits
@@ -40,7 +39,6 @@ from sglang_specsot.serving.responses import aborted_completion, chat_completion
 from sglang_specsot.serving.skeleton_constraint import with_server_constraint
 from sglang_specsot.serving.stream import SoTStream
 from sglang_specsot.sot.limits import SoTLimits, answer_cap
-from sglang_specsot.sot.router import RouteDecision
 from sglang_specsot.sot.runner import RoutePhase, SoTOptions, SoTPhaseError, new_group, route_phase, run_sot
 from sglang_specsot.speculative import adapter as sgl
 
@@ -132,8 +130,6 @@ class _SoTChat:
         except ValueError as exc:
             return self._error(str(exc))
         route = route_phase(question, options)
-        if route.decision.use_sot and self.field.mode == "auto" and sot_gate().saturated:
-            route = _busy(route, sot_gate())
         if not route.decision.use_sot:
             return _annotate(await self._sglang(), route)
         return await self._sot(question, options, route)
@@ -214,16 +210,6 @@ class _SoTChat:
         except SoTPhaseError as exc:
             return self._phase_error(exc)
         return StreamingResponse(stream.chunks(first), media_type="text/event-stream")
-
-
-def _busy(route: RoutePhase, gate: GroupGate) -> RoutePhase:
-    """The route when every SoT slot is taken. In mode "auto" the client asked for the faster
-    answer: an SoT answer would wait for a slot, and its branches would find the batch already
-    full of other answers' rows (bench_serving at concurrency 8: SoT 0.75x plain), so a normal
-    answer starts now. Mode "on" still waits (or gets 429)."""
-    why = (f"all {gate.running} SoT slots (max_groups) are taken; a normal answer starts now "
-           "where an SoT answer would wait")  # fmt: skip
-    return replace(route, decision=RouteDecision(False, "busy", why))
 
 
 def _annotate(response, route: RoutePhase):

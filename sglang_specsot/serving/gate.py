@@ -29,11 +29,6 @@ class GroupGate:
         self.active = 0
         self._slots: asyncio.Semaphore | None = None  # made in the server's event loop
 
-    @property
-    def saturated(self) -> bool:
-        """Every slot is taken: an answer starting now would wait for one."""
-        return self.active + self.queued >= self.running
-
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
         """Hold one SoT slot for the body; GateFull when none is free and the queue is full."""

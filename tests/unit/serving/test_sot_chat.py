@@ -209,37 +209,3 @@ def test_a_skeleton_aborted_before_its_first_token_still_streams_the_abort_endin
     chunks = asyncio.run(scenario())
     assert '"role":"assistant"' in chunks[0] and '"finish_reason":"abort"' in chunks[-2]
     assert chunks[-1] == "data: [DONE]\n\n" and not any('"error"' in c for c in chunks)
-
-
-async def _chat_completion(serving, request, raw_request):
-    """SGLang's handler answering with a chat completion (which the route annotates)."""
-    return SimpleNamespace(by="sglang", choices=[], metadata=None)
-
-
-def test_in_mode_auto_a_busy_server_answers_normally_at_once(monkeypatch):
-    gate = GroupGate(running=1, waiting=4)
-    monkeypatch.setattr(chat, "_gate", gate)
-    tm = _TokenizerManager()
-
-    async def scenario(mode: str):
-        async with gate.slot():  # another SoT answer holds the only slot
-            req = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": QUESTION}])
-            field = parse_field(json.dumps({"specsot": {"mode": mode}}).encode(), "off")
-            task = asyncio.ensure_future(_SoTChat(_Serving(tm), req, None, field).respond(_chat_completion))
-            for _ in range(50):
-                await asyncio.sleep(0)
-            return task.done() and task.result(), task
-
-    answered, task = asyncio.run(scenario("auto"))
-    assert answered.by == "sglang" and answered.metadata["specsot"]["route"]["rule"] == "busy"
-    assert "max_groups" in answered.metadata["specsot"]["reason"] and tm.requests == []
-    # Mode "on" asked for SoT: it waits for the slot instead (then runs; here the slot frees
-    # when the scenario ends, so the task finished or was left waiting, never answered normally).
-    waited, _ = asyncio.run(scenario("on"))
-    assert waited is False
-
-
-def test_in_mode_auto_a_free_slot_still_gives_sot(monkeypatch):
-    monkeypatch.setattr(chat, "_gate", GroupGate(running=2, waiting=4))
-    response, _ = _answer({"mode": "auto"})
-    assert response.metadata["specsot"]["path"] == "sot"
