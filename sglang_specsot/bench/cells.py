@@ -94,9 +94,6 @@ def abort_all(url: str) -> None:
         logger.warning("abort after a timeout failed: %s", _describe(exc))
 
 
-ABORT_TIMEOUT_S = 5.0
-
-
 def failed(cfg: CellConfig, question: Question, reason: str) -> CellResult:
     logger.warning("cell %s / q%d failed: %s", cfg.name, question.id, reason)
     return CellResult(question.id, cfg.name, FAILED, question.suitable, reason=reason)
@@ -105,6 +102,7 @@ def failed(cfg: CellConfig, question: Question, reason: str) -> CellResult:
 # SGLang refuses /flush_cache (400 "Flush cache failed.") while its scheduler is not fully
 # idle, which it can still be for a moment after the last answer was returned.
 FLUSH_WAIT_S, FLUSH_RETRY_S = 30.0, 0.5
+ABORT_TIMEOUT_S = 5.0  # /abort_request after a cell's timeout; a live server answers at once
 
 
 def flush_cache(url: str, timeout: float) -> None:

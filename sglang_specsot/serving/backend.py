@@ -74,7 +74,6 @@ class TokenizerManagerBackend:
         params["custom_params"] = {**(params.get("custom_params") or {}), **request.tag.to_custom_params()}
         return params
 
-
     def _within_context(self, request: GenRequest) -> int:
         """The generation's budget, cut to what the context leaves after its prompt.
 
