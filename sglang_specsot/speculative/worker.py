@@ -53,6 +53,10 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self.drafter = ContextDrafter()
         self._tags: dict[str, SoTTag] = {}
         self._decode_rids: set[str] = set()
+        # Requests prefilled but not yet seen decoding. One that ends at prefill (a prefix
+        # commit's max_new_tokens=0, a one-token answer, EOS first) never reaches
+        # draft_extend, which forgets the others: it is forgotten once SGLang marks it finished.
+        self._awaiting_decode: dict[str, object] = {}
         self._warned: set[str] = set()
         self._loop_logged = False
         # The cost model is measured on every start-up (and shown in /server_info); the
@@ -88,6 +92,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self.drafter = ContextDrafter(self.drafter.config)
         self._tags.clear()
         self._decode_rids.clear()
+        self._awaiting_decode.clear()
         self.stats = AcceptanceStats(self.stats.config)
 
     def speculative_state_report(self) -> dict:
@@ -108,6 +113,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None
     ):
         self._log_event_loop(on_publish)
+        self._forget_finished_at_prefill()
         if not batch.forward_mode.is_decode():
             return self._forward_prefill(batch, on_publish, pp_proxy_tensors)
         start, explored, catch_ups = time.perf_counter(), self._explored, self._catch_ups()
@@ -177,6 +183,20 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             if getattr(req, "is_chunked", 0) > 0:
                 continue  # a middle chunk's sample is discarded by the scheduler
             self._restart(req, [token])
+            self._awaiting_decode[req.rid] = req
+
+    def _forget_finished_at_prefill(self) -> None:
+        # The scheduler sets a request's finish after its forward's results are processed
+        # (an iteration later under overlap), so each step looks at the ones still waiting.
+        for rid, req in list(self._awaiting_decode.items()):
+            if req.finished():
+                del self._awaiting_decode[rid]
+                self._forget(rid)
+
+    def _forget(self, rid: str) -> None:
+        self.drafter.forget(rid)
+        self.stats.forget(rid)  # a group's estimate outlives its members
+        self._tags.pop(rid, None)
 
     def _restart(self, req, extra_tokens: list[int]) -> None:
         """(Re)start the drafter's history of `req`: its committed tokens plus `extra_tokens`."""
@@ -406,10 +426,10 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
                 self.drafter.append(rid, row[:k])
         self._observe_acceptance(extend.rids, lens)
         current = set(extend.rids)
+        for rid in current:
+            self._awaiting_decode.pop(rid, None)
         for rid in self._decode_rids - current:  # left the decode batch: finished or retracted
-            self.drafter.forget(rid)
-            self.stats.forget(rid)  # a group's estimate outlives its members
-            self._tags.pop(rid, None)
+            self._forget(rid)
         self._decode_rids = current
 
     def _observe_acceptance(self, rids: tuple[str, ...], accept_lens: list[int]) -> None:

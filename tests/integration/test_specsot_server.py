@@ -99,3 +99,25 @@ def test_malformed_metadata_is_served_unchanged(specsot_server, prompts, plain_i
     assert [r["output_ids"] for r in got] == plain_ids[:2]
     assert "ignoring malformed SoT metadata" in specsot_server.log_path.read_text()
 
+
+
+def test_requests_that_end_at_prefill_leave_nothing_in_the_drafter(specsot_server, prompts):
+    # A prefix commit (max_new_tokens=0, what server-side SoT sends before its branches) and
+    # a one-token answer never decode, so draft-extend never sees them leave.
+    def kept() -> int:
+        state = specsot_server.get("/server_info")["internal_states"][0]
+        return state["specsot"]["memory"]["drafter"]["requests"]
+
+    before = kept()
+    tag = {"specsot": {"group": f"prefix-{specsot_server.mode}", "role": "branch", "point": 0, "n": 2}}
+    for max_new in (0, 1, 0, 1):
+        body = {"text": prompts[:3], "sampling_params": [{"max_new_tokens": max_new, "temperature": 0}] * 3}
+        specsot_server.post("/generate", body)
+    specsot_server.post("/generate", {"text": prompts[3], "sampling_params": {"max_new_tokens": 1, "custom_params": tag}})
+    # Later forwards forget what ended before them; a decoded request is forgotten at the
+    # next decode step, so the last of these two stays until another request decodes.
+    _generate(specsot_server, prompts[4:5])
+    _generate(specsot_server, prompts[5:6])
+    # 12 ungrouped requests that ended at prefill keep nothing; the grouped one stays as its
+    # siblings' context (bounded by finished_sibling_tokens), the last decoded one until later.
+    assert kept() - before <= 2, (before, kept())
