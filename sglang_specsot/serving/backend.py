@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
 from sglang_specsot.sot.loops import LoopWatch
 from sglang_specsot.sot.phases import GenerationAborted
-from sglang_specsot.sot.runner import GenRequest, GenResult
+from sglang_specsot.sot.runner import GenRequest, GenResult, shared_prefix
 from sglang_specsot.sot.tag import PLAIN
 from sglang_specsot.speculative import adapter as sgl
 
@@ -49,6 +50,32 @@ class TokenizerManagerBackend:
             meta = last["meta_info"]
             return GenResult.from_meta(text, meta, "loop")
         return _result(text, last["meta_info"])
+
+    @contextlib.asynccontextmanager
+    async def fork_branches(self, requests: dict[int, GenRequest]) -> AsyncIterator[None]:
+        """Prefill the branches' shared prompt (question and skeleton) once, then run them.
+
+        The radix cache shares only what is cached when a request is scheduled; branches
+        admitted together each prefilled the whole prompt (SGLang logged `#cached-token: 5`
+        per ~175-token branch prompt), which on a CPU was most of the branch phase. The
+        commit is SGLang's own idiom, the frontend's `fork`: the prefix with
+        `max_new_tokens=0`, whose KV the radix cache then keeps for every branch.
+        """
+        prefix = shared_prefix(r.prompt for r in requests.values())
+        if prefix and len(requests) > 1:
+            await self._commit(prefix)
+        yield
+
+    async def _commit(self, prefix: str) -> None:
+        self.count += 1
+        # Nothing is generated, so none of the chat's settings (stop strings, a grammar to
+        # compile) apply; untagged, so the SPECSOT drafter treats it as no branch.
+        obj = sgl.GenerateReqInput(
+            text=prefix, sampling_params={"max_new_tokens": 0}, stream=False,
+            rid=f"specsot-{self.group}-prefix-{self.count}", lora_path=self.chat_input.lora_path,
+        )  # fmt: skip
+        async for out in self.tokenizer_manager.generate_request(obj, self.raw_request):
+            _result("", out["meta_info"])  # raises on an abort, as a branch would
 
     def _input(self, request: GenRequest, stream: bool):
         self.count += 1

@@ -43,12 +43,15 @@ class GenResult:
     # Verify forwards the generation took (SGLang's `spec_verify_ct`); 0 on a server that does
     # not speculate. completion_tokens / verify_steps is SGLang's `spec_accept_length`.
     verify_steps: int = 0
+    # Prompt tokens the radix cache already held (SGLang's `cached_tokens`): for a branch,
+    # whether the shared prefix was prefilled once or again for every branch.
+    cached_tokens: int = 0
 
     @classmethod
     def from_meta(cls, text: str, meta: dict, finish_reason: str) -> GenResult:
         """A result from SGLang's `meta_info` for one generation."""
         return cls(text, meta.get("prompt_tokens", 0), meta.get("completion_tokens", 0), finish_reason,
-                   meta.get("spec_verify_ct") or 0)  # fmt: skip
+                   meta.get("spec_verify_ct") or 0, meta.get("cached_tokens") or 0)  # fmt: skip
 
 
 def ended_by(result: GenResult) -> str:
@@ -203,6 +206,7 @@ def _gen_trace(result: GenResult) -> dict:
         "finish_reason": result.finish_reason,
         "ended": ended_by(result),
         "spec_verify_ct": result.verify_steps,
+        "cached_tokens": result.cached_tokens,
     }
 
 

@@ -97,11 +97,12 @@ class SoTBackend(Protocol):
 
 @runtime_checkable
 class ForkingBackend(SoTBackend, Protocol):
-    """A backend that shares the branches' prompt prefix explicitly (the frontend's `fork`).
+    """A backend that prefills the branches' shared prompt prefix once (the frontend's `fork`).
 
     `run_branches` enters `fork_branches(requests)` before the first branch starts and leaves
-    it after the last one ended; a backend whose server shares prefixes by itself (the radix
-    cache behind TokenizerManager) needs no such step.
+    it after the last one ended. SGLang's radix cache shares only what is already cached
+    when a request is scheduled: branches admitted in one prefill batch would each prefill
+    the whole prefix (question and skeleton) again, so both backends commit it first.
     """
 
     def fork_branches(
@@ -176,8 +177,15 @@ def branch_requests(
 
 
 def shared_prefix(prompts: Iterable[str]) -> str:
-    """The text every prompt starts with: what a fork commits once for all branches."""
-    return os.path.commonprefix(list(prompts))  # character-wise, despite its module
+    """The text every prompt starts with, up to its last line break: what a fork commits once
+    for all branches.
+
+    Cut at a line break because the radix cache matches tokens, not characters: a prefix
+    ending mid-line ("...Write only point ") can tokenize differently alone than inside the
+    full prompt, and then the branches would match less of it than was committed.
+    """
+    common = os.path.commonprefix(list(prompts))  # character-wise, despite its module
+    return common[: common.rfind("\n") + 1]
 
 
 def parse_phase(
@@ -331,9 +339,10 @@ async def run_branches(
 ) -> BranchesPhase:
     """Run the plan's branches, at most `plan.max_running` at once, starting waiting ones as
     others finish. On any failure or cancellation every running branch is cancelled."""
+    started = time.perf_counter()  # the phase includes committing the shared prefix
     scope = backend.fork_branches(requests) if isinstance(backend, ForkingBackend) else _no_fork()
     async with scope:
-        return await _run_branches(backend, plan, requests, on_finish)
+        return await _run_branches(backend, plan, requests, on_finish, started)
 
 
 @contextlib.asynccontextmanager
@@ -346,9 +355,9 @@ async def _run_branches(
     plan: BranchPlan,
     requests: dict[int, GenRequest],
     on_finish: Callable[[int, str], None] | None,
+    started: float,
 ) -> BranchesPhase:
     scheduler = plan.scheduler()
-    started = time.perf_counter()
     running: dict[int, asyncio.Task] = {}
     started_at: dict[int, float] = {}
     done: dict[int, BranchResult] = {}

@@ -13,6 +13,7 @@ import urllib.request
 
 import pytest
 
+from sglang_specsot.bench.cells import flush_cache
 from sglang_specsot.launch import ServerProcess
 from sglang_specsot.sot import SoTConfig
 from sglang_specsot.sot.runner import SoTOptions
@@ -72,6 +73,21 @@ def test_server_side_sot_gives_the_frontend_programs_answer(smollm2_server, sot_
     assert usage["prompt_tokens"] == frontend.prompt_tokens
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
     assert sot_reply["choices"][0]["finish_reason"] == frontend.finish_reason
+
+
+def test_branches_prefill_only_their_own_point_line(smollm2_server):
+    # The branches' shared prompt (question and skeleton) is prefilled once before they
+    # start; each branch then finds it in the radix cache. Admitted together without that
+    # commit, each prefilled the whole prompt (`cached_tokens` ~5 of ~175).
+    flush_cache(smollm2_server.base_url, timeout=60)
+    status, reply = post(smollm2_server, chat(SUITABLE, specsot={"mode": "on", "config": CONFIG}))
+    assert status == 200, reply
+    items = reply["metadata"]["specsot"]["branches"]["items"]
+    assert len(items) >= 2, items
+    for item in items:
+        own = item["prompt_tokens"] - item["cached_tokens"]
+        # the point's own line and the chat template's end of turn, not the skeleton again
+        assert 0 < own <= 40 and item["cached_tokens"] > own, item
 
 
 def test_stream_sends_skeleton_then_points_and_every_token_once(smollm2_server, sot_reply):

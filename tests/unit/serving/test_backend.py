@@ -135,3 +135,53 @@ def test_a_budget_is_cut_to_the_room_the_context_leaves(monkeypatch, role, words
     tag = SoTTag("g1", BRANCH, 0, 2) if role == BRANCH else SoTTag("g1", role)
     asyncio.run(_backend(tm).generate(GenRequest("w " * words, budget, tag)))
     assert tm.inputs[0].sampling_params["max_new_tokens"] == sent
+
+
+def _branches(n: int) -> dict[int, GenRequest]:
+    shared = "Question: q\nSkeleton:\n1. a\n2. b\n"
+    return {i: GenRequest(f"{shared}Write point {i + 1}.", 50, SoTTag("g1", BRANCH, i, n)) for i in range(n)}
+
+
+def test_fork_branches_prefills_the_shared_prefix_once_before_any_branch():
+    tm = _TokenizerManager("Point text.")
+    backend = _backend(tm)
+    requests = _branches(3)
+
+    async def scenario():
+        async with backend.fork_branches(requests):
+            assert len(tm.inputs) == 1  # committed before the first branch is sent
+            await asyncio.gather(*(backend.generate(r) for r in requests.values()))
+
+    asyncio.run(scenario())
+    commit = tm.inputs[0]
+    assert commit.text == "Question: q\nSkeleton:\n1. a\n2. b\n"
+    assert commit.sampling_params == {"max_new_tokens": 0}  # no grammar or stop strings to set up
+    assert "prefix" in commit.rid and commit.stream is False
+    assert [o.text for o in tm.inputs[1:]] == [r.prompt for r in requests.values()]
+
+
+def test_fork_branches_skips_the_commit_for_a_single_branch_or_no_common_line():
+    tm = _TokenizerManager("Point text.")
+    backend = _backend(tm)
+    unrelated = {0: GenRequest("abc", 5, SoTTag("g1", BRANCH, 0, 2)), 1: GenRequest("abd", 5, SoTTag("g1", BRANCH, 1, 2))}
+
+    async def scenario():
+        for requests in (_branches(1), unrelated):
+            async with backend.fork_branches(requests):
+                pass
+
+    asyncio.run(scenario())
+    assert tm.inputs == []
+
+
+def test_a_prefix_commit_the_server_aborts_fails_like_a_branch():
+    tm = _TokenizerManager("x")
+    tm.aborted.append("earlier")  # every generation of this fake ends as an abort
+    backend = _backend(tm)
+
+    async def scenario():
+        async with backend.fork_branches(_branches(2)):
+            raise AssertionError("the branches must not start after a failed commit")
+
+    with pytest.raises(GenerationAborted):
+        asyncio.run(scenario())
