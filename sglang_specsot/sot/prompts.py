@@ -99,16 +99,17 @@ def expansion_prompt(
             f"index in [0, {len(points) - 1}]"
         )
     number, point = index + 1, points[index]
-    # Everything up to the last paragraph is identical for all points, so the branches of
-    # one question share that prefix in the radix cache; only the final line differs.
+    # Everything before the last line is the same for every point, so the branches of one
+    # question share it in the radix cache and each prefills only that line: the
+    # instructions come first, the point to write last.
     user = (
         f"Question: {question}\n\nThe answer follows this skeleton:\n"
         f"{format_skeleton(points)}\n\n"
-        f'Write only point {number}, "{point}": one short paragraph of two to four sentences, '
-        "prose without a list, with the facts, examples or steps a complete answer gives for "
-        "it. Start with the "
-        "content itself: do not repeat the point's title, the question or the skeleton, do "
-        "not number your text, and stop before any other point."
+        "You write one of these points: one short paragraph of two to four sentences, prose "
+        "without a list, with the facts, examples or steps a complete answer gives for it. "
+        "Start with the content itself: do not repeat the point's title, the question or the "
+        "skeleton, do not number your text, and stop before any other point.\n"
+        f'Write only point {number}, "{point}".'
     )
     prefix = f"{number}. {point}" if prefill_header else ""
     return ChatPrompt(_with_system(_EXPAND_SYSTEM, [("user", user)], system_role), prefix)
