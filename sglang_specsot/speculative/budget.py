@@ -288,6 +288,17 @@ def plan_step(
     return best_plan(candidate_plans(ps, candidates, step_ms, min_token_prob, min_budget, firsts))
 
 
+# A drafting plan within this share of the best plan's rate is "near paying": acceptance
+# estimates move by about a tenth per verified step (decay 0.1), so it may pay a few steps on.
+NEAR_PAYING = 0.9
+
+
+def drafting_near(plans: Sequence[StepPlan], best: StepPlan) -> bool:
+    """Whether some plan that drafts comes within NEAR_PAYING of `best`'s rate."""
+    rates = [plan.rate for plan in plans if plan.width > 1]
+    return bool(rates) and max(rates) >= NEAR_PAYING * best.rate
+
+
 def best_plan(plans: Sequence[StepPlan]) -> StepPlan:
     """The plan with the most expected tokens per ms; ties go to the narrower (listed first)."""
     best: StepPlan | None = None

@@ -5,8 +5,8 @@ draft's KV follows the text. On a step where the budget policy drafts nothing (a
 decode) that forward buys nothing yet; on this CPU a 0.5B draft-extend costs ~0.4x the 1.5B
 target's forward, so a "plain" step would cost ~1.4x plain decoding. Instead, the tokens of
 such steps are left as a backlog per request, and one draft-extend over the backlog runs
-when the draft model is next needed, or before the backlog would make that catch-up cost
-more than a plain step on top of the extend it replaces. A forward costs overhead plus at
+when the draft model is next needed, or, while drafting is near paying, before the backlog
+would make that catch-up cost more than a plain step on top of the extend it replaces. A forward costs overhead plus at
 most linear in its rows, so one catch-up is never more work than the per-step extends it
 replaces.
 
@@ -43,9 +43,12 @@ def catch_up_windows(ends: Sequence[int], behind: Sequence[int]) -> list[tuple[i
 class ExtendBacklog:
     """Per request, the committed tokens the draft model's KV does not hold yet."""
 
-    def __init__(self, max_behind: int = 256):
-        assert max_behind >= 1, f"max_behind {max_behind} must be >= 1"
-        self.max_behind = max_behind  # a memory-and-latency cap, above what costs allow here
+    def __init__(self, max_behind: int = 256, max_rows: int = 512):
+        assert max_behind >= 1 and max_rows >= 1, f"max_behind {max_behind}, max_rows {max_rows} must be >= 1"
+        self.max_behind = max_behind  # a memory-and-latency cap per request
+        # A cap on a catch-up's rows (requests x widest backlog): its forward computes
+        # logits for every row, 300 MB at 512 rows of a 150k vocabulary in float32.
+        self.max_rows = max_rows
         self._behind: dict[str, int] = {}
         self.deferred_steps = 0  # steps whose draft-extend was deferred
         self.catch_ups = 0  # catch-up forwards run (a window each)
@@ -76,9 +79,11 @@ class ExtendBacklog:
         """Whether this step's draft-extend may wait: the catch-up after one more plain step
         (`catch_up_ms(rows)`, rows = requests x widest backlog) would still cost at most
         `limit_ms` (the worker passes a one-token extend plus a plain step: the step that
-        drafts again then costs at most one plain step more than a drafting step does)."""
+        drafts again then costs at most one plain step more than a drafting step does; or no
+        limit while no drafting is near paying), within `max_behind` and `max_rows`."""
         widest = max(self.lag(rids), default=0) + 1
-        return widest <= self.max_behind and catch_up_ms(len(rids) * widest) <= limit_ms
+        rows = len(rids) * widest
+        return widest <= self.max_behind and rows <= self.max_rows and catch_up_ms(rows) <= limit_ms
 
     def info(self) -> dict:
         return {

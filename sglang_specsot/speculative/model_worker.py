@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 
 import torch
 
 from sglang_specsot.speculative import adapter as sgl
 from sglang_specsot.speculative.budget import (
-    AcceptanceStats, AdaptiveConfig, FirstDraftCalibration, expected_drafts_accepted,
+    AcceptanceStats, AdaptiveConfig, FirstDraftCalibration, best_plan, drafting_near, expected_drafts_accepted,
 )  # fmt: skip
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.extend_backlog import ExtendBacklog, catch_up_windows
@@ -310,12 +311,31 @@ class SpecSoTModelWorker(SpecSoTWorker):
                            self.draft_worker.extend_after_verify, batch, result)  # fmt: skip
 
     def _defer_extend(self, batch, rids: list[str]) -> bool:
-        """A plain next step (as the policy now plans it) may leave the extend for later."""
-        if self._plan(self._acceptance(batch.reqs)).width > 1:
+        """A plain next step (as the policy now plans it) may leave the extend for later.
+
+        While some drafting plan is near paying, the backlog is kept short enough that the
+        step which drafts again waits at most about one plain step for its catch-up. While
+        none is, nothing is flushed: a flush would buy an extend that may never be needed
+        (on 8 branches of the 1.5B + 0.5B pair, flushes every ~14 plain steps cost 750 ms
+        each, 13% of the branch phase), so the backlog waits, bounded by its caps."""
+        plans = self._candidate_plans(self._acceptance(batch.reqs), None)
+        best = best_plan(plans)
+        if best.width > 1:
             return False  # the next step drafts: extend now, where the step layout has it
+        if not drafting_near(plans, best):
+            return self.backlog.may_defer(rids, self.cost.draft.ms, math.inf)
         bs = len(rids)
         limit = self.cost.draft.ms(bs) + self.cost.target.ms(bs)
         return self.backlog.may_defer(rids, self.cost.draft.ms, limit)
+
+    def _explore_setup_ms(self, batch) -> float:
+        # Exploring drafts with the model, so a deferred backlog is caught up first; its
+        # cost counts against explore_share, so a long backlog is explored rarely.
+        if self.backlog is None:
+            return 0.0
+        rids = self._rids(batch)
+        widest = max(self.backlog.lag(rids), default=0)
+        return self.cost.draft.ms(len(rids) * widest) if widest else 0.0
 
     def _catch_up(self, batch, seq_lens: torch.Tensor):
         """One draft-extend (or a few, see catch_up_windows) over every request's backlog up

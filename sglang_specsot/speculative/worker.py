@@ -234,17 +234,18 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         plan = self._decide(ps, self._first_draft_acceptance(batch, ps))
         self._exploring = False
         if plan.width == 1:
-            plan = self._maybe_explore(ps, plan)
+            plan = self._maybe_explore(batch, ps, plan)
         else:
             self._plain_steps = 0
         self._last_plan = plan
         return [b + 1 for b in plan.budgets]
 
-    def _maybe_explore(self, ps: list[float], plain: StepPlan) -> StepPlan:
+    def _maybe_explore(self, batch, ps: list[float], plain: StepPlan) -> StepPlan:
         """The plain `plain`, or once every `explore_every` plain steps a step that drafts the
         smallest budget: the acceptance estimates learn only from drafted steps."""
         explore = explore_plan(ps, self._candidate_budgets(len(ps)), self._step_ms)
-        every = explore_every(plain.step_ms, explore.step_ms, self.adaptive.explore_share)
+        explore_ms = explore.step_ms + self._explore_setup_ms(batch)
+        every = explore_every(plain.step_ms, explore_ms, self.adaptive.explore_share)
         self._plain_steps += 1
         if every == 0 or explore.width == 1 or self._plain_steps < every:
             return plain
@@ -252,6 +253,10 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._explored += 1
         self._exploring = True
         return explore
+
+    def _explore_setup_ms(self, batch) -> float:
+        """What an exploring step costs before it drafts, beyond its plan's step time."""
+        return 0.0  # the SoT context is always current
 
     def _acceptance(self, reqs) -> list[float]:
         """Each request's acceptance estimate (its SoT group's)."""

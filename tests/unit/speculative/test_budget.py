@@ -12,6 +12,8 @@ from sglang_specsot.speculative.budget import (
     DepthAcceptance,
     FirstDraftCalibration,
     expected_drafts_accepted,
+    StepPlan,
+    drafting_near,
     explore_every,
     explore_plan,
     plan_step,
@@ -222,3 +224,10 @@ def test_first_draft_calibration_learns_what_a_probability_is_worth():
     assert cal.rate(0.6, prior=0.7) == pytest.approx(0.7)  # a bin never seen stays at the prior
     info = cal.info()
     assert info["edges"] == list(FirstDraftCalibration.EDGES) and info["accept_rate"][2] is None
+
+
+def test_drafting_is_near_when_a_drafting_plan_comes_within_a_tenth_of_the_best():
+    plain = StepPlan(1, (0,), 1.0, 100.0)
+    assert drafting_near([plain, StepPlan(2, (1,), 1.3, 140.0)], plain)  # 0.93 of plain's rate
+    assert not drafting_near([plain, StepPlan(2, (1,), 1.2, 140.0)], plain)  # 0.86
+    assert not drafting_near([plain], plain)  # nothing drafts at all

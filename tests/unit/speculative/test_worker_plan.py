@@ -255,3 +255,64 @@ def test_malformed_tags_are_logged_a_bounded_number_of_times(caplog):
     assert len(worker._warned) == worker_module._MAX_WARNED
     warnings = [r for r in caplog.records if "malformed SoT metadata" in r.getMessage()]
     assert len(warnings) == worker_module._MAX_WARNED and "further malformed" in warnings[-1].getMessage()
+
+
+def _chain_worker(config: AdaptiveConfig):
+    """`_model_worker` with a draft model drafting an adaptive chain of up to 4 tokens."""
+    worker = _model_worker(config)
+    worker._draft_worker = SimpleNamespace(topk=1, variable_steps=True, max_steps=4)
+    return worker
+
+
+def _deferred_steps(worker, p: float, limit: int = 1000) -> int:
+    """Plain steps of one request whose extends the worker defers before it flushes."""
+    worker._acceptance = lambda reqs: [p] * len(reqs)
+    batch, deferred = _batch(1), 0
+    while deferred < limit:
+        worker.backlog.add(["r0"], [1])
+        if not worker._defer_extend(batch, ["r0"]):
+            return deferred
+        deferred += 1
+    return deferred
+
+
+def test_while_drafting_is_far_from_paying_the_backlog_is_not_flushed_for_latency():
+    # A plain step costs 100 ms, a one-draft step 140 (its extend): at p=0.3 a draft step's
+    # 1.3 tokens per 140 ms is within NEAR_PAYING of plain's 1 per 100, at p=0.01 it is not.
+    near = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
+    # Near: flushed once a catch-up would cost more than a plain step and an extend (140 ms;
+    # 40 ms to 64 rows, then 10 ms a row): at 74 tokens behind.
+    assert _deferred_steps(near, 0.3) == 73
+    far = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
+    # Far: only the caps flush it (max_behind 256 tokens for one request).
+    assert _deferred_steps(far, 0.01) == far.backlog.max_behind - 1
+
+
+def test_the_backlog_caps_a_catch_ups_rows():
+    from sglang_specsot.speculative.extend_backlog import ExtendBacklog
+
+    backlog = ExtendBacklog(max_behind=256, max_rows=64)
+    rids = [f"r{i}" for i in range(8)]
+    backlog.add(rids, [7] * 8)
+    assert backlog.may_defer(rids, lambda rows: 0.0, float("inf"))  # 8 x 8 rows: at the cap
+    backlog.add(rids, [1] * 8)
+    assert not backlog.may_defer(rids, lambda rows: 0.0, float("inf"))  # 8 x 9 rows: over it
+
+
+def test_exploring_counts_the_catch_up_it_needs_against_its_share():
+    def plain_steps_per_explore(worker) -> int:
+        batch, ps = _batch(1), [0.01]
+        for step in range(1, 100):
+            if worker._maybe_explore(batch, ps, worker._plan(ps)).width > 1:
+                return step
+        raise AssertionError("never explored")
+
+    config = AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.25)
+    current = _chain_worker(config)
+    # An exploring step costs 40 ms more than a plain one: 40 / (0.25 x 100) -> every 2nd.
+    assert plain_steps_per_explore(current) == 2
+    behind = _chain_worker(config)
+    behind.backlog.add(["r0"], [80])
+    # Its catch-up over 80 tokens costs 200 ms more (50 ms at 65 rows, 10 ms a row on):
+    # 240 / 25 -> every 10th.
+    assert plain_steps_per_explore(behind) == 10
