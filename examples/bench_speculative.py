@@ -4,7 +4,8 @@ All servers run at once (idle ones sleep) and are measured in alternating rounds
 prompts, so machine drift hits every configuration alike. Two prompt sets:
   vicuna   - Vicuna questions, one request each (batch 1)
   branches - SoT branch prompts: every point of one skeleton expanded in one batch, tagged
-             as one SoT group (what the SoT program sends)
+             as one SoT group, after their shared prefix is prefilled once (what the SoT
+             program sends)
 Configurations: plain decoding, NGRAM and SPECSOT-ctx (SoT-context drafting, no second model);
 with --draft also STANDALONE and SPECSOT with that draft model, both with a --steps chain
 (SPECSOT adds up to 3 SoT-context nodes to it). With --adaptive, each SPECSOT config also
@@ -35,10 +36,12 @@ from sglang_specsot.data import load_questions
 from sglang_specsot.launch import ServerProcess
 from sglang_specsot.models import fetch as fetch_model
 from sglang_specsot.sot import expansion_prompt
+from sglang_specsot.sot.runner import shared_prefix
 
 COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-tokens", "16384",
           "--sleep-on-idle", "--mem-fraction-static", "0.6"]  # fmt: skip
-SKELETON = ["Set clear goals", "Prioritize tasks", "Avoid distractions", "Take short breaks"]
+SKELETON = ["Set clear goals", "Prioritize tasks", "Avoid distractions", "Take short breaks",
+            "Use a calendar", "Limit multitasking", "Delegate work", "Review your day"]  # fmt: skip
 SEED = 0
 
 
@@ -71,14 +74,18 @@ def configs(
     return out
 
 
-def workloads(tokenizer, n_questions: int) -> dict[str, list[tuple[list[str], dict | None]]]:
-    """Each workload: a list of (batch of prompts, SoT tag factory or None)."""
+def workloads(tokenizer, n_questions: int, points: int = 4) -> dict[str, list[tuple[list[str], dict | None]]]:
+    """Each workload: a list of (batch of prompts, SoT tag factory or None); a branch batch
+    expands the first `points` points of SKELETON."""
+    if not 1 <= points <= len(SKELETON):
+        raise ValueError(f"--points {points} is outside 1..{len(SKELETON)}; pass a point count in that range")
+    skeleton = SKELETON[:points]
     chat = lambda msgs: tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)  # noqa: E731
     rows = load_questions("vicuna80")
     questions = [r["question"] for r in rows if r["sot_suitable"]][:n_questions]
     vicuna = [([chat([{"role": "user", "content": q}])], None) for q in questions]
     branches = [
-        ([expansion_prompt(q, SKELETON, i).render(chat) for i in range(len(SKELETON))], {"n": len(SKELETON)})
+        ([expansion_prompt(q, skeleton, i).render(chat) for i in range(points)], {"n": points})
         for q in questions
     ]
     return {"vicuna": vicuna, "branches": branches}
@@ -91,6 +98,8 @@ def run_batch(server: ServerProcess, prompts: list[str], tag: dict | None, max_n
         for i, p in enumerate(params):
             p["custom_params"] = {"specsot": {"group": group, "role": "branch", "point": i, "n": tag["n"]}}
     t0 = time.perf_counter()
+    if tag is not None:  # as the SoT program does: the branches' shared prompt prefilled once
+        server.post("/generate", {"text": shared_prefix(prompts), "sampling_params": {"max_new_tokens": 0}})
     out = server.post("/generate", {"text": prompts, "sampling_params": params})
     elapsed = time.perf_counter() - t0
     out = out if isinstance(out, list) else [out]
@@ -105,6 +114,8 @@ def main() -> None:
     parser.add_argument("--draft", default=None, help="draft model (a fetched name or a directory; same tokenizer)")
     parser.add_argument("--questions", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--points", type=int, default=4, help="branches per SoT batch (1-8)")
+    parser.add_argument("--workloads", default="vicuna,branches", help="comma-separated: vicuna, branches")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--num-draft-tokens", type=int, default=6, help="verify window of NGRAM and SPECSOT-ctx")
     parser.add_argument("--steps", type=int, default=4, help="draft-model steps (STANDALONE, SPECSOT)")
@@ -121,7 +132,11 @@ def main() -> None:
     model = fetch(args.model)
     draft = (args.draft if Path(args.draft).is_dir() else fetch(args.draft)) if args.draft else None
     tokenizer = AutoTokenizer.from_pretrained(model)
-    loads = workloads(tokenizer, args.questions)
+    loads = workloads(tokenizer, args.questions, args.points)
+    unknown = set(args.workloads.split(",")) - set(loads)
+    if unknown:
+        parser.error(f"--workloads: unknown {sorted(unknown)}; choose from {sorted(loads)}")
+    loads = {name: batches for name, batches in loads.items() if name in args.workloads.split(",")}
     logs = Path(tempfile.mkdtemp(prefix="bench-speculative-"))
     servers = {name: ServerProcess(model, COMMON + ["--dtype", args.dtype] + extra,
                                    log_path=logs / f"{name}.log")  # fmt: skip
@@ -171,7 +186,8 @@ def _measure(server, name, workload, prompts, tag, stats, max_new) -> None:
 def _start(name, server, loads) -> None:
     print(f"starting {name} ...", flush=True)
     server.start()
-    run_batch(server, loads["vicuna"][0][0], None, 8)  # warm-up
+    first_batch = next(iter(loads.values()))[0][0]
+    run_batch(server, first_batch[:1], None, 8)  # warm-up
 
 
 def run_interleaved(servers, loads, stats, args) -> None:
@@ -211,7 +227,8 @@ def run_one_at_a_time(servers, loads, stats, args) -> None:
 
 def report(stats: dict, names: list[str], loads: list[str], args) -> None:
     print(f"\nmodel {args.model}, draft {args.draft} ({args.steps} steps x top-{args.topk}), "
-          f"{args.questions} questions x {args.rounds} rounds, {args.max_new_tokens} new tokens, dtype {args.dtype}")  # fmt: skip
+          f"{args.questions} questions x {args.rounds} rounds, {args.max_new_tokens} new tokens, "
+          f"{args.points} branches per SoT batch, dtype {args.dtype}")  # fmt: skip
     print(f"load average at the end: {os.getloadavg()}")
     print(f"{'workload':10} {'config':14} {'accept len':>10} {'drafts/verify':>13} {'tok/s':>8} {'vs plain':>9}")
     for w in loads:
