@@ -25,6 +25,10 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sglang_specsot.speculative.cost_model import CostModel
 
 
 @dataclass(frozen=True)
@@ -347,3 +351,31 @@ def explore_plan(ps: Sequence[float], candidates: Sequence[int], step_ms: Callab
     bs = len(ps)
     tokens = bs + sum(expected_drafts_accepted(p, budget) for p in ps)
     return StepPlan(budget + 1, (budget,) * bs, tokens, step_ms(bs, budget + 1))
+
+
+def speedup_ceiling(
+    cost: CostModel, bs: int, p_by_depth: Sequence[float], draft_model: bool
+) -> tuple[float, int]:
+    """The most speculation can gain over plain decoding for a batch of `bs` under `cost`,
+    and the draft budget that gains it: (best tokens per ms / plain's, budget; 1.0 and 0
+    when nothing beats plain).
+
+    `p_by_depth[d]` is the chance a draft at depth d+1 is accepted given its parent was (as
+    `DepthAcceptance` measures it); budgets run to its length. Every request drafts alike,
+    and the step costs what the cost model says: a verify of `bs x (b + 1)` rows, with a
+    draft model also b - 1 draft forwards (the first draft comes from the last extend) and
+    its extend over the window, against a plain step of `bs` rows that extends nothing (the
+    extend is deferred). It is the limit of any budget policy on this machine at this
+    acceptance, not a prediction: padding, attention under the tree mask and sampling over
+    the window cost more than the matrix products the probe timed.
+    """
+    plain_rate = bs / cost.target.ms(bs)
+    best, budget, reach, accepted = 1.0, 0, 1.0, 0.0
+    for b, p in enumerate(p_by_depth, start=1):
+        reach *= p
+        accepted += reach
+        ms = cost.step_ms(bs, b + 1, draft_steps=b - 1 if draft_model else 0, draft_extend=draft_model)
+        gain = (bs * (1.0 + accepted) / ms) / plain_rate
+        if gain > best:
+            best, budget = gain, b
+    return best, budget

@@ -15,6 +15,7 @@ from sglang_specsot.speculative.budget import (
     StepPlan,
     drafting_near,
     explore_every,
+    speedup_ceiling,
     explore_plan,
     plan_step,
     useful_budget,
@@ -231,3 +232,20 @@ def test_drafting_is_near_when_a_drafting_plan_comes_within_a_tenth_of_the_best(
     assert drafting_near([plain, StepPlan(2, (1,), 1.3, 140.0)], plain)  # 0.93 of plain's rate
     assert not drafting_near([plain, StepPlan(2, (1,), 1.2, 140.0)], plain)  # 0.86
     assert not drafting_near([plain], plain)  # nothing drafts at all
+
+
+def test_the_ceiling_is_the_best_budgets_gain_under_the_measured_costs():
+    # This machine's 1.5B and 0.5B (probes of 2026-11-24, overheads left out).
+    target = ForwardCost(probe_rows=(1, 4, 8, 16, 32), probe_ms=(195.6, 248.4, 317.0, 477.1, 775.1))
+    draft = ForwardCost(probe_rows=(1, 4, 8, 16, 32), probe_ms=(73.2, 95.1, 113.6, 160.9, 258.1))
+    with_draft = CostModel(target=target, draft=draft)
+    # Batch 1, every draft accepted with 0.8: two drafts (verify 3 rows, one draft forward,
+    # an extend of 3 rows) bring 2.44 tokens in 230.8 + 73.2 + 87.8 ms: 1.22x plain.
+    gain, budget = speedup_ceiling(with_draft, 1, [0.8] * 4, draft_model=True)
+    assert budget == 2 and gain == pytest.approx(2.44 * 195.6 / (230.8 + 73.2 + 87.8), rel=1e-3)
+    # Batch 8 at the branches' measured 0.55: nothing beats plain.
+    assert speedup_ceiling(with_draft, 8, [0.55] * 4, draft_model=True) == (1.0, 0)
+    # Drafting from the context costs the verify rows alone: at batch 1 and p 0.8 the whole
+    # 6 (7 rows: 248.4 + 3/4 of the way to 317.0 ms) bring 1 + 4 (1 - 0.8^6) tokens.
+    gain, budget = speedup_ceiling(CostModel(target=target), 1, [0.8] * 6, draft_model=False)
+    assert budget == 6 and gain == pytest.approx((1 + 4 * (1 - 0.8**6)) * 195.6 / (248.4 + 68.6 * 3 / 4), rel=1e-3)

@@ -1,0 +1,98 @@
+"""The most speculation can gain on this machine: SPECSOT's measured costs and acceptance, priced.
+
+Reads a SPECSOT server's /server_info (after it has served something, so the cost model's
+overheads and the acceptance by chain depth are measured), and prints for each batch size
+the best speed-up over plain decoding any draft budget could reach (`budget.speedup_ceiling`)
+at the acceptance the server measured, and at a grid of acceptance rates for comparison.
+Speed-ups a benchmark measured can then be set against what this hardware allows.
+
+    .venv/bin/python examples/speculation_ceiling.py --url http://127.0.0.1:30000
+    .venv/bin/python examples/speculation_ceiling.py --server-info server_info.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import urllib.request
+
+from sglang_specsot.speculative.budget import speedup_ceiling
+from sglang_specsot.speculative.cost_model import CostModel, ForwardCost
+
+BATCH_SIZES = (1, 2, 4, 8, 16)
+GRID = (0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def load(url: str | None, path: str | None) -> dict:
+    """SPECSOT's part of /server_info (`internal_states[0].specsot`)."""
+    if (url is None) == (path is None):
+        raise ValueError("pass exactly one of --url (a running SPECSOT server) or --server-info (a saved JSON)")
+    if url is not None:
+        with urllib.request.urlopen(url.rstrip("/") + "/server_info", timeout=60) as r:
+            info = json.loads(r.read())
+    else:
+        with open(path) as f:
+            info = json.load(f)
+    specsot = info.get("internal_states", [{}])[0].get("specsot")
+    if specsot is None:
+        raise ValueError("no internal_states[0].specsot in the server info: is it a SPECSOT server?")
+    return specsot
+
+
+def cost_model(info: dict) -> CostModel:
+    def forward(d: dict) -> ForwardCost:
+        f = ForwardCost(tuple(d["probe_rows"]), tuple(d["probe_ms"]))
+        f.overhead_ms = d["overhead_ms"]
+        return f
+
+    cm = info["cost_model"]
+    return CostModel(target=forward(cm["target"]), draft=forward(cm["draft"]) if "draft" in cm else None)
+
+
+def measured_p(info: dict) -> list[float]:
+    """Acceptance by depth over every chain source (counts pooled), up to the first depth
+    never reached."""
+    reached: list[int] = []
+    accepted: list[int] = []
+    for counts in info.get("acceptance_by_depth", {}).values():
+        for d, (r, a) in enumerate(zip(counts["reached"], counts["accepted"])):
+            if d == len(reached):
+                reached.append(0)
+                accepted.append(0)
+            reached[d] += r
+            accepted[d] += a
+    out = []
+    for r, a in zip(reached, accepted):
+        if r == 0:
+            break
+        out.append(a / r)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default=None)
+    parser.add_argument("--server-info", default=None)
+    parser.add_argument("--max-budget", type=int, default=7, help="longest chain priced for the grid")
+    args = parser.parse_args()
+    try:
+        info = load(args.url, args.server_info)
+    except ValueError as exc:
+        parser.error(str(exc))
+    cost = cost_model(info)
+    draft = cost.draft is not None
+    ps = measured_p(info)
+    print(f"cost model: {json.dumps(cost.info())}")
+    print(f"measured acceptance by depth: {[round(p, 3) for p in ps] or 'none (nothing drafted yet)'}")
+    header = ["bs", "measured"] + [f"p={p}" for p in GRID]
+    print(" | ".join(f"{h:>14}" for h in header))
+    for bs in BATCH_SIZES:
+        cells = [f"{bs:>14}"]
+        for p_by_depth in ([ps] if ps else [[]]) + [[p] * args.max_budget for p in GRID]:
+            gain, budget = speedup_ceiling(cost, bs, p_by_depth, draft)
+            cells.append(f"{gain:>8.2f}x b={budget:<2}" if p_by_depth else f"{'-':>14}")
+        print(" | ".join(cells))
+
+
+if __name__ == "__main__":
+    main()
