@@ -190,6 +190,21 @@ def _start(name, server, loads) -> None:
     run_batch(server, first_batch[:1], None, 8)  # warm-up
 
 
+def _save_server_info(name: str, server) -> None:
+    """Keep a SPECSOT server's /server_info (cost model, acceptance by depth) beside its log,
+    for examples/speculation_ceiling.py --server-info."""
+    if not name.startswith("SPECSOT") or server.proc is None:
+        return
+    try:
+        info = server.get("/server_info")
+    except OSError as exc:  # a dead server has nothing to report; its log says why
+        print(f"no /server_info from {name}: {exc}", flush=True)
+        return
+    path = server.log_path.with_name(f"server_info-{name}.json")
+    path.write_text(json.dumps(info, indent=1, default=str))
+    print(f"{name}: /server_info saved to {path}", flush=True)
+
+
 def run_interleaved(servers, loads, stats, args) -> None:
     """Every server up at once; each prompt batch goes to every config in turn."""
     try:
@@ -202,7 +217,8 @@ def run_interleaved(servers, loads, stats, args) -> None:
                         _measure(server, name, w, prompts, tag, stats, args.max_new_tokens)
             print(f"round {r + 1}/{args.rounds} done", flush=True)
     finally:
-        for server in servers.values():
+        for name, server in servers.items():
+            _save_server_info(name, server)
             server.stop()
 
 
@@ -220,6 +236,7 @@ def run_one_at_a_time(servers, loads, stats, args) -> None:
                     for prompts, tag in batches:
                         _measure(server, name, w, prompts, tag, stats, args.max_new_tokens)
             finally:
+                _save_server_info(name, server)
                 server.stop()
                 server.proc = None
         print(f"round {r + 1}/{args.rounds} done", flush=True)
