@@ -82,7 +82,7 @@ def main() -> None:
     cost = cost_model(info)
     draft = cost.draft is not None
     ps = measured_p(info)
-    print(f"cost model: {json.dumps(cost.info())}")
+    print(f"cost model (as the server measured it): {json.dumps(info['cost_model'])}")
     print(f"measured acceptance by depth: {[round(p, 3) for p in ps] or 'none (nothing drafted yet)'}")
     header = ["bs", "measured"] + [f"p={p}" for p in GRID]
     print(" | ".join(f"{h:>14}" for h in header))
