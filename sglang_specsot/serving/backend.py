@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
 from sglang_specsot.sot.loops import LoopWatch
-from sglang_specsot.sot.phases import GenerationAborted
+from sglang_specsot.sot.phases import GenerationAborted, SoTPhaseError
 from sglang_specsot.sot.runner import GenRequest, GenResult, shared_prefix
 from sglang_specsot.sot.tag import PLAIN
 from sglang_specsot.speculative import adapter as sgl
@@ -74,8 +75,13 @@ class TokenizerManagerBackend:
             text=prefix, sampling_params={"max_new_tokens": 0}, stream=False,
             rid=f"specsot-{self.group}-prefix-{self.count}", lora_path=self.chat_input.lora_path,
         )  # fmt: skip
-        async for out in self.tokenizer_manager.generate_request(obj, self.raw_request):
-            _result("", out["meta_info"])  # raises on an abort, as a branch would
+        try:
+            async for out in self.tokenizer_manager.generate_request(obj, self.raw_request):
+                _result("", out["meta_info"])  # raises on an abort, as a branch would
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # answered like a failed branch: same statuses, same abort
+            raise SoTPhaseError("branches' shared prefix", exc) from exc
 
     def _input(self, request: GenRequest, stream: bool):
         self.count += 1

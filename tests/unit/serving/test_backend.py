@@ -9,7 +9,7 @@ import pytest
 from sglang.srt.managers.io_struct import GenerateReqInput
 
 from sglang_specsot.serving.backend import TokenizerManagerBackend, _result
-from sglang_specsot.sot.phases import GenerationAborted
+from sglang_specsot.sot.phases import GenerationAborted, SoTPhaseError
 from sglang_specsot.sot.phases import GenRequest
 from sglang_specsot.sot.tag import BRANCH, PLAIN, SKELETON, SoTTag
 
@@ -183,5 +183,7 @@ def test_a_prefix_commit_the_server_aborts_fails_like_a_branch():
         async with backend.fork_branches(_branches(2)):
             raise AssertionError("the branches must not start after a failed commit")
 
-    with pytest.raises(GenerationAborted):
+    with pytest.raises(SoTPhaseError) as failed:
         asyncio.run(scenario())
+    # Wrapped as a branch failure is, so the chat route answers it with the same status.
+    assert isinstance(failed.value.cause, GenerationAborted) and "shared prefix" in str(failed.value)
