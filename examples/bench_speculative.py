@@ -133,10 +133,11 @@ def main() -> None:
     draft = (args.draft if Path(args.draft).is_dir() else fetch(args.draft)) if args.draft else None
     tokenizer = AutoTokenizer.from_pretrained(model)
     loads = workloads(tokenizer, args.questions, args.points)
-    unknown = set(args.workloads.split(",")) - set(loads)
+    wanted = args.workloads.split(",")
+    unknown = set(wanted) - set(loads)
     if unknown:
         parser.error(f"--workloads: unknown {sorted(unknown)}; choose from {sorted(loads)}")
-    loads = {name: batches for name, batches in loads.items() if name in args.workloads.split(",")}
+    loads = {name: batches for name, batches in loads.items() if name in wanted}
     logs = Path(tempfile.mkdtemp(prefix="bench-speculative-"))
     servers = {name: ServerProcess(model, COMMON + ["--dtype", args.dtype] + extra,
                                    log_path=logs / f"{name}.log")  # fmt: skip

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import urllib.request
+from itertools import zip_longest
 
 from sglang_specsot.speculative.budget import speedup_ceiling
 from sglang_specsot.speculative.cost_model import CostModel, ForwardCost
@@ -41,9 +42,7 @@ def load(url: str | None, path: str | None) -> dict:
 
 def cost_model(info: dict) -> CostModel:
     def forward(d: dict) -> ForwardCost:
-        f = ForwardCost(tuple(d["probe_rows"]), tuple(d["probe_ms"]))
-        f.overhead_ms = d["overhead_ms"]
-        return f
+        return ForwardCost(tuple(d["probe_rows"]), tuple(d["probe_ms"]), d["overhead_ms"])
 
     cm = info["cost_model"]
     return CostModel(target=forward(cm["target"]), draft=forward(cm["draft"]) if "draft" in cm else None)
@@ -52,15 +51,9 @@ def cost_model(info: dict) -> CostModel:
 def measured_p(info: dict) -> list[float]:
     """Acceptance by depth over every chain source (counts pooled), up to the first depth
     never reached."""
-    reached: list[int] = []
-    accepted: list[int] = []
-    for counts in info.get("acceptance_by_depth", {}).values():
-        for d, (r, a) in enumerate(zip(counts["reached"], counts["accepted"])):
-            if d == len(reached):
-                reached.append(0)
-                accepted.append(0)
-            reached[d] += r
-            accepted[d] += a
+    sources = info.get("acceptance_by_depth", {}).values()
+    reached = [sum(column) for column in zip_longest(*(c["reached"] for c in sources), fillvalue=0)]
+    accepted = [sum(column) for column in zip_longest(*(c["accepted"] for c in sources), fillvalue=0)]
     out = []
     for r, a in zip(reached, accepted):
         if r == 0:

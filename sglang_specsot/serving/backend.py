@@ -68,12 +68,11 @@ class TokenizerManagerBackend:
         yield
 
     async def _commit(self, prefix: str) -> None:
-        self.count += 1
         # Nothing is generated, so none of the chat's settings (stop strings, a grammar to
         # compile) apply; untagged, so the SPECSOT drafter treats it as no branch.
         obj = sgl.GenerateReqInput(
             text=prefix, sampling_params={"max_new_tokens": 0}, stream=False,
-            rid=f"specsot-{self.group}-prefix-{self.count}", lora_path=self.chat_input.lora_path,
+            rid=self._rid("prefix"), lora_path=self.chat_input.lora_path,
         )  # fmt: skip
         try:
             async for out in self.tokenizer_manager.generate_request(obj, self.raw_request):
@@ -83,9 +82,13 @@ class TokenizerManagerBackend:
         except Exception as exc:  # answered like a failed branch: same statuses, same abort
             raise SoTPhaseError("branches' shared prefix", exc) from exc
 
-    def _input(self, request: GenRequest, stream: bool):
+    def _rid(self, role: str) -> str:
+        """A new rid for one generation of this answer: "specsot-<group>-<role>-<n>"."""
         self.count += 1
-        rid = f"specsot-{self.group}-{request.tag.role}-{self.count}"
+        return f"specsot-{self.group}-{role}-{self.count}"
+
+    def _input(self, request: GenRequest, stream: bool):
+        rid = self._rid(request.tag.role)
         params = self._sampling_params(request)
         if request.tag.role == PLAIN:  # SGLang's own rendering and tokenization of the chat
             return replace(self.chat_input, rid=rid, stream=stream, sampling_params=params)

@@ -6,9 +6,9 @@ decode) that forward buys nothing yet; on this CPU a 0.5B draft-extend costs ~0.
 target's forward, so a "plain" step would cost ~1.4x plain decoding. Instead, the tokens of
 such steps are left as a backlog per request, and one draft-extend over the backlog runs
 when the draft model is next needed, or, while drafting is near paying, before the backlog
-would make that catch-up cost more than a plain step on top of the extend it replaces. A forward costs overhead plus at
-most linear in its rows, so one catch-up is never more work than the per-step extends it
-replaces.
+would make that catch-up cost more than a plain step on top of the extend it replaces. A
+forward costs overhead plus at most linear in its rows, so one catch-up is never more work
+than the per-step extends it replaces.
 
 Plain Python (no torch, no SGLang): the worker runs the forwards, this module keeps count.
 """
@@ -56,6 +56,11 @@ class ExtendBacklog:
     def lag(self, rids: Sequence[str]) -> list[int]:
         return [self._behind.get(rid, 0) for rid in rids]
 
+    def catch_up_rows(self, rids: Sequence[str], more: int = 0) -> int:
+        """The rows of a catch-up for these requests (each gets the widest backlog's window),
+        after `more` further tokens each."""
+        return len(rids) * (max(self.lag(rids), default=0) + more)
+
     def current(self, rids: Sequence[str]) -> bool:
         """Whether the draft's KV holds every committed token of these requests."""
         return not any(self.lag(rids))
@@ -82,7 +87,7 @@ class ExtendBacklog:
         drafts again then costs at most one plain step more than a drafting step does; or no
         limit while no drafting is near paying), within `max_behind` and `max_rows`."""
         widest = max(self.lag(rids), default=0) + 1
-        rows = len(rids) * widest
+        rows = self.catch_up_rows(rids, more=1)
         return widest <= self.max_behind and rows <= self.max_rows and catch_up_ms(rows) <= limit_ms
 
     def info(self) -> dict:

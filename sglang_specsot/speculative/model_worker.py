@@ -331,11 +331,8 @@ class SpecSoTModelWorker(SpecSoTWorker):
     def _explore_setup_ms(self, batch) -> float:
         # Exploring drafts with the model, so a deferred backlog is caught up first; its
         # cost counts against explore_share, so a long backlog is explored rarely.
-        if self.backlog is None:
-            return 0.0
-        rids = self._rids(batch)
-        widest = max(self.backlog.lag(rids), default=0)
-        return self.cost.draft.ms(len(rids) * widest) if widest else 0.0
+        rows = 0 if self.backlog is None else self.backlog.catch_up_rows(self._rids(batch))
+        return self.cost.draft.ms(rows) if rows else 0.0
 
     def _catch_up(self, batch, seq_lens: torch.Tensor):
         """One draft-extend (or a few, see catch_up_windows) over every request's backlog up

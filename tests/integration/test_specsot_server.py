@@ -100,7 +100,6 @@ def test_malformed_metadata_is_served_unchanged(specsot_server, prompts, plain_i
     assert "ignoring malformed SoT metadata" in specsot_server.log_path.read_text()
 
 
-
 def test_requests_that_end_at_prefill_leave_nothing_in_the_drafter(specsot_server, prompts):
     # A prefix commit (max_new_tokens=0, what server-side SoT sends before its branches) and
     # a one-token answer never decode, so draft-extend never sees them leave.

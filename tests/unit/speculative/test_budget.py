@@ -11,13 +11,13 @@ from sglang_specsot.speculative.budget import (
     AdaptiveConfig,
     DepthAcceptance,
     FirstDraftCalibration,
-    expected_drafts_accepted,
     StepPlan,
     drafting_near,
+    expected_drafts_accepted,
     explore_every,
-    speedup_ceiling,
     explore_plan,
     plan_step,
+    speedup_ceiling,
     useful_budget,
 )
 from sglang_specsot.speculative.cost_model import CostModel, ForwardCost

@@ -95,3 +95,12 @@ def test_the_hard_cap_bounds_the_backlog_whatever_the_costs():
 def test_nothing_is_deferred_when_a_catch_up_would_cost_more_than_the_limit():
     backlog = ExtendBacklog()
     assert _defer_while_allowed(backlog, ["a", "b"], lambda rows: 20.0, 10.0) == 0
+
+
+def test_the_backlog_caps_a_catch_ups_rows():
+    backlog = ExtendBacklog(max_behind=256, max_rows=64)
+    rids = [f"r{i}" for i in range(8)]
+    backlog.add(rids, [7] * 8)
+    assert backlog.may_defer(rids, lambda rows: 0.0, float("inf"))  # 8 x 8 rows: at the cap
+    backlog.add(rids, [1] * 8)
+    assert not backlog.may_defer(rids, lambda rows: 0.0, float("inf"))  # 8 x 9 rows: over it

@@ -288,17 +288,6 @@ def test_while_drafting_is_far_from_paying_the_backlog_is_not_flushed_for_latenc
     assert _deferred_steps(far, 0.01) == far.backlog.max_behind - 1
 
 
-def test_the_backlog_caps_a_catch_ups_rows():
-    from sglang_specsot.speculative.extend_backlog import ExtendBacklog
-
-    backlog = ExtendBacklog(max_behind=256, max_rows=64)
-    rids = [f"r{i}" for i in range(8)]
-    backlog.add(rids, [7] * 8)
-    assert backlog.may_defer(rids, lambda rows: 0.0, float("inf"))  # 8 x 8 rows: at the cap
-    backlog.add(rids, [1] * 8)
-    assert not backlog.may_defer(rids, lambda rows: 0.0, float("inf"))  # 8 x 9 rows: over it
-
-
 def test_exploring_counts_the_catch_up_it_needs_against_its_share():
     def plain_steps_per_explore(worker) -> int:
         batch, ps = _batch(1), [0.01]
