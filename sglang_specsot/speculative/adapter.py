@@ -54,6 +54,8 @@ NAMES: dict[str, str] = {
     "get_platform": "sglang.srt.runtime_context",
     # Host changes (host_changes.py): the deserializer of custom logit processors, cached.
     "_cache_from_str": "sglang.srt.sampling.custom_logit_processor",
+    # Host changes (host_changes.py): the draft chain's top-k selection, compiled.
+    "_select_top_k_tokens_later": "sglang.srt.speculative.spec_utils",
 }
 
 # What the adapter calls or overrides on SGLang objects: class -> {method: its parameters}.
@@ -153,6 +155,12 @@ def uncached_processor_deserializer():
     """SGLang's deserializer of custom logit processors without its unbounded cache
     (custom_logit_processor.py:15-21: `_cache_from_str` is an `lru_cache(maxsize=None)`)."""
     return importlib.import_module(NAMES["_cache_from_str"])._cache_from_str.__wrapped__
+
+
+def eager_select_top_k_tokens_later():
+    """SGLang's top-k selection of draft steps 2+ without its `torch.compile` wrapper
+    (spec_utils.py:437; the wrapper's `__wrapped__` is the function as written)."""
+    return importlib.import_module(NAMES["_select_top_k_tokens_later"])._select_top_k_tokens_later.__wrapped__
 
 
 def validate_chat_request(serving, request) -> str | None:

@@ -101,3 +101,24 @@ def test_the_processor_cache_is_bounded_and_still_deserializes():
     assert bounded.cache_info().maxsize == PROCESSOR_CACHE_SIZE
     assert bounded(DisallowedTokensLogitsProcessor.to_str()) is DisallowedTokensLogitsProcessor
     assert bounded.cache_info().currsize == 1
+
+
+def test_the_eager_top_k_selection_is_sglangs_function_undecorated():
+    import inspect
+
+    import torch
+    from sglang.srt.speculative import spec_utils
+
+    from sglang_specsot.host_changes import _eager_select_top_k_hook
+
+    eager = _eager_select_top_k_hook()
+    compiled = spec_utils._select_top_k_tokens_later
+    assert eager is not compiled and eager is inspect.unwrap(compiled)
+    assert not hasattr(eager, "__wrapped__")  # nothing left for dynamo to compile
+    # It runs as plain torch on a top-1 chain's step 2: the next inputs are the top tokens.
+    g = torch.Generator().manual_seed(0)
+    bs, topk = 3, 1
+    topk_p = torch.rand(bs, topk, generator=g)
+    topk_index = torch.randint(0, 100, (bs, topk), generator=g)
+    input_ids, hidden, _, _ = eager(1, topk_p, topk_index, torch.rand(bs, 8, generator=g), torch.rand(bs, 1), topk)
+    assert torch.equal(input_ids, topk_index.flatten()) and hidden.shape == (bs, 8)
