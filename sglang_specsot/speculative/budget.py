@@ -39,7 +39,7 @@ class AdaptiveConfig:
     its size) to `candidate_steps`; for SPECSOT a candidate is a per-request draft budget in
     tokens (0 = plain decode). SPECSOT's keys live under "specsot" (SGLang's loader skips
     non-numeric keys): `decay`, `prior_accepts`, `prior_misses`, `min_token_prob`,
-    `defer_draft_extend`, `explore_share`, `long_match`.
+    `defer_draft_extend`, `explore_share`, `explore_p`, `long_match`.
     """
 
     buckets: tuple[tuple[int, tuple[int, ...]], ...]  # (smallest batch size, budgets), increasing
@@ -54,6 +54,12 @@ class AdaptiveConfig:
     # learn only from drafted steps, so a batch that stopped drafting drafts one step
     # (the smallest candidate budget) every `explore_every` plain steps. 0 = never.
     explore_share: float = 0.05
+    # The acceptance exploring hopes to find: a batch explores only where, at this `p` for
+    # every request, some budget would beat plain decoding by more than `explore_share` (what
+    # exploring may cost). Where even that cannot pay (on a CPU, 8 branches with a 0.5B draft
+    # of a 1.5B target), exploring is pure cost. A 0.5B Qwen draft of the 1.5B measured 0.65
+    # to 0.83 per chain depth here; SoT-context chains that copy a sibling or the corpus, more.
+    explore_p: float = 0.8
     # With a draft model: a step whose every request's recent tokens match its SoT context
     # (own text, siblings, corpus) over at least this many tokens weighs drafting from the
     # context alone, without the draft model's forwards, at the acceptance such context
@@ -69,6 +75,8 @@ class AdaptiveConfig:
             raise ValueError("specsot.prior_accepts and specsot.prior_misses must be positive")
         if not 0.0 <= self.explore_share < 1.0:
             raise ValueError(f"specsot.explore_share={self.explore_share} outside [0, 1)")
+        if not 0.0 < self.explore_p < 1.0:
+            raise ValueError(f"specsot.explore_p={self.explore_p} outside (0, 1)")
         if not isinstance(self.long_match, int) or isinstance(self.long_match, bool) or self.long_match < 0:
             raise ValueError(f"specsot.long_match={self.long_match!r} must be an int >= 0 (0 = never)")
         if not isinstance(self.defer_draft_extend, bool):
@@ -343,6 +351,16 @@ def explore_every(plain_ms: float, explore_ms: float, share: float) -> int:
         return 0
     extra = max(0.0, explore_ms - plain_ms)
     return max(1, math.ceil(extra / (share * plain_ms))) if plain_ms > 0 else 1
+
+
+def may_pay(plans: Sequence[StepPlan], margin: float) -> bool:
+    """Whether some plan that drafts beats the plain plan (width 1) by more than `margin`
+    (a share of its rate); without a plain plan, whether any plan drafts."""
+    plain = [plan.rate for plan in plans if plan.width == 1]
+    drafting = [plan.rate for plan in plans if plan.width > 1]
+    if not drafting:
+        return False
+    return not plain or max(drafting) > (1.0 + margin) * plain[0]
 
 
 def explore_plan(ps: Sequence[float], candidates: Sequence[int], step_ms: Callable[[int, int], float]) -> StepPlan:

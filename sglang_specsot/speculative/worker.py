@@ -24,7 +24,7 @@ import torch
 from sglang_specsot.speculative import adapter as sgl
 from sglang_specsot.speculative.budget import (
     AcceptanceStats, AdaptiveConfig, DepthAcceptance, StepPlan, best_plan, candidate_plans, explore_every,
-    explore_plan,
+    explore_plan, may_pay,
 )  # fmt: skip
 from sglang_specsot.speculative.context_draft import ContextDrafter
 from sglang_specsot.speculative.cost_model import CostModel, StepCostTable
@@ -71,6 +71,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._last_plan: StepPlan | None = None
         self._plain_steps = 0  # plain steps since the last drafted one (for exploring)
         self._explored = 0
+        self._hopeless = 0  # exploring steps skipped: drafting could not pay even at explore_p
         self._steps = 0
         # Where each step's first draft token came from (the model worker's catch-ups differ).
         self._draft_source = "context"
@@ -105,6 +106,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             "acceptance_p": dict(list(self.stats.info().items())[-32:]),  # newest groups
             "last_plan": None if plan is None else {"width": plan.width, "budgets": list(plan.budgets)},
             "exploring_steps": self._explored,
+            "exploring_skipped": self._hopeless,
             "acceptance_by_depth": {source: d.info() for source, d in self.by_depth.items()},
             "memory": memory_report(self.drafter, self._trace),
         }}  # fmt: skip
@@ -250,9 +252,19 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         if every == 0 or explore.width == 1 or self._plain_steps < every:
             return plain
         self._plain_steps = 0
+        if not self._worth_exploring(len(ps)):
+            self._hopeless += 1
+            return plain
         self._explored += 1
         self._exploring = True
         return explore
+
+    def _worth_exploring(self, bs: int) -> bool:
+        """Whether drafting could pay for this batch size at the acceptance exploring hopes
+        for (`explore_p`), by more than exploring costs (`explore_share`): else what exploring
+        learns could never change a plan. Priced as plans are, measured where measured."""
+        c = self.adaptive
+        return may_pay(self._candidate_plans([c.explore_p] * bs, None), c.explore_share)
 
     def _explore_setup_ms(self, batch) -> float:
         """What an exploring step costs before it drafts, beyond its plan's step time."""

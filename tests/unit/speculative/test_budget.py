@@ -16,6 +16,7 @@ from sglang_specsot.speculative.budget import (
     expected_drafts_accepted,
     explore_every,
     explore_plan,
+    may_pay,
     plan_step,
     speedup_ceiling,
     useful_budget,
@@ -140,6 +141,7 @@ def test_sglang_config_format_with_specsot_keys():
         ({"1": {"candidate_steps": [1]}, "specsot": [0.2]}, "takes keys"),
         ({"1": {"candidate_steps": [1]}, "specsot": {"defer_draft_extend": "no"}}, "true or false"),
         ({"1": {"candidate_steps": [1]}, "specsot": {"explore_share": 1.5}}, "explore_share"),
+        ({"1": {"candidate_steps": [1]}, "specsot": {"explore_p": 1.0}}, "explore_p"),
         ({"1": {"candidate_steps": [1]}, "specsot": {"long_match": -1}}, "long_match"),
         ({"1": {"candidate_steps": [1]}, "specsot": {"long_match": 2.5}}, "long_match"),
     ],
@@ -165,6 +167,15 @@ def test_exploring_costs_at_most_its_share_of_plain_time():
     assert explore_every(plain_ms=100.0, explore_ms=150.0, share=0.05) == 10
     assert explore_every(plain_ms=100.0, explore_ms=100.0, share=0.05) == 1  # free: every step
     assert explore_every(plain_ms=100.0, explore_ms=150.0, share=0.0) == 0  # never
+
+
+def test_may_pay_needs_a_drafting_plan_beyond_the_margin():
+    plain = StepPlan(width=1, budgets=(0,), expected_tokens=1.0, step_ms=100.0)
+    draft = lambda tokens: StepPlan(width=2, budgets=(1,), expected_tokens=tokens, step_ms=100.0)  # noqa: E731
+    assert may_pay([plain, draft(1.2)], margin=0.05)
+    assert not may_pay([plain, draft(1.04)], margin=0.05)  # exploring may cost 5%: 4% more cannot repay it
+    assert not may_pay([plain], margin=0.0)  # nothing drafts
+    assert may_pay([draft(0.5)], margin=0.05)  # a fixed tree: no plain plan to beat
 
 
 def test_an_exploring_step_drafts_the_smallest_positive_candidate():

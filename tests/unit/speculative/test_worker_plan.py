@@ -21,7 +21,7 @@ def _worker(config: AdaptiveConfig) -> SpecSoTWorker:
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 200.0)))
     worker.adaptive = config
     worker.stats = AcceptanceStats(config)
-    worker._tags, worker._last_plan, worker._plain_steps, worker._explored = {}, None, 0, 0
+    worker._tags, worker._last_plan, worker._plain_steps, worker._explored, worker._hopeless = {}, None, 0, 0, 0
     worker._steps, worker._draft_source, worker.by_depth = 0, "context", {}
     worker._step_log, worker.drafter, worker.step_costs, worker._trace = None, ContextDrafter(), StepCostTable(), None
     return worker
@@ -32,16 +32,36 @@ def _batch(n: int):
 
 
 def test_a_batch_that_stopped_drafting_explores_within_its_time_share():
-    config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25)
+    # A group without evidence is at p = 0.1: drafts do not pay at its estimate, but would
+    # at explore_p (0.8), so the batch explores.
+    config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25, prior_accepts=0.1, prior_misses=0.9)
     worker, batch = _worker(config), _batch(2)
+    worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))  # 20 ms a row more
     widths = [max(worker._tree_sizes(batch)) for _ in range(24)]
-    # Rows cost 100 ms each: a plain step of 2 rows 200 ms, an exploring one (2 drafts, 3
-    # rows per request) 600 ms, 400 ms more: at a 25% share, one step in 8 explores (8
-    # plain steps take 1600 ms; the 400 ms extra is a quarter of that).
-    assert widths == ([1] * 7 + [3]) * 3
-    assert worker._explored == widths.count(3)
+    # A plain step of 2 rows costs 120 ms, an exploring one (2 drafts, 3 rows per request)
+    # 200 ms, 80 ms more: at a 25% share, one step in 3 explores (2 plain steps take 240 ms
+    # and 80 ms is a third of it, more than a quarter: so every third step, 3 x 30 ms >= 80).
+    assert widths == ([1] * 2 + [3]) * 8
+    assert worker._explored == widths.count(3) and worker._hopeless == 0
     report = worker.speculative_state_report()["specsot"]
     assert report["exploring_steps"] == worker._explored and report["memory"]["drafter"]["requests"] == 0
+
+
+def test_no_exploring_where_drafting_could_not_pay_even_at_explore_p():
+    # Rows cost in proportion (a verify of w rows costs w plain steps): no acceptance below
+    # 1 makes a draft pay, so what exploring would learn could never change a plan.
+    config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25)
+    worker, batch = _worker(config), _batch(2)
+    assert {max(worker._tree_sizes(batch)) for _ in range(24)} == {1}
+    # Exploring was due every 8th step (400 ms extra against a 25% share of 200 ms steps).
+    assert worker._explored == 0 and worker._hopeless == 3
+    assert worker.speculative_state_report()["specsot"]["exploring_skipped"] == 3
+    # Where rows cost a fifth of a plain step, 2 drafts at p = 0.8 bring 2.44 tokens per
+    # request in 200 ms against plain's 1 in 120: 1.46x, more than the 25% exploring costs.
+    worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))
+    assert worker._worth_exploring(2)
+    worker.adaptive = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25, explore_p=0.3)
+    assert not worker._worth_exploring(2)  # 1.3 tokens per 200 ms: 0.78x
 
 
 def test_acceptance_by_depth_is_split_by_where_the_chain_started():
@@ -83,7 +103,7 @@ def _model_worker(config: AdaptiveConfig):
     target = ForwardCost(probe_rows=(1, 64), probe_ms=(100.0, 100.0))
     worker.cost = CostModel(target=target, draft=ForwardCost(probe_rows=(1, 64, 65), probe_ms=(40.0, 40.0, 50.0)))
     worker.adaptive, worker.stats = config, AcceptanceStats(config)
-    worker._tags, worker._last_plan, worker._plain_steps, worker._explored = {}, None, 0, 0
+    worker._tags, worker._last_plan, worker._plain_steps, worker._explored, worker._hopeless = {}, None, 0, 0, 0
     worker._steps, worker._draft_source, worker.by_depth = 0, "context", {}
     worker.step_costs = StepCostTable()
     worker.__dict__["backlog"] = ExtendBacklog()  # what the cached property gives on a CPU chain
