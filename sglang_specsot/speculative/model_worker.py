@@ -259,9 +259,9 @@ class SpecSoTModelWorker(SpecSoTWorker):
 
     def _modelled_step_ms(self, bs: int, width: int) -> float:
         # Draft-extend runs every step (the draft's KV must follow the text), except that a
-        # plain step defers it when the backlog is on. The catch-up that follows is not
-        # priced here: it replaces the extends the plain steps skipped, and is paid whether
-        # the next drafting step comes soon or a flush does it (ExtendBacklog.may_defer).
+        # plain step defers it when the backlog is on. The catch-up a drafting step then
+        # needs first is not priced here but weighed apart: a drafting plan must repay it
+        # in the steps its batch has left (SpecSoTWorker._setup_repaid).
         forwards = max(0, self._chain_steps(width) - 1)
         extend = width > 1 or self.backlog is None
         return self.cost.step_ms(bs, width, draft_steps=forwards, draft_extend=extend)
@@ -320,17 +320,18 @@ class SpecSoTModelWorker(SpecSoTWorker):
         each, 13% of the branch phase), so the backlog waits, bounded by its caps."""
         plans = self._candidate_plans(self._acceptance(batch.reqs), None)
         best = best_plan(plans)
-        if best.width > 1:
+        if best.width > 1 and self._setup_repaid(batch, best):
             return False  # the next step drafts: extend now, where the step layout has it
-        if not drafting_near(plans, best):
+        if best.width > 1 or not drafting_near(plans, best):  # drafting would not repay a catch-up
             return self.backlog.may_defer(rids, self.cost.draft.ms, math.inf)
         bs = len(rids)
         limit = self.cost.draft.ms(bs) + self.cost.target.ms(bs)
         return self.backlog.may_defer(rids, self.cost.draft.ms, limit)
 
-    def _explore_setup_ms(self, batch) -> float:
-        # Exploring drafts with the model, so a deferred backlog is caught up first; its
-        # cost counts against explore_share, so a long backlog is explored rarely.
+    def _setup_ms(self, batch) -> float:
+        # Drafting with the model needs a deferred backlog caught up first: a drafting plan
+        # must repay it (_setup_repaid), and exploring counts it against explore_share, so
+        # a long backlog is explored rarely.
         rows = 0 if self.backlog is None else self.backlog.catch_up_rows(self._rids(batch))
         return self.cost.draft.ms(rows) if rows else 0.0
 

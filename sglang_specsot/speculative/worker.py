@@ -17,6 +17,7 @@ processes results (under overlap that is one iteration later).
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 import torch
@@ -72,6 +73,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._plain_steps = 0  # plain steps since the last drafted one (for exploring)
         self._explored = 0
         self._hopeless = 0  # exploring steps skipped: drafting could not pay even at explore_p
+        self._unrepaid = 0  # drafting plans turned plain: their setup would not be repaid in time
         self._steps = 0
         # Where each step's first draft token came from (the model worker's catch-ups differ).
         self._draft_source = "context"
@@ -107,6 +109,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             "last_plan": None if plan is None else {"width": plan.width, "budgets": list(plan.budgets)},
             "exploring_steps": self._explored,
             "exploring_skipped": self._hopeless,
+            "drafting_not_repaid": self._unrepaid,
             "acceptance_by_depth": {source: d.info() for source, d in self.by_depth.items()},
             "memory": memory_report(self.drafter, self._trace),
         }}  # fmt: skip
@@ -235,6 +238,9 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         ps = self._last_ps = self._acceptance(batch.reqs)
         plan = self._decide(ps, self._first_draft_acceptance(batch, ps))
         self._exploring = False
+        if plan.width > 1 and not self._setup_repaid(batch, plan):
+            self._unrepaid += 1
+            plan = self._plain_plan(len(ps))
         if plan.width == 1:
             plan = self._maybe_explore(batch, ps, plan)
         else:
@@ -246,7 +252,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         """The plain `plain`, or once every `explore_every` plain steps a step that drafts the
         smallest budget: the acceptance estimates learn only from drafted steps."""
         explore = explore_plan(ps, self._candidate_budgets(len(ps)), self._step_ms)
-        explore_ms = explore.step_ms + self._explore_setup_ms(batch)
+        explore_ms = explore.step_ms + self._setup_ms(batch)
         every = explore_every(plain.step_ms, explore_ms, self.adaptive.explore_share)
         self._plain_steps += 1
         if every == 0 or explore.width == 1 or self._plain_steps < every:
@@ -266,9 +272,25 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         c = self.adaptive
         return may_pay(self._candidate_plans([c.explore_p] * bs, None), c.explore_share)
 
-    def _explore_setup_ms(self, batch) -> float:
-        """What an exploring step costs before it drafts, beyond its plan's step time."""
+    def _setup_ms(self, batch) -> float:
+        """What the next drafting step costs before it drafts, beyond its plan's step time."""
         return 0.0  # the SoT context is always current
+
+    def _plain_plan(self, bs: int) -> StepPlan:
+        return StepPlan(1, (0,) * bs, float(bs), self._step_ms(bs, 1))
+
+    def _setup_repaid(self, batch, plan: StepPlan) -> bool:
+        """Whether drafting as `plan` does, for as many steps as the batch has left, saves
+        more than the setup it needs first (`_setup_ms`: a deferred draft-extend's catch-up).
+        A catch-up after a long run of plain steps costs one draft row per token behind, and
+        at batch 8 on this CPU that was seconds, more than a few drafting steps save."""
+        setup = self._setup_ms(batch)
+        if setup <= 0.0 or plan.width == 1:
+            return True
+        bs = len(batch.reqs)
+        plain = self._plain_plan(bs)
+        saved = plan.expected_tokens / plain.rate - plan.step_ms  # ms a step saves against plain
+        return saved > 0.0 and saved * steps_left(batch.reqs, plan.expected_tokens / bs) > setup
 
     def _acceptance(self, reqs) -> list[float]:
         """Each request's acceptance estimate (its SoT group's)."""
@@ -459,6 +481,18 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._steps += 1
         if self._steps % 2000 == 0:
             logger.info("SPECSOT cost model after %d steps: %s", self._steps, self.cost.info())
+
+
+def steps_left(reqs, tokens_per_step: float) -> float:
+    """Steps a request of the batch has left on average, at `tokens_per_step` each, from its
+    `max_new_tokens` (inf where a request has none: its end is unknown)."""
+    left = []
+    for req in reqs:
+        cap = getattr(getattr(req, "sampling_params", None), "max_new_tokens", None)
+        if cap is None:
+            return math.inf
+        left.append(max(1, cap - len(req.output_ids)))
+    return sum(left) / len(left) / max(tokens_per_step, 1.0)
 
 
 def adaptive_config(server_args, max_budget: int) -> AdaptiveConfig | None:

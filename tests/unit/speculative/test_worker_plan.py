@@ -21,7 +21,7 @@ def _worker(config: AdaptiveConfig) -> SpecSoTWorker:
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 200.0)))
     worker.adaptive = config
     worker.stats = AcceptanceStats(config)
-    worker._tags, worker._last_plan, worker._plain_steps, worker._explored, worker._hopeless = {}, None, 0, 0, 0
+    worker._tags, worker._last_plan, worker._plain_steps, worker._explored, worker._hopeless, worker._unrepaid = {}, None, 0, 0, 0, 0
     worker._steps, worker._draft_source, worker.by_depth = 0, "context", {}
     worker._step_log, worker.drafter, worker.step_costs, worker._trace = None, ContextDrafter(), StepCostTable(), None
     return worker
@@ -103,9 +103,9 @@ def _model_worker(config: AdaptiveConfig):
     target = ForwardCost(probe_rows=(1, 64), probe_ms=(100.0, 100.0))
     worker.cost = CostModel(target=target, draft=ForwardCost(probe_rows=(1, 64, 65), probe_ms=(40.0, 40.0, 50.0)))
     worker.adaptive, worker.stats = config, AcceptanceStats(config)
-    worker._tags, worker._last_plan, worker._plain_steps, worker._explored, worker._hopeless = {}, None, 0, 0, 0
+    worker._tags, worker._last_plan, worker._plain_steps, worker._explored, worker._hopeless, worker._unrepaid = {}, None, 0, 0, 0, 0
     worker._steps, worker._draft_source, worker.by_depth = 0, "context", {}
-    worker.step_costs = StepCostTable()
+    worker.step_costs, worker._step_log, worker.drafter, worker._trace = StepCostTable(), None, ContextDrafter(), None
     worker.__dict__["backlog"] = ExtendBacklog()  # what the cached property gives on a CPU chain
     worker._chain_steps = lambda width: width - 1  # a chain as long as the budget
     worker._min_budget = lambda: 0  # an adaptive chain may be cut to nothing
@@ -114,7 +114,7 @@ def _model_worker(config: AdaptiveConfig):
 
 def test_a_plain_step_with_a_deferred_extend_costs_the_target_alone():
     worker = _model_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
-    worker.backlog.add(["a"], [80])  # a backlog changes nothing: its catch-up is owed either way
+    worker.backlog.add(["a"], [80])  # the step alone: its catch-up is weighed apart (_setup_repaid)
     step_ms = worker._step_ms
     assert step_ms(1, 1) == 100.0  # no extend on a plain step
     assert step_ms(1, 2) == 100.0 + 40.0  # one draft (read from the last extend) and its extend
@@ -325,3 +325,18 @@ def test_exploring_counts_the_catch_up_it_needs_against_its_share():
     # Its catch-up over 80 tokens costs 200 ms more (50 ms at 65 rows, 10 ms a row on):
     # 240 / 25 -> every 10th.
     assert plain_steps_per_explore(behind) == 10
+
+
+def test_a_drafting_plan_must_repay_the_catch_up_it_needs_in_the_steps_left():
+    def first_width(max_new_tokens: int) -> int:
+        worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
+        worker._acceptance = lambda reqs: [0.9] * len(reqs)
+        worker.backlog.add(["r0"], [80])  # 80 tokens behind: its catch-up costs 200 ms
+        req = SimpleNamespace(rid="r0", output_ids=[1] * 5, sampling_params=SimpleNamespace(max_new_tokens=max_new_tokens))
+        width = max(worker._tree_sizes(SimpleNamespace(reqs=[req])))
+        assert worker._unrepaid == int(width == 1)  # reported as drafting_not_repaid
+        return width
+
+    # One draft at p = 0.9: 1.9 tokens in 140 ms where plain takes 190 ms, 50 ms saved a step.
+    assert first_width(max_new_tokens=100) == 2  # 95 tokens left, 50 steps: 2.5 s saved > 200 ms
+    assert first_width(max_new_tokens=10) == 1  # 5 tokens left, 2.6 steps: 130 ms saved < 200 ms
