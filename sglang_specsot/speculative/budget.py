@@ -8,8 +8,9 @@ step is a plain decode: one row per request, no drafts.
 
 The acceptance model is a truncated geometric chain: a drafted token is accepted with
 probability `p` given its parent was, so `b` drafts bring `p + p^2 + ... + p^b` tokens on top
-of the bonus token. `p` is estimated per group from what verify accepted (successes are
-accepted drafts, failures are steps that stopped before the budget), decayed so that it
+of the bonus token. `p` is estimated per group from what verify accepted, or on plain steps what it
+would have (shadow.py) (successes are accepted drafts, failures are steps that stopped
+before the budget), decayed so that it
 follows the text; it starts from, and drifts back to while a group gets no drafts, the
 server's recent acceptance over all groups.
 
@@ -50,9 +51,10 @@ class AdaptiveConfig:
     # With a draft model: a plain step defers the draft-extend to when the draft is next
     # needed (extend_backlog.py); false runs it every step, as SGLang's workers do.
     defer_draft_extend: bool = True
-    # Share of the time of plain steps that may go to trying drafts again: the estimates
-    # learn only from drafted steps, so a batch that stopped drafting drafts one step
-    # (the smallest candidate budget) every `explore_every` plain steps. 0 = never.
+    # With a draft model, share of the time of plain steps that may go to trying drafts
+    # again: its estimates learn only from drafted steps, so a batch that stopped drafting
+    # drafts one step (the smallest candidate budget) every `explore_every` plain steps.
+    # 0 = never. (SoT-context drafts learn from shadow drafts, shadow.py, and never explore.)
     explore_share: float = 0.05
     # The acceptance exploring hopes to find: a batch explores only where, at this `p` for
     # every request, some budget would beat plain decoding by more than `explore_share` (what

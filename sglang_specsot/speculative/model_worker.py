@@ -328,6 +328,11 @@ class SpecSoTModelWorker(SpecSoTWorker):
         limit = self.cost.draft.ms(bs) + self.cost.target.ms(bs)
         return self.backlog.may_defer(rids, self.cost.draft.ms, limit)
 
+    def _learns_from_shadows(self) -> bool:
+        # The estimates here are the draft model's chains' acceptance: a SoT-context shadow
+        # says nothing of them, and the model's own chain costs its forwards to propose.
+        return False
+
     def _setup_ms(self, batch) -> float:
         # Drafting with the model needs a deferred backlog caught up first: a drafting plan
         # must repay it (_setup_repaid), and exploring counts it against explore_share, so

@@ -30,6 +30,7 @@ from sglang_specsot.speculative.budget import (
 from sglang_specsot.speculative.context_draft import ContextDrafter
 from sglang_specsot.speculative.cost_model import CostModel, StepCostTable
 from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree, tree_mask
+from sglang_specsot.speculative.shadow import ShadowDrafts
 from sglang_specsot.speculative.inputs import SoTDraftExtendInput, SoTDraftInput, SoTVerifyInput
 from sglang_specsot.speculative.memory import PythonTrace, memory_report
 from sglang_specsot.speculative.probe import probe_forward_cost
@@ -68,6 +69,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._refresh_costs = torch.device(self.device).type == "cpu"
         self.adaptive = adaptive_config(server_args, self.num_draft_tokens - 1)
         self.stats = AcceptanceStats(self.adaptive or AdaptiveConfig.default(self.num_draft_tokens - 1))
+        self.shadows = ShadowDrafts()  # SoT-context trees proposed on plain steps, walked for free
         self._step_trees: tuple[DraftTree, ...] = ()
         self._last_plan: StepPlan | None = None
         self._plain_steps = 0  # plain steps since the last drafted one (for exploring)
@@ -96,6 +98,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._tags.clear()
         self._decode_rids.clear()
         self._awaiting_decode.clear()
+        self.shadows.clear()
         self.stats = AcceptanceStats(self.stats.config)
 
     def speculative_state_report(self) -> dict:
@@ -109,6 +112,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             "last_plan": None if plan is None else {"width": plan.width, "budgets": list(plan.budgets)},
             "exploring_steps": self._explored,
             "exploring_skipped": self._hopeless,
+            "shadow_drafts": self.shadows.proposed,
             "drafting_not_repaid": self._unrepaid,
             "acceptance_by_depth": {source: d.info() for source, d in self.by_depth.items()},
             "memory": memory_report(self.drafter, self._trace),
@@ -202,12 +206,14 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self.drafter.forget(rid)
         self.stats.forget(rid)  # a group's estimate outlives its members
         self._tags.pop(rid, None)
+        self.shadows.forget(rid)
 
     def _restart(self, req, extra_tokens: list[int]) -> None:
         """(Re)start the drafter's history of `req`: its committed tokens plus `extra_tokens`."""
         tag = self._read_tag(req)
         history = list(req.origin_input_ids_unpadded) + list(req.output_ids) + extra_tokens
         self.drafter.start(req.rid, history, group=tag.group)
+        self.shadows.forget(req.rid)  # its walks followed the old history
 
     def _read_tag(self, req) -> SoTTag:
         tag, problem = SoTTag.parse(getattr(req.sampling_params, "custom_params", None))
@@ -226,6 +232,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         """One verify tree per request, all padded to one width (the verify window)."""
         sizes = self._tree_sizes(batch)
         trees = self._draft_trees(batch, sizes)
+        if max(sizes) == 1 and self._learns_from_shadows():
+            self._propose_shadows(batch)
         self._step_trees = tuple(trees)
         n = self._verify_width(trees)
         return self._verify_input(batch, [pad_tree(t, n, filler=t.tokens[0]) for t in trees])
@@ -250,7 +258,10 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
 
     def _maybe_explore(self, batch, ps: list[float], plain: StepPlan) -> StepPlan:
         """The plain `plain`, or once every `explore_every` plain steps a step that drafts the
-        smallest budget: the acceptance estimates learn only from drafted steps."""
+        smallest budget: the acceptance estimates learn only from drafted steps, or from
+        shadow drafts where those are free (then a batch never explores)."""
+        if self._learns_from_shadows():
+            return plain
         explore = explore_plan(ps, self._candidate_budgets(len(ps)), self._step_ms)
         explore_ms = explore.step_ms + self._setup_ms(batch)
         every = explore_every(plain.step_ms, explore_ms, self.adaptive.explore_share)
@@ -271,6 +282,25 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         learns could never change a plan. Priced as plans are, measured where measured."""
         c = self.adaptive
         return may_pay(self._candidate_plans([c.explore_p] * bs, None), c.explore_share)
+
+    def _learns_from_shadows(self) -> bool:
+        """Whether plain steps propose shadow drafts (`shadow.py`): where the drafts come from
+        the SoT context alone they cost no forward, so the estimates learn without exploring."""
+        return self.adaptive is not None
+
+    def _propose_shadows(self, batch) -> None:
+        """The tree each request would have verified at the widest candidate budget, kept to
+        be walked by the tokens the target commits (draft_extend)."""
+        nodes = 1 + max(self._candidate_budgets(len(batch.reqs)))
+        if nodes <= 1:
+            return
+        for req in batch.reqs:
+            self.shadows.add(req.rid, self.drafter.propose(req.rid, nodes))
+
+    def _observe_shadows(self, rid: str, tokens: list[int]) -> None:
+        for height, accepted in self.shadows.advance(rid, tokens):
+            self.stats.observe(self._stats_key(rid), height, accepted)
+            self.by_depth.setdefault("shadow", DepthAcceptance()).observe(height, accepted)
 
     def _setup_ms(self, batch) -> float:
         """What the next drafting step costs before it drafts, beyond its plan's step time."""
@@ -463,6 +493,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         for rid, row, k in zip(extend.rids, extend.accept_tokens_cpu.tolist(), lens):
             if self.drafter.has(rid):
                 self.drafter.append(rid, row[:k])
+                self._observe_shadows(rid, row[:k])
         self._observe_acceptance(extend.rids, lens)
         current = set(extend.rids)
         for rid in current:

@@ -23,6 +23,7 @@ SPECULATIVE_MODULES = [
     "sglang_specsot.speculative.draft_tree",
     "sglang_specsot.speculative.cost_model",
     "sglang_specsot.speculative.budget",
+    "sglang_specsot.speculative.shadow",
 ]
 PURE_MODULES = SOT_MODULES + SPECULATIVE_MODULES
 # What a pure module may import from this package: other pure modules (and packages' __init__).

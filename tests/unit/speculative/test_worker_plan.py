@@ -11,6 +11,7 @@ from sglang_specsot.speculative.budget import AcceptanceStats, AdaptiveConfig
 from sglang_specsot.speculative.context_draft import ContextDrafter
 from sglang_specsot.speculative.cost_model import CostModel, ForwardCost, StepCostTable
 from sglang_specsot.speculative.draft_tree import DraftTree
+from sglang_specsot.speculative.shadow import ShadowDrafts
 from sglang_specsot.speculative.worker import SpecSoTWorker
 
 
@@ -24,6 +25,14 @@ def _worker(config: AdaptiveConfig) -> SpecSoTWorker:
     worker._tags, worker._last_plan, worker._plain_steps, worker._explored, worker._hopeless, worker._unrepaid = {}, None, 0, 0, 0, 0
     worker._steps, worker._draft_source, worker.by_depth = 0, "context", {}
     worker._step_log, worker.drafter, worker.step_costs, worker._trace = None, ContextDrafter(), StepCostTable(), None
+    worker.shadows = ShadowDrafts()
+    return worker
+
+
+def _exploring_worker(config: AdaptiveConfig) -> SpecSoTWorker:
+    """`_worker` learning only from drafted steps (as with a draft model): it explores."""
+    worker = _worker(config)
+    worker._learns_from_shadows = lambda: False
     return worker
 
 
@@ -35,7 +44,7 @@ def test_a_batch_that_stopped_drafting_explores_within_its_time_share():
     # A group without evidence is at p = 0.1: drafts do not pay at its estimate, but would
     # at explore_p (0.8), so the batch explores.
     config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25, prior_accepts=0.1, prior_misses=0.9)
-    worker, batch = _worker(config), _batch(2)
+    worker, batch = _exploring_worker(config), _batch(2)
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))  # 20 ms a row more
     widths = [max(worker._tree_sizes(batch)) for _ in range(24)]
     # A plain step of 2 rows costs 120 ms, an exploring one (2 drafts, 3 rows per request)
@@ -51,7 +60,7 @@ def test_no_exploring_where_drafting_could_not_pay_even_at_explore_p():
     # Rows cost in proportion (a verify of w rows costs w plain steps): no acceptance below
     # 1 makes a draft pay, so what exploring would learn could never change a plan.
     config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25)
-    worker, batch = _worker(config), _batch(2)
+    worker, batch = _exploring_worker(config), _batch(2)
     assert {max(worker._tree_sizes(batch)) for _ in range(24)} == {1}
     # Exploring was due every 8th step (400 ms extra against a 25% share of 200 ms steps).
     assert worker._explored == 0 and worker._hopeless == 3
@@ -81,12 +90,12 @@ def test_acceptance_by_depth_is_split_by_where_the_chain_started():
 
 
 def test_no_exploring_when_its_share_is_zero():
-    worker, batch = _worker(AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.0)), _batch(2)
+    worker, batch = _exploring_worker(AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.0)), _batch(2)
     assert {max(worker._tree_sizes(batch)) for _ in range(30)} == {1}
 
 
 def test_a_drafting_step_resets_the_count():
-    worker, batch = _worker(AdaptiveConfig(buckets=((1, (0, 2)),), explore_share=0.25)), _batch(1)
+    worker, batch = _exploring_worker(AdaptiveConfig(buckets=((1, (0, 2)),), explore_share=0.25)), _batch(1)
     for _ in range(5):
         worker._tree_sizes(batch)
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 64), probe_ms=(100.0, 100.0)))  # rows now free
