@@ -61,7 +61,9 @@ class AdaptiveConfig:
     # exploring may cost). Where even that cannot pay (on a CPU, 8 branches with a 0.5B draft
     # of a 1.5B target), exploring is pure cost. A 0.5B Qwen draft of the 1.5B measured 0.65
     # to 0.83 per chain depth here; SoT-context chains that copy a sibling or the corpus, more.
-    explore_p: float = 0.8
+    # null: explore on schedule whatever the costs say (to measure acceptance where drafting
+    # does not pay: studies, tests).
+    explore_p: float | None = 0.8
     # With a draft model: a step whose every request's recent tokens match its SoT context
     # (own text, siblings, corpus) over at least this many tokens weighs drafting from the
     # context alone, without the draft model's forwards, at the acceptance such context
@@ -77,8 +79,8 @@ class AdaptiveConfig:
             raise ValueError("specsot.prior_accepts and specsot.prior_misses must be positive")
         if not 0.0 <= self.explore_share < 1.0:
             raise ValueError(f"specsot.explore_share={self.explore_share} outside [0, 1)")
-        if not 0.0 < self.explore_p < 1.0:
-            raise ValueError(f"specsot.explore_p={self.explore_p} outside (0, 1)")
+        if self.explore_p is not None and not 0.0 < self.explore_p < 1.0:
+            raise ValueError(f"specsot.explore_p={self.explore_p} outside (0, 1); null explores on schedule")
         if not isinstance(self.long_match, int) or isinstance(self.long_match, bool) or self.long_match < 0:
             raise ValueError(f"specsot.long_match={self.long_match!r} must be an int >= 0 (0 = never)")
         if not isinstance(self.defer_draft_extend, bool):

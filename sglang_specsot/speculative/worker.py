@@ -30,10 +30,10 @@ from sglang_specsot.speculative.budget import (
 from sglang_specsot.speculative.context_draft import ContextDrafter
 from sglang_specsot.speculative.cost_model import CostModel, StepCostTable
 from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree, tree_mask
-from sglang_specsot.speculative.shadow import ShadowDrafts
 from sglang_specsot.speculative.inputs import SoTDraftExtendInput, SoTDraftInput, SoTVerifyInput
 from sglang_specsot.speculative.memory import PythonTrace, memory_report
 from sglang_specsot.speculative.probe import probe_forward_cost
+from sglang_specsot.speculative.shadow import ShadowDrafts
 from sglang_specsot.speculative.step_log import StepLog, StepRecord
 from sglang_specsot.sot.tag import PLAIN_TAG, SoTTag
 
@@ -281,6 +281,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         for (`explore_p`), by more than exploring costs (`explore_share`): else what exploring
         learns could never change a plan. Priced as plans are, measured where measured."""
         c = self.adaptive
+        if c.explore_p is None:
+            return True  # exploring on schedule, asked for
         return may_pay(self._candidate_plans([c.explore_p] * bs, None), c.explore_share)
 
     def _learns_from_shadows(self) -> bool:

@@ -92,7 +92,11 @@ def draft_path(qwen05_path, tmp_path_factory) -> str:
 
 def test_draft_model_parity(qwen05_path, draft_path, tmp_path):
     prompts, plain_ids = _plain_and_prompts(qwen05_path, cpu_args(max_total_tokens=8192, mem_fraction_static=0.5))
-    args = MODEL_ARGS + ["--speculative-draft-model-path", draft_path]
+    # The 12-layer draft may never pay here, and then the policy would never draft: explore
+    # on schedule, often, so that drafted steps, deferred extends and catch-ups all run.
+    config = tmp_path / "explore.json"
+    config.write_text(json.dumps({"1": {"candidate_steps": [0, 1, 3]}, "specsot": {"explore_share": 0.5, "explore_p": None}}))
+    args = MODEL_ARGS + ["--speculative-draft-model-path", draft_path, "--speculative-adaptive-config", str(config)]
     with leak_checked_server(qwen05_path, args, tmp_path / "server.log") as server:
         report = _check(server, prompts, plain_ids, "draft model")
     draft = report["cost_model"]["draft"]  # the draft model's per-step cost, measured too
@@ -129,7 +133,8 @@ def test_deferred_draft_extend_keeps_the_drafts_as_good(smollm2_path, tmp_path):
     rates, backlogs = {}, {}
     for defer in (True, False):
         path = tmp_path / f"adaptive-{defer}.json"
-        own = {"defer_draft_extend": defer, "explore_share": 0.5, "min_token_prob": 0.99}
+        # A model drafting for itself never pays on a CPU: explore on schedule all the same.
+        own = {"defer_draft_extend": defer, "explore_share": 0.5, "min_token_prob": 0.99, "explore_p": None}
         # Exploring drafts 2 tokens: both from the draft model's chain, none from the context.
         path.write_text(json.dumps({"1": {"candidate_steps": [0, 2]}, "specsot": own}))
         with ServerProcess(smollm2_path, args + ["--speculative-adaptive-config", str(path)]) as server:

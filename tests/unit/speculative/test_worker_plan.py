@@ -71,6 +71,8 @@ def test_no_exploring_where_drafting_could_not_pay_even_at_explore_p():
     assert worker._worth_exploring(2)
     worker.adaptive = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25, explore_p=0.3)
     assert not worker._worth_exploring(2)  # 1.3 tokens per 200 ms: 0.78x
+    worker.adaptive = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25, explore_p=None)
+    assert worker._worth_exploring(2)  # null: on schedule, whatever the costs say
 
 
 def test_acceptance_by_depth_is_split_by_where_the_chain_started():
