@@ -8,11 +8,11 @@ step is a plain decode: one row per request, no drafts.
 
 The acceptance model is a truncated geometric chain: a drafted token is accepted with
 probability `p` given its parent was, so `b` drafts bring `p + p^2 + ... + p^b` tokens on top
-of the bonus token. `p` is estimated per group from what verify accepted, or on plain steps what it
-would have (shadow.py) (successes are accepted drafts, failures are steps that stopped
-before the budget), decayed so that it
-follows the text; it starts from, and drifts back to while a group gets no drafts, the
-server's recent acceptance over all groups.
+of the bonus token. `p` is estimated per group from what verify accepted, and on plain steps
+from what it would have accepted (shadow.py): successes are accepted drafts, failures are
+steps that stopped before the budget, decayed so that the estimate follows the text; it
+starts from, and drifts back to while a group gets no drafts, the server's recent acceptance
+over all groups.
 
 Plain Python (no torch, no SGLang).
 """

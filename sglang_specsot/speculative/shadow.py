@@ -22,7 +22,7 @@ from sglang_specsot.speculative.draft_tree import DraftTree
 
 @dataclass
 class _Walk:
-    tree: DraftTree
+    height: int  # of the tree: what a verify of it could have accepted at most
     children: dict[int, dict[int, int]]  # node -> {token: child}
     node: int = 0
     accepted: int = 0
@@ -46,7 +46,7 @@ class ShadowDrafts:
         for node in range(1, tree.size):
             children.setdefault(tree.parents[node], {})[tree.tokens[node]] = node
         walks = self._walks.setdefault(rid, deque(maxlen=self.max_pending))
-        walks.append(_Walk(tree, children))
+        walks.append(_Walk(tree.height, children))
         self.proposed += 1
 
     def advance(self, rid: str, tokens: list[int]) -> list[tuple[int, int]]:
@@ -65,7 +65,7 @@ class ShadowDrafts:
                     if walk.node in walk.children:
                         still.append(walk)
                         continue
-                done.append((walk.tree.height, walk.accepted))
+                done.append((walk.height, walk.accepted))
             walks = still
         if walks:
             self._walks[rid] = walks

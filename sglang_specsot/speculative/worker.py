@@ -301,8 +301,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
 
     def _observe_shadows(self, rid: str, tokens: list[int]) -> None:
         for height, accepted in self.shadows.advance(rid, tokens):
-            self.stats.observe(self._stats_key(rid), height, accepted)
-            self.by_depth.setdefault("shadow", DepthAcceptance()).observe(height, accepted)
+            self._observe(rid, "shadow", height, accepted)
 
     def _setup_ms(self, batch) -> float:
         """What the next drafting step costs before it drafts, beyond its plan's step time."""
@@ -317,7 +316,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         A catch-up after a long run of plain steps costs one draft row per token behind, and
         at batch 8 on this CPU that was seconds, more than a few drafting steps save."""
         setup = self._setup_ms(batch)
-        if setup <= 0.0 or plan.width == 1:
+        if setup <= 0.0:
             return True
         bs = len(batch.reqs)
         plain = self._plain_plan(bs)
@@ -507,13 +506,18 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     def _observe_acceptance(self, rids: tuple[str, ...], accept_lens: list[int]) -> None:
         for rid, tree, k in zip(rids, self._step_trees, accept_lens):
             depth = tree.height  # drafts a chain through the tree could have accepted
-            accepted = min(k - 1, depth)
-            self.stats.observe(self._stats_key(rid), depth, accepted)
-            if depth > 0:
-                self.by_depth.setdefault(self._draft_source, DepthAcceptance()).observe(depth, accepted)
+            self._observe(rid, self._draft_source, depth, min(k - 1, depth))
         self._steps += 1
         if self._steps % 2000 == 0:
             logger.info("SPECSOT cost model after %d steps: %s", self._steps, self.cost.info())
+
+
+    def _observe(self, rid: str, source: str, depth: int, accepted: int) -> None:
+        """One tree of `depth` whose first `accepted` drafts were (or would have been) right:
+        into its group's estimate, and into acceptance by depth under `source`."""
+        self.stats.observe(self._stats_key(rid), depth, accepted)
+        if depth > 0:
+            self.by_depth.setdefault(source, DepthAcceptance()).observe(depth, accepted)
 
 
 def steps_left(reqs, tokens_per_step: float) -> float:
