@@ -12,7 +12,6 @@ model's own tree.
 from __future__ import annotations
 
 import contextlib
-import types
 
 import torch
 
@@ -21,11 +20,10 @@ from sglang_specsot.speculative.draft_tree import DraftTree, TreeBuilder
 from sglang_specsot.speculative.inputs import SoTDraftInput
 
 
-# What SGLang's draft-extend changes on the batch (prepare_for_draft_extend), restored after a
-# window moved off the verify window.
+# What a catch-up (extend_ranges) lays out anew on a decode batch, restored after it.
 _EXTEND_FIELDS = (
-    "seq_lens", "seq_lens_cpu", "seq_lens_sum", "out_cache_loc", "input_ids", "forward_mode",
-    "spec_info", "prefix_lens", "extend_lens", "extend_num_tokens",
+    "seq_lens", "seq_lens_cpu", "seq_lens_sum", "orig_seq_lens", "out_cache_loc", "input_ids", "forward_mode",
+    "spec_info", "prefix_lens", "extend_lens", "extend_num_tokens", "extend_logprob_start_lens", "return_logprob",
 )  # fmt: skip
 
 
@@ -152,44 +150,46 @@ class SoTDraftModel(sgl.DraftModelWorker):
         with sgl.draft_model_context(self.parallel_layout):
             return self.draft_extend_for_prefill(batch, None, next_token_ids)
 
-    def extend_window(self, batch, ends: list[int], tokens: list[list[int]]):
-        """Draft-extend over each request's `w` committed tokens before position `ends[i]`
-        (`tokens[i]`, w each); returns the top-k (p, index) after the window's last token.
+    def extend_ranges(self, batch, ranges: list[tuple[int, int]], tokens: list[list[int]]):
+        """Draft-extend over positions [start, end) of each request, all committed; returns the
+        top-k (p, index) after each request's last position.
 
-        This is SGLang's own draft-extend (the verify-window layout) moved back to end at
-        `ends`: the KV slots it writes hold committed tokens (positions < `ends`), so every
-        slot exists. With deferred draft-extends this brings the draft's KV up to date in
-        one forward; windows overlapping KV the draft already has rewrite it unchanged.
-        SGLang's standalone draft reads its input one token ahead (eagle_worker_v2.py:991):
-        position p holds token p+1, so `tokens[i]` is t[end-w+1 .. end].
+        This is SGLang's draft-extend of a prefill, over a batch laid out as the prefill of
+        those positions (prefix `start`, extend `end - start`, logits at the last row only):
+        it fills the draft's KV of deferred prompts and steps (ExtendBacklog). SGLang's
+        standalone draft reads its input one token ahead (eagle_worker_v2.py:991): position p
+        holds token p+1, so `tokens[i]` is t[start .. end] (end - start + 1 tokens), of which
+        the last, t[end], is the prefill's "next token" (the bonus token at a request's end).
         """
-        w, bs = len(tokens[0]), len(tokens)
-        assert all(len(row) == w for row in tokens) and all(e >= w for e in ends), "window outside the committed tokens"
-        starts = torch.tensor([e - w for e in ends], dtype=batch.seq_lens.dtype)
-        ends_t = starts + w
+        assert all(e > s >= 0 for s, e in ranges), f"empty or negative range in {ranges}"
+        assert all(len(t) == e - s + 1 for (s, e), t in zip(ranges, tokens)), "tokens must be t[start .. end]"
+        device = batch.seq_lens.device
+        starts = [s for s, _ in ranges]
+        lens = [e - s for s, e in ranges]
+        ends = torch.tensor([e for _, e in ranges], dtype=batch.seq_lens.dtype)
+        req_to_token = batch.req_to_token_pool.req_to_token
+        rows = batch.req_pool_indices.tolist()
         saved = {name: getattr(batch, name) for name in _EXTEND_FIELDS}
         try:
-            batch.seq_lens = starts.to(batch.seq_lens.device)
-            batch.seq_lens_cpu = starts
-            batch.seq_lens_sum = int(starts.sum())
-            batch.out_cache_loc = sgl.assign_extend_cache_locs_func(
-                req_pool_indices=batch.req_pool_indices, req_to_token=batch.req_to_token_pool.req_to_token,
-                start_offset=batch.seq_lens, end_offset=ends_t.to(batch.seq_lens.device),
-                batch_size=bs, draft_token_num=w, device=batch.seq_lens.device,
-            )  # fmt: skip
-            result = sgl.GenerationBatchResult(
-                logits_output=types.SimpleNamespace(hidden_states=None),  # a standalone draft needs none
-                next_token_ids=torch.tensor(tokens, dtype=torch.int64, device=batch.seq_lens.device).flatten(),
-                accept_lens=torch.full((bs,), w, dtype=torch.int32, device=batch.seq_lens.device),
-                new_seq_lens=ends_t.to(batch.seq_lens.device),
-                next_draft_input=SoTDraftInput(),
-            )  # fmt: skip
-            with self._width(w), sgl.draft_model_context(self.parallel_layout):
-                self._draft_extend(batch, result)
+            batch.forward_mode = sgl.ForwardMode.EXTEND
+            batch.return_logprob = False
+            batch.input_ids = torch.tensor([t for row in tokens for t in row[:-1]], dtype=torch.int64, device=device)
+            batch.out_cache_loc = torch.cat(
+                [req_to_token[row, s:e] for row, (s, e) in zip(rows, ranges)]
+            ).to(device=device, dtype=torch.int64)
+            batch.seq_lens, batch.seq_lens_cpu = ends.to(device), ends
+            batch.orig_seq_lens = ends.to(device=device, dtype=torch.int32)
+            batch.seq_lens_sum = int(ends.sum())
+            batch.prefix_lens, batch.extend_lens = starts, lens
+            batch.extend_num_tokens = sum(lens)
+            batch.extend_logprob_start_lens = lens
+            tails = torch.tensor([row[-1] for row in tokens], dtype=torch.int64, device=device)
+            with sgl.draft_model_context(self.parallel_layout):
+                first = self.draft_extend_for_prefill(batch, None, tails)
         finally:
             for name, value in saved.items():
                 setattr(batch, name, value)
-        return result.next_draft_input.topk_p, result.next_draft_input.topk_index
+        return first.topk_p, first.topk_index
 
     def extend_after_verify(self, batch, result) -> None:
         """Draft-extend over this step's verify window; fills `result.next_draft_input`."""

@@ -28,7 +28,8 @@ from sglang_specsot.speculative.budget import (
     AcceptanceStats, AdaptiveConfig, FirstDraftCalibration, best_plan, drafting_near, expected_drafts_accepted,
 )  # fmt: skip
 from sglang_specsot.speculative.draft_tree import DraftTree
-from sglang_specsot.speculative.extend_backlog import ExtendBacklog, catch_up_windows
+from sglang_specsot.speculative.draft_kv import DraftKVSlots
+from sglang_specsot.speculative.extend_backlog import ExtendBacklog, catch_up_passes
 from sglang_specsot.speculative.inputs import SoTDraftInput
 from sglang_specsot.speculative.model_draft import SoTDraftModel
 from sglang_specsot.speculative.probe import probe_forward_cost
@@ -91,9 +92,35 @@ class SpecSoTModelWorker(SpecSoTWorker):
     def _forward_prefill(self, batch, on_publish, pp_proxy_tensors):
         result = super()._forward_prefill(batch, on_publish, pp_proxy_tensors)
         if batch.forward_mode.is_extend() and result.next_token_ids is not None:
-            first = self.draft_worker.extend_after_prefill(batch, result.next_token_ids)
-            result.next_draft_input = SoTDraftInput.from_eagle(first)
+            if self.backlog is not None:
+                self._defer_prefill(batch)
+                result.next_draft_input = SoTDraftInput(
+                    bonus_tokens=result.next_token_ids, **self._stale_topk(len(batch.reqs))
+                )
+            else:
+                first = self.draft_worker.extend_after_prefill(batch, result.next_token_ids)
+                result.next_draft_input = SoTDraftInput.from_eagle(first)
         return result
+
+    def _defer_prefill(self, batch) -> None:
+        """Leave the prompt's draft-extend to the backlog, like a plain step's: a request that
+        never drafts (a batch of SoT branches, where drafting does not pay) then never pays
+        the draft's prefill, and one that does pays it in its first catch-up. Its backlog
+        starts at its first position without draft KV: its new tokens, or earlier where the
+        radix cache shared a prefix some deferring request left unextended."""
+        self.draft_kv.mark_slots(batch.out_cache_loc, valid=False)
+        req_to_token = batch.req_to_token_pool.req_to_token
+        for req, row, end in zip(batch.reqs, batch.req_pool_indices.tolist(), batch.seq_lens.tolist()):
+            self.backlog.start(req.rid, self.draft_kv.behind(req_to_token, row, end))
+
+    def _stale_topk(self, bs: int) -> dict:
+        """A deferred extend's top-k: stale by design (the backlog says so), shaped as a real
+        one, for FutureMap's buffers and for merging with other requests' inputs."""
+        shape = (bs, self.draft_worker.topk)
+        return {
+            "topk_p": torch.zeros(shape, dtype=torch.float32, device=self.device),
+            "topk_index": torch.zeros(shape, dtype=torch.int64, device=self.device),
+        }
 
     # -- draft / draft-extend --------------------------------------------------------------
 
@@ -225,8 +252,17 @@ class SpecSoTModelWorker(SpecSoTWorker):
     def backlog(self) -> ExtendBacklog | None:
         """Plain steps defer the draft-extend where the draft's chain is adaptive (the CPU
         draft backend); with draft-extend CUDA graphs every step extends, as in SGLang.
-        Read first on the first step: the draft's attention backends exist only by then."""
-        return ExtendBacklog() if self._chain_adaptive and self.adaptive.defer_draft_extend else None
+        Read first at the first prefill, after the scheduler built the attention backends."""
+        if not (self._chain_adaptive and self.adaptive.defer_draft_extend):
+            return None
+        chunk = self.server_args.chunked_prefill_size  # a catch-up pass is a prefill
+        return ExtendBacklog(max_rows=chunk) if chunk and chunk > 0 else ExtendBacklog()
+
+    @functools.cached_property
+    def draft_kv(self) -> DraftKVSlots:
+        """Which KV slots hold the draft's KV (kept only while extends may be deferred)."""
+        pool = self.target_worker.model_runner.token_to_kv_pool
+        return DraftKVSlots(pool.size + pool.page_size, device=self.device)
 
     @property
     def _chain_adaptive(self) -> bool:
@@ -295,16 +331,15 @@ class SpecSoTModelWorker(SpecSoTWorker):
             draft_input = result.next_draft_input
             if self._defer_extend(batch, rids):
                 self.backlog.deferred_steps += 1
-                # Stale by design (the backlog says so); shaped as a real top-k, for
-                # FutureMap's buffers and for merging with a new request's input.
-                shape = (len(rids), self.draft_worker.topk)
-                draft_input.topk_p = torch.zeros(shape, dtype=torch.float32, device=self.device)
-                draft_input.topk_index = torch.zeros(shape, dtype=torch.int64, device=self.device)
+                self._mark_step(batch, result, valid=False)
+                stale = self._stale_topk(len(rids))
+                draft_input.topk_p, draft_input.topk_index = stale["topk_p"], stale["topk_index"]
                 return
-            if not was_current:  # the catch-up's last window ends where this step's does
+            if not was_current:  # the catch-up's last pass ends where this step's does
                 draft_input.topk_p, draft_input.topk_index = self._catch_up(batch, result.new_seq_lens)
                 return
             self.backlog.clear(rids)
+            self._mark_step(batch, result, valid=True)  # by SGLang's extend, just below
         # Nothing deferred: SGLang's own draft-extend over the verify window.
         self._topk_source = "extend"
         self._timed_extend(len(rids) * result.speculative_num_draft_tokens,
@@ -313,11 +348,12 @@ class SpecSoTModelWorker(SpecSoTWorker):
     def _defer_extend(self, batch, rids: list[str]) -> bool:
         """A plain next step (as the policy now plans it) may leave the extend for later.
 
-        While some drafting plan is near paying, the backlog is kept short enough that the
-        step which drafts again waits at most about one plain step for its catch-up. While
+        While some drafting plan is near paying, the backlog of plain steps is kept short
+        enough that the step which drafts again waits at most about one plain step for its
+        catch-up (a deferred prefill's backlog is longer from the start, and waits). While
         none is, nothing is flushed: a flush would buy an extend that may never be needed
         (on 8 branches of the 1.5B + 0.5B pair, flushes every ~14 plain steps cost 750 ms
-        each, 13% of the branch phase), so the backlog waits, bounded by its caps."""
+        each, 13% of the branch phase), so the backlog waits until a drafting plan repays it."""
         plans = self._candidate_plans(self._acceptance(batch.reqs), None)
         best = best_plan(plans)
         if best.width > 1 and self._setup_repaid(batch, best):
@@ -326,6 +362,10 @@ class SpecSoTModelWorker(SpecSoTWorker):
             return self.backlog.may_defer(rids, self.cost.draft.ms, math.inf)
         bs = len(rids)
         limit = self.cost.draft.ms(bs) + self.cost.target.ms(bs)
+        if self.cost.draft.ms(self.backlog.catch_up_rows(rids)) > limit:
+            # A prompt behind (a deferred prefill): no flush keeps the next catch-up within
+            # a plain step any more, so it waits until a drafting plan repays it.
+            return True
         return self.backlog.may_defer(rids, self.cost.draft.ms, limit)
 
     def _learns_from_shadows(self) -> bool:
@@ -340,8 +380,14 @@ class SpecSoTModelWorker(SpecSoTWorker):
         rows = 0 if self.backlog is None else self.backlog.catch_up_rows(self._rids(batch))
         return self.cost.draft.ms(rows) if rows else 0.0
 
+    def _mark_step(self, batch, result, valid: bool) -> None:
+        """Record whether the draft's KV holds this step's committed tokens (positions
+        [seq_lens, new_seq_lens); verify moved their KV to those slots)."""
+        ranges = list(zip(batch.seq_lens.tolist(), result.new_seq_lens.tolist()))
+        self.draft_kv.mark(batch.req_to_token_pool.req_to_token, batch.req_pool_indices.tolist(), ranges, valid)
+
     def _catch_up(self, batch, seq_lens: torch.Tensor):
-        """One draft-extend (or a few, see catch_up_windows) over every request's backlog up
+        """One draft-extend (or a few, see catch_up_passes) over every request's backlog up
         to `seq_lens` (its committed KV positions); the top-k after its last token."""
         rids = self._rids(batch)
         histories = [self._history(req) for req in batch.reqs]
@@ -350,10 +396,13 @@ class SpecSoTModelWorker(SpecSoTWorker):
         assert all(len(h) == e + 1 for h, e in zip(histories, ends)), (
             f"SPECSOT: drafter history out of step with seq_lens {ends}: {[len(h) for h in histories]}"
         )
+        req_to_token, rows = batch.req_to_token_pool.req_to_token, batch.req_pool_indices.tolist()
         topk = None
-        for w, window_ends in catch_up_windows(ends, self.backlog.lag(rids)):
-            tokens = [h[e - w + 1 : e + 1] for h, e in zip(histories, window_ends)]
-            topk = self._timed_extend(len(rids) * w, self.draft_worker.extend_window, batch, window_ends, tokens)
+        for ranges in catch_up_passes(ends, self.backlog.lag(rids), self.backlog.max_rows):
+            tokens = [h[s : e + 1] for h, (s, e) in zip(histories, ranges)]
+            rows_n = sum(e - s for s, e in ranges)
+            topk = self._timed_extend(rows_n, self.draft_worker.extend_ranges, batch, ranges, tokens)
+            self.draft_kv.mark(req_to_token, rows, ranges, valid=True)
             self.backlog.catch_ups += 1
         self.backlog.clear(rids)
         self._topk_source = "catch_up"

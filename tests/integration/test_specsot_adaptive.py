@@ -101,10 +101,11 @@ def test_draft_model_parity(qwen05_path, draft_path, tmp_path):
         report = _check(server, prompts, plain_ids, "draft model")
     draft = report["cost_model"]["draft"]  # the draft model's per-step cost, measured too
     assert draft["observed_steps"] > 0 and len(draft["probe_ms"]) > 1, draft
-    # Plain steps deferred their draft-extend and drafting steps caught up (extend_backlog.py):
+    # Plain steps and prefills deferred their draft-extend and drafting steps caught up (extend_backlog.py):
     # the parity above covers both paths, at batch sizes 1..8, with new requests joining.
     backlog = report["draft_extend"]
     assert backlog["deferred_steps"] > 0 and backlog["catch_up_forwards"] > 0, backlog
+    assert backlog["deferred_prefills"] > 0, backlog  # prompts too: the draft extends them on demand
 
 
 def _acceptance(results: list[dict]) -> float:
@@ -143,6 +144,10 @@ def test_deferred_draft_extend_keeps_the_drafts_as_good(smollm2_path, tmp_path):
     print(f"draft acceptance: deferred draft-extend {rates[True]:.3f}, every step {rates[False]:.3f}; {backlogs[True]}")
     assert backlogs[False] is None, backlogs  # the key turns the backlog off
     assert backlogs[True]["deferred_steps"] > 100 and backlogs[True]["catch_up_forwards"] > 5, backlogs
+    # Prompts' draft-extends were deferred too, and the prompts share the chat template's
+    # system prompt through the radix cache: a catch-up that trusted a shared prefix the
+    # draft never extended would sink the acceptance below.
+    assert backlogs[True]["deferred_prefills"] >= len(prompts), backlogs
     assert rates[False] >= 0.6, f"a model drafting for itself accepted only {rates[False]:.2f}: the check is void"
     # Wrong KV would leave the drafts mostly rejected; run-to-run noise is a few hundredths.
     assert rates[True] >= max(0.6, rates[False] - 0.1), f"acceptance with deferred draft-extends {rates[True]:.2f}, without {rates[False]:.2f}"

@@ -1,4 +1,4 @@
-"""Deferred draft-extend: the backlog's bookkeeping and the catch-up windows' arithmetic."""
+"""Deferred draft-extend: the backlog's bookkeeping and the catch-up passes' arithmetic."""
 
 from __future__ import annotations
 
@@ -6,50 +6,58 @@ import random
 
 import pytest
 
-from sglang_specsot.speculative.extend_backlog import ExtendBacklog, catch_up_windows
+from sglang_specsot.speculative.extend_backlog import ExtendBacklog, catch_up_passes
 
 
-def _replay(ends, behind):
-    """Which positions of each request the windows write, and the order they come in."""
-    written = [set() for _ in ends]
-    for w, window_ends in catch_up_windows(ends, behind):
-        for i, e in enumerate(window_ends):
-            assert 0 <= e - w and e <= ends[i], "a window outside the committed positions"
-            written[i].update(range(e - w, e))
-    return written
-
-
-def test_one_window_when_every_request_is_long_enough():
-    windows = catch_up_windows(ends=[40, 50, 30], behind=[5, 0, 2])
-    assert windows == [(5, [40, 50, 30])]  # one forward, SGLang's layout: all end at their ends
+def test_one_pass_when_the_backlog_fits():
+    passes = catch_up_passes(ends=[40, 50, 30], behind=[5, 0, 2], max_rows=512)
+    # One prefill-shaped forward: each request over its backlog, a current one over its
+    # last position (its top-k is needed too), all ending at their ends.
+    assert passes == [[(35, 40), (49, 50), (28, 30)]]
 
 
 def test_nothing_to_do_without_a_backlog():
-    assert catch_up_windows(ends=[10, 20], behind=[0, 0]) == []
+    assert catch_up_passes(ends=[10, 20], behind=[0, 0], max_rows=512) == []
 
 
-def test_a_short_request_splits_the_catch_up_oldest_tokens_first():
-    # Request 1 has 3 committed positions; request 0 is 8 behind: windows of 3, then the rest.
-    windows = catch_up_windows(ends=[100, 3], behind=[8, 1])
-    assert [w for w, _ in windows] == [3, 3, 2]
-    assert windows[-1][1] == [100, 3]  # the last window ends at every request's end
-    assert windows[0][1] == [95, 3]
+def test_a_whole_prompt_behind_is_one_ragged_pass_not_a_square_window():
+    # A deferred prefill of 300 tokens beside a request one step behind: 301 rows, where a
+    # decode-shaped window (the same width for every request) would take 600.
+    passes = catch_up_passes(ends=[300, 90], behind=[300, 1], max_rows=4096)
+    assert passes == [[(0, 300), (89, 90)]]
+
+
+def test_a_backlog_over_max_rows_takes_several_passes_oldest_first():
+    passes = catch_up_passes(ends=[100, 40], behind=[100, 3], max_rows=64)  # 32 rows a request a pass
+    assert passes == [
+        [(0, 32), (37, 40)],
+        [(32, 64), (39, 40)],
+        [(64, 96), (39, 40)],
+        [(96, 100), (39, 40)],
+    ]
 
 
 @pytest.mark.parametrize("seed", range(50))
-def test_windows_cover_every_backlog_position_and_end_at_the_ends(seed):
+def test_passes_cover_every_backlog_position_and_end_at_the_ends(seed):
     rng = random.Random(seed)
     ends = [rng.randint(1, 60) for _ in range(rng.randint(1, 8))]
     behind = [rng.randint(0, e) for e in ends]
-    windows = catch_up_windows(ends, behind)
+    max_rows = rng.choice([1, 7, 16, 64, 4096])
+    passes = catch_up_passes(ends, behind, max_rows)
     if not any(behind):
-        assert windows == []
+        assert passes == []
         return
-    assert windows[-1][1] == ends
-    for i, positions in enumerate(_replay(ends, behind)):
-        assert set(range(ends[i] - behind[i], ends[i])) <= positions  # the backlog, all of it
-        # Positions before the backlog are only ever rewritten (same token, same place).
-        assert min(positions) >= 0
+    assert [e for _, e in passes[-1]] == ends  # the last pass's top-k is at every request's end
+    quota = max(1, max_rows // len(ends))
+    for ranges in passes:
+        assert all(0 <= s < e <= end for (s, e), end in zip(ranges, ends))
+        assert all(e - s <= quota for s, e in ranges)
+    for i in range(len(ends)):
+        written = [p for ranges in passes for p in range(*ranges[i])]
+        backlog = list(range(ends[i] - behind[i], ends[i]))
+        # The backlog, all of it, oldest first; after it only rewrites of the last position.
+        assert written[: len(backlog)] == backlog
+        assert all(p == ends[i] - 1 for p in written[len(backlog) :])
 
 
 def test_backlog_adds_clears_and_drops_requests_that_left():
@@ -62,6 +70,16 @@ def test_backlog_adds_clears_and_drops_requests_that_left():
     assert backlog.lag(["a", "b"]) == [0, 4]
     backlog.clear(["b"])
     assert backlog.current(["a", "b"]) and backlog.info()["requests_behind"] == 0
+
+
+def test_a_deferred_prefill_starts_a_backlog():
+    backlog = ExtendBacklog()
+    backlog.start("a", 120)  # its prompt, none of it in the draft's KV
+    backlog.start("b", 0)  # all of it in a cached prefix the draft had extended
+    assert backlog.lag(["a", "b"]) == [120, 0]
+    assert backlog.catch_up_rows(["a", "b"]) == 121  # b re-extends its last position
+    assert backlog.catch_up_rows(["b"]) == 0
+    assert backlog.info()["deferred_prefills"] == 2
 
 
 def _defer_while_allowed(backlog, rids, draft_ms, limit_ms) -> int:
@@ -86,21 +104,14 @@ def test_defers_only_while_the_catch_up_stays_within_the_limit():
     assert draft_ms(4 * 11) <= limit_ms < draft_ms(4 * 12)
 
 
-def test_the_hard_cap_bounds_the_backlog_whatever_the_costs():
-    backlog = ExtendBacklog(max_behind=5)
-    assert _defer_while_allowed(backlog, ["a"], lambda rows: 0.0, 1.0) == 4
-    assert backlog.lag(["a"]) == [5]  # the catch-up covers max_behind tokens, no more
+def test_without_a_limit_the_backlog_waits_however_long_it_grows():
+    # A backlog costs no memory (the tokens are in the drafter's history), and catching up
+    # is priced where drafting would start again: nothing forces a flush.
+    backlog = ExtendBacklog()
+    backlog.add(["a", "b"], [5000, 1])
+    assert backlog.may_defer(["a", "b"], lambda rows: rows * 1.0, float("inf"))
 
 
 def test_nothing_is_deferred_when_a_catch_up_would_cost_more_than_the_limit():
     backlog = ExtendBacklog()
     assert _defer_while_allowed(backlog, ["a", "b"], lambda rows: 20.0, 10.0) == 0
-
-
-def test_the_backlog_caps_a_catch_ups_rows():
-    backlog = ExtendBacklog(max_behind=256, max_rows=64)
-    rids = [f"r{i}" for i in range(8)]
-    backlog.add(rids, [7] * 8)
-    assert backlog.may_defer(rids, lambda rows: 0.0, float("inf"))  # 8 x 8 rows: at the cap
-    backlog.add(rids, [1] * 8)
-    assert not backlog.may_defer(rids, lambda rows: 0.0, float("inf"))  # 8 x 9 rows: over it
