@@ -19,6 +19,13 @@ from __future__ import annotations
 import torch
 
 
+def range_slots(req_to_token: torch.Tensor, pool_indices: list[int], ranges: list[tuple[int, int]]) -> torch.Tensor:
+    """The KV slots of positions [start, end) of each request (its req_to_token row), in order,
+    as int64 (SGLang's out_cache_loc layout of an extend over those positions)."""
+    parts = [req_to_token[row, start:end] for row, (start, end) in zip(pool_indices, ranges)]
+    return torch.cat(parts).to(torch.int64) if parts else torch.empty(0, dtype=torch.int64)
+
+
 class DraftKVSlots:
     """One flag per KV slot: does the draft's KV there follow the text the target's holds?"""
 
@@ -29,9 +36,7 @@ class DraftKVSlots:
 
     def mark(self, req_to_token: torch.Tensor, pool_indices: list[int], ranges: list[tuple[int, int]], valid: bool):
         """Mark the slots of positions [start, end) of each request (its req_to_token row)."""
-        slots = [req_to_token[row, start:end] for row, (start, end) in zip(pool_indices, ranges) if end > start]
-        if slots:
-            self.valid[torch.cat(slots).to(device=self.valid.device, dtype=torch.int64)] = valid
+        self.mark_slots(range_slots(req_to_token, pool_indices, ranges), valid)
 
     def mark_slots(self, slots: torch.Tensor, valid: bool) -> None:
         self.valid[slots.to(device=self.valid.device, dtype=torch.int64)] = valid

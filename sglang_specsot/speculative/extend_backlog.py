@@ -60,7 +60,7 @@ class ExtendBacklog:
         self.max_rows = max_rows
         self._behind: dict[str, int] = {}
         self.deferred_steps = 0  # steps whose draft-extend was deferred
-        self.deferred_prefills = 0  # requests whose prompt the draft has not extended at prefill
+        self.deferred_prefills = 0  # prefills (a chunked prompt: each chunk) the draft did not extend
         self.catch_ups = 0  # catch-up forwards run (a pass each)
 
     def lag(self, rids: Sequence[str]) -> list[int]:

@@ -17,7 +17,7 @@ import torch
 
 from sglang_specsot.speculative import adapter as sgl
 from sglang_specsot.speculative.draft_tree import DraftTree, TreeBuilder
-from sglang_specsot.speculative.inputs import SoTDraftInput
+from sglang_specsot.speculative.draft_kv import range_slots
 
 
 # What a catch-up (extend_ranges) lays out anew on a decode batch, restored after it.
@@ -167,16 +167,14 @@ class SoTDraftModel(sgl.DraftModelWorker):
         starts = [s for s, _ in ranges]
         lens = [e - s for s, e in ranges]
         ends = torch.tensor([e for _, e in ranges], dtype=batch.seq_lens.dtype)
-        req_to_token = batch.req_to_token_pool.req_to_token
-        rows = batch.req_pool_indices.tolist()
         saved = {name: getattr(batch, name) for name in _EXTEND_FIELDS}
         try:
             batch.forward_mode = sgl.ForwardMode.EXTEND
             batch.return_logprob = False
             batch.input_ids = torch.tensor([t for row in tokens for t in row[:-1]], dtype=torch.int64, device=device)
-            batch.out_cache_loc = torch.cat(
-                [req_to_token[row, s:e] for row, (s, e) in zip(rows, ranges)]
-            ).to(device=device, dtype=torch.int64)
+            batch.out_cache_loc = range_slots(
+                batch.req_to_token_pool.req_to_token, batch.req_pool_indices.tolist(), ranges
+            ).to(device)
             batch.seq_lens, batch.seq_lens_cpu = ends.to(device), ends
             batch.orig_seq_lens = ends.to(device=device, dtype=torch.int32)
             batch.seq_lens_sum = int(ends.sum())
@@ -184,8 +182,7 @@ class SoTDraftModel(sgl.DraftModelWorker):
             batch.extend_num_tokens = sum(lens)
             batch.extend_logprob_start_lens = lens
             tails = torch.tensor([row[-1] for row in tokens], dtype=torch.int64, device=device)
-            with sgl.draft_model_context(self.parallel_layout):
-                first = self.draft_extend_for_prefill(batch, None, tails)
+            first = self.extend_after_prefill(batch, tails)
         finally:
             for name, value in saved.items():
                 setattr(batch, name, value)

@@ -94,8 +94,9 @@ class SpecSoTModelWorker(SpecSoTWorker):
         if batch.forward_mode.is_extend() and result.next_token_ids is not None:
             if self.backlog is not None:
                 self._defer_prefill(batch)
+                topk_p, topk_index = self._stale_topk(len(batch.reqs))
                 result.next_draft_input = SoTDraftInput(
-                    bonus_tokens=result.next_token_ids, **self._stale_topk(len(batch.reqs))
+                    bonus_tokens=result.next_token_ids, topk_p=topk_p, topk_index=topk_index
                 )
             else:
                 first = self.draft_worker.extend_after_prefill(batch, result.next_token_ids)
@@ -113,14 +114,14 @@ class SpecSoTModelWorker(SpecSoTWorker):
         for req, row, end in zip(batch.reqs, batch.req_pool_indices.tolist(), batch.seq_lens.tolist()):
             self.backlog.start(req.rid, self.draft_kv.behind(req_to_token, row, end))
 
-    def _stale_topk(self, bs: int) -> dict:
-        """A deferred extend's top-k: stale by design (the backlog says so), shaped as a real
-        one, for FutureMap's buffers and for merging with other requests' inputs."""
+    def _stale_topk(self, bs: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A deferred extend's top-k (p, index): stale by design (the backlog says so), shaped
+        as a real one, for FutureMap's buffers and for merging with other requests' inputs."""
         shape = (bs, self.draft_worker.topk)
-        return {
-            "topk_p": torch.zeros(shape, dtype=torch.float32, device=self.device),
-            "topk_index": torch.zeros(shape, dtype=torch.int64, device=self.device),
-        }
+        return (
+            torch.zeros(shape, dtype=torch.float32, device=self.device),
+            torch.zeros(shape, dtype=torch.int64, device=self.device),
+        )
 
     # -- draft / draft-extend --------------------------------------------------------------
 
@@ -332,8 +333,7 @@ class SpecSoTModelWorker(SpecSoTWorker):
             if self._defer_extend(batch, rids):
                 self.backlog.deferred_steps += 1
                 self._mark_step(batch, result, valid=False)
-                stale = self._stale_topk(len(rids))
-                draft_input.topk_p, draft_input.topk_index = stale["topk_p"], stale["topk_index"]
+                draft_input.topk_p, draft_input.topk_index = self._stale_topk(len(rids))
                 return
             if not was_current:  # the catch-up's last pass ends where this step's does
                 draft_input.topk_p, draft_input.topk_index = self._catch_up(batch, result.new_seq_lens)
@@ -396,13 +396,13 @@ class SpecSoTModelWorker(SpecSoTWorker):
         assert all(len(h) == e + 1 for h, e in zip(histories, ends)), (
             f"SPECSOT: drafter history out of step with seq_lens {ends}: {[len(h) for h in histories]}"
         )
-        req_to_token, rows = batch.req_to_token_pool.req_to_token, batch.req_pool_indices.tolist()
+        req_to_token, pool_rows = batch.req_to_token_pool.req_to_token, batch.req_pool_indices.tolist()
         topk = None
         for ranges in catch_up_passes(ends, self.backlog.lag(rids), self.backlog.max_rows):
             tokens = [h[s : e + 1] for h, (s, e) in zip(histories, ranges)]
-            rows_n = sum(e - s for s, e in ranges)
-            topk = self._timed_extend(rows_n, self.draft_worker.extend_ranges, batch, ranges, tokens)
-            self.draft_kv.mark(req_to_token, rows, ranges, valid=True)
+            extend_rows = sum(e - s for s, e in ranges)
+            topk = self._timed_extend(extend_rows, self.draft_worker.extend_ranges, batch, ranges, tokens)
+            self.draft_kv.mark(req_to_token, pool_rows, ranges, valid=True)
             self.backlog.catch_ups += 1
         self.backlog.clear(rids)
         self._topk_source = "catch_up"
