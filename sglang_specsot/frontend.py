@@ -27,6 +27,7 @@ import dataclasses
 
 import sglang as sgl
 
+from sglang_specsot.sot.router import ROUTERS
 from sglang_specsot.sot.runner import (
     GenRequest,
     GenResult,
@@ -82,6 +83,7 @@ def answer_question(
     temperature: float = 0.0,
     group: str | None = None,
     constrain_skeleton: bool | None = None,
+    router: str = "classifier",
 ) -> SoTAnswer:
     """Answer one question with `sot_program`; `render` defaults to the server model's template
     (read from the server's model path, so the client must be able to load that tokenizer).
@@ -89,14 +91,27 @@ def answer_question(
     `constrain_skeleton`: keep the skeleton in the numbered-points format with
     `skeleton_constraint` (unless `options` brings its own processor). None: when the server
     can run it (see `_with_skeleton_constraint`); True: always (an error if it cannot).
+    `router`: in mode "auto", "classifier" (the default, as on the server: the hard rules,
+    then the question classifier, loaded in this process) or "rules" (the rules alone).
     """
     render = render or chat_renderer(endpoint.get_model_name())
+    options = _with_classifier(options, router)
     options = _with_skeleton_constraint(endpoint, question, options, constrain_skeleton)
     state = sot_program.run(
         question=question, render=render, options=options, group=group or new_group(),
         backend=endpoint, temperature=temperature, max_new_tokens=DEFAULT_MAX_NEW_TOKENS,
     )  # fmt: skip
     return state.ret_value
+
+
+def _with_classifier(options: SoTOptions, router: str) -> SoTOptions:
+    if router not in ROUTERS:
+        raise ValueError(f"router={router!r} is not one of {ROUTERS}")
+    if router == "rules" or options.mode != "auto" or options.classifier is not None:
+        return options
+    from sglang_specsot.models.router_classifier import load_default_classifier
+
+    return dataclasses.replace(options, classifier=load_default_classifier())
 
 
 def _with_skeleton_constraint(

@@ -28,6 +28,7 @@ at most `max_groups` SoT answers run at once (serving/gate.py).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
@@ -36,6 +37,7 @@ from sglang_specsot.serving.field import FIELD, SoTField, default_mode, parse_fi
 from sglang_specsot.serving.gate import GateFull, GroupGate
 from sglang_specsot.serving.request_checks import check_custom_logit_processor
 from sglang_specsot.serving.responses import aborted_completion, chat_completion, error_status, error_type
+from sglang_specsot.serving.router import server_router, warm_up, with_server_classifier
 from sglang_specsot.serving.skeleton_constraint import with_server_constraint
 from sglang_specsot.serving.stream import SoTStream
 from sglang_specsot.sot.limits import SoTLimits, answer_cap
@@ -50,9 +52,11 @@ def sot_chat_hook() -> Callable:
     try:
         default_mode()
         server_limits()
+        server_router()
     except ValueError as exc:
         # SystemExit passes load_plugins' `except Exception`: fail at start-up, not per request.
         raise SystemExit(f"sglang-specsot: {exc}") from None
+    warm_up()
     return around_handle_request
 
 
@@ -129,7 +133,12 @@ class _SoTChat:
             options = self.field.options(answer_cap(self.cap, limits))
         except ValueError as exc:
             return self._error(str(exc))
-        route = route_phase(question, options)
+        # Off the event loop: the classifier encodes the question (and may still be loading).
+        options = await asyncio.to_thread(with_server_classifier, options)
+        if options.classifier is not None:
+            route = await asyncio.to_thread(route_phase, question, options)
+        else:
+            route = route_phase(question, options)
         if not route.decision.use_sot:
             return _annotate(await self._sglang(), route)
         return await self._sot(question, options, route)

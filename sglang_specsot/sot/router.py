@@ -1,9 +1,12 @@
-"""Decide per question whether SoT pays off: rules, optionally a model's one-word verdict.
+"""Decide per question whether SoT pays off: rules, a question classifier, a model's verdict.
 
 SoT helps only answers made of independent points that are long enough to amortise the
 skeleton; it hurts code, math, single facts, writing, role-play and structured output.
 Rules run in a fixed order, first match wins; the order encodes which signal is stronger.
-Measure them on any labelled set:  python -m sglang_specsot.sot.router eval FILE.jsonl|NAME
+The hard rules (code, math, translation, ...) always decide first. After them, a question
+classifier's verdict (`Suitability`, from sentence embeddings: models/router_classifier.py)
+decides when the caller has one; the soft rules decide otherwise. Measure on any labelled set:
+    python -m sglang_specsot.sot.router eval FILE.jsonl|NAME [--router classifier|rules]
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 from sglang_specsot.sot.agreement import RouterAgreement, load_labelled, measure_agreement
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
 from sglang_specsot.sot.prompts import ROUTE_DIRECT, ROUTE_LIST
+from sglang_specsot.sot.router_head import Suitability
 
 logger = logging.getLogger(__name__)
 
@@ -27,9 +31,13 @@ class RouteDecision:
     """The routing phase's result: SoT or a normal answer, which rule decided, and why."""
 
     use_sot: bool
-    rule: str  # short name of the deciding rule, e.g. "code", "list_ask", "model"
+    rule: str  # short name of the deciding rule, e.g. "code", "list_ask", "classifier"
     reason: str
-    source: str = "rules"  # "rules" | "model"
+    source: str = "rules"  # "rules" | "classifier" | "model"
+
+
+# question -> the classifier's verdict; what the caller plugs into SoTOptions.classifier.
+QuestionClassifier = Callable[[str], Suitability]
 
 
 def _rx(pattern: str) -> re.Pattern[str]:
@@ -243,16 +251,22 @@ def route_question(
     *,
     max_new_tokens: int | None = None,
     model_reply: str | None = None,
+    suitability: Suitability | None = None,
 ) -> RouteDecision:
-    """Route one question; a readable `model_reply` overrides all but the hard rules."""
+    """Route one question; after the hard rules, a readable `model_reply`, else the
+    classifier's `suitability`, else the soft rules decide."""
     text = " ".join(question.split()) if isinstance(question, str) else ""
-    decision = _decide(text, config, max_new_tokens, model_reply)
+    decision = _decide(text, config, max_new_tokens, model_reply, suitability)
     logger.debug("route %r -> sot=%s (%s)", text[:80], decision.use_sot, decision.rule)
     return decision
 
 
 def _decide(
-    text: str, config: SoTConfig, max_new_tokens: int | None, model_reply: str | None
+    text: str,
+    config: SoTConfig,
+    max_new_tokens: int | None,
+    model_reply: str | None,
+    suitability: Suitability | None,
 ) -> RouteDecision:
     if not any(ch.isalnum() for ch in text):
         return RouteDecision(False, "empty", "no question text")
@@ -270,10 +284,19 @@ def _decide(
         verdict = parse_route_reply(model_reply)
         if verdict is not None:
             return verdict
+    if suitability is not None:
+        return _classified(suitability)
     for name, applies, use_sot, reason in _SOFT_RULES:
         if applies(text):
             return RouteDecision(use_sot, name, reason)
     return RouteDecision(False, "default", "no list-shaped ask found")
+
+
+def _classified(suitability: Suitability) -> RouteDecision:
+    relation = ">=" if suitability.use_sot else "<"
+    reason = (f"the question classifier gives P(list of points)={suitability.probability:.2f} "
+              f"{relation} {suitability.threshold:.2f}")  # fmt: skip
+    return RouteDecision(suitability.use_sot, "classifier", reason, "classifier")
 
 
 _VERDICT = _rx(r"\b(list|direct|sot|normal|parallel|sequential)\b")
@@ -294,29 +317,61 @@ def parse_route_reply(text: str) -> RouteDecision | None:
     return RouteDecision(use_sot, "model", f"the model answered {verdict} ({word!r})", "model")
 
 
-def evaluate(name_or_path: str) -> RouterAgreement:
-    """Agreement of the rules (no model, no length cap) with the labels of a question set."""
+def evaluate(name_or_path: str, classifier: QuestionClassifier | None = None) -> RouterAgreement:
+    """Agreement of the router (no model verdict, no length cap) with a question set's labels:
+    the hard rules, then `classifier` when given, else the soft rules."""
     rows = load_labelled(name_or_path)
-    return measure_agreement((route_question(r.question).use_sot, r.sot_suitable) for r in rows)
+    return measure_agreement((_route_for_eval(r.question, classifier).use_sot, r.sot_suitable) for r in rows)
 
 
-_USAGE = "usage: python -m sglang_specsot.sot.router eval FILE.jsonl|NAME"
+def _route_for_eval(question: str, classifier: QuestionClassifier | None) -> RouteDecision:
+    suitability = classifier(question) if classifier is not None else None
+    return route_question(question, suitability=suitability)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """The eval command: its last stdout line is {"n", "accuracy", "precision", "recall"}."""
+ROUTERS = ("classifier", "rules")
+_USAGE = "usage: python -m sglang_specsot.sot.router eval FILE.jsonl|NAME [--router classifier|rules]"
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    load_classifier: Callable[[], QuestionClassifier] | None = None,
+) -> None:
+    """The eval command: its last stdout line is {"n", "accuracy", "precision", "recall"}.
+
+    `--router classifier` (the default, as on the server) needs `load_classifier`, which the
+    `python -m` entry below passes: loading the embedding model is not plain Python.
+    """
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 2 or args[0] != "eval":
+    router = "classifier"
+    if len(args) == 4 and args[2] == "--router":
+        router = args.pop()
+        args.pop()
+    if len(args) != 2 or args[0] != "eval" or router not in ROUTERS:
         raise SystemExit(_USAGE)
     try:
-        result = evaluate(args[1])
+        load_labelled(args[1])  # a bad file is named before the embedding model loads
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    if router == "classifier" and load_classifier is None:
+        raise SystemExit("error: --router classifier needs the embedding model; run the command "
+                         "as `python -m sglang_specsot.sot.router`, or pass --router rules")  # fmt: skip
+    try:
+        classifier = load_classifier() if router == "classifier" else None
+        result = evaluate(args[1], classifier)
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
     line = {"n": result.total, "accuracy": round(result.accuracy, 4),
             "precision": round(result.precision, 4), "recall": round(result.recall, 4)}
-    # The command's result, not library logging (hence no logger): one JSON line on stdout.
-    sys.stdout.write(json.dumps(line) + "\n")
+    # The command's result, not library logging (hence no logger): one JSON line on stdout,
+    # after one line saying which router was measured.
+    described = "the hard rules, then the question classifier" if classifier else "the rules alone"
+    sys.stdout.write(f"router: {described}\n{json.dumps(line)}\n")
 
 
+# Only `python -m` runs this block, so the library stays plain Python (test_purity.py allows
+# a non-pure import here and nowhere else).
 if __name__ == "__main__":
-    main()
+    from sglang_specsot.models.router_classifier import load_default_classifier
+
+    main(load_classifier=load_default_classifier)

@@ -25,7 +25,7 @@ from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
 from sglang_specsot.sot.merge import MergedPoint, clean_expansion, drop_cut_sentence, format_point, merge_answer
 from sglang_specsot.sot.planner import BranchPlan, plan_branches
 from sglang_specsot.sot.prompts import expansion_prompt, skeleton_prompt
-from sglang_specsot.sot.router import RouteDecision, route_question
+from sglang_specsot.sot.router import QuestionClassifier, RouteDecision, route_question
 from sglang_specsot.sot.skeleton import parse_skeleton
 from sglang_specsot.sot.phases import (  # noqa: F401 (re-exported: callers import them from here)
     NORMAL,
@@ -64,6 +64,10 @@ class SoTOptions:
     # A serialized sglang CustomLogitProcessor for the skeleton (the server needs
     # --enable-custom-logit-processor); None: unconstrained.
     skeleton_logit_processor: str | None = None
+    # The question classifier that routes in mode "auto" once the hard rules have passed
+    # (models/router_classifier.py); None: the rules alone. Server-side SoT and the frontend
+    # program plug in the shipped one by default.
+    classifier: QuestionClassifier | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -78,6 +82,10 @@ class SoTOptions:
             raise ValueError(
                 "skeleton_logit_processor must be a serialized CustomLogitProcessor string "
                 f"(CustomLogitProcessor.to_str()) or None, got {processor!r}"
+            )
+        if self.classifier is not None and not callable(self.classifier):
+            raise ValueError(
+                f"classifier must be a callable question -> Suitability or None, got {self.classifier!r}"
             )
 
 
@@ -118,9 +126,12 @@ def new_group() -> str:
 
 
 def route_phase(question: str, options: SoTOptions) -> RoutePhase:
-    """Decide SoT or normal: the rules in mode "auto"; forced (bar an empty question) otherwise."""
+    """Decide SoT or normal: the router in mode "auto"; forced (bar an empty question) otherwise."""
     started = time.perf_counter()
-    decision = route_question(question, options.config, max_new_tokens=options.max_new_tokens)
+    classify = options.classifier if options.mode == "auto" else None
+    suitability = classify(question) if classify is not None and isinstance(question, str) else None
+    decision = route_question(question, options.config, max_new_tokens=options.max_new_tokens,
+                              suitability=suitability)  # fmt: skip
     if options.mode != "auto" and decision.rule != "empty":
         use_sot = options.mode == "on"
         decision = RouteDecision(use_sot, f"mode_{options.mode}", f"mode {options.mode!r} requested")

@@ -43,7 +43,7 @@ def sot_answer(endpoint, render):
 
 def test_suitable_question_gives_a_plan_shaped_answer(sot_answer):
     answer = sot_answer
-    assert answer.path == "sot" and answer.route.decision.rule == "list_ask"
+    assert answer.path == "sot" and answer.route.decision.rule == "classifier"  # the default router
     points = answer.branches.plan.points
     assert 2 <= len(points) <= CONFIG.max_points
     assert answer.skeleton.text.startswith("1.") and answer.skeleton.result.completion_tokens > 0

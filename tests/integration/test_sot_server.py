@@ -119,6 +119,16 @@ def test_unsuitable_question_takes_the_normal_path(smollm2_server):
     assert routed["usage"] == plain["usage"]
 
 
+def test_mode_auto_routes_by_the_question_classifier(smollm2_server):
+    """The server's default router: past the hard rules, the classifier decides (loaded in
+    the HTTP server's process at start-up)."""
+    status, reply = post(smollm2_server, chat(SUITABLE, specsot={"mode": "auto", "config": CONFIG}))
+    assert status == 200
+    route = reply["metadata"]["specsot"]["route"]
+    assert route["rule"] == "classifier" and route["use_sot"]
+    assert reply["metadata"]["specsot"]["path"] in ("sot", "normal")  # normal: an unusable skeleton
+
+
 def test_request_without_the_field_is_untouched(smollm2_server, smollm2_path):
     from sglang_specsot.frontend import chat_renderer
 

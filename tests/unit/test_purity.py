@@ -1,5 +1,6 @@
 """Every module that claims to be plain Python is: importing it pulls in neither SGLang, torch
-nor transformers, its source imports none of them even lazily, and it never prints."""
+nor transformers, its source imports none of them even lazily (a command's
+`if __name__ == "__main__":` block excepted: importing never runs it), and it never prints."""
 
 from __future__ import annotations
 
@@ -49,10 +50,24 @@ def test_importing_loads_no_heavy_dependency(module):
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 
 
+def _library_nodes(tree: ast.Module):
+    """Every node but those under a top-level `if __name__ == "__main__":`."""
+    for top in tree.body:
+        if not _is_main_block(top):
+            yield from ast.walk(top)
+
+
+def _is_main_block(node: ast.stmt) -> bool:
+    test = getattr(node, "test", None)
+    return (isinstance(node, ast.If) and isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+            and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators))  # fmt: skip
+
+
 @pytest.mark.parametrize("module", PURE_MODULES)
 def test_source_imports_no_heavy_dependency_even_lazily(module):
     path = _source(module)
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in _library_nodes(ast.parse(path.read_text(), str(path))):
         names = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -70,3 +85,11 @@ def test_library_code_never_prints(module):
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             assert node.func.id != "print", f"{path.name} prints; log instead"
+
+
+def test_only_the_main_block_is_exempt():
+    tree = ast.parse(
+        "import json\ndef f():\n    import torch\nif __name__ == '__main__':\n    import sglang\n"
+    )
+    imported = {a.name for n in _library_nodes(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert imported == {"json", "torch"}

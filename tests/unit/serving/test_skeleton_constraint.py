@@ -273,3 +273,13 @@ def test_server_side_sot_keeps_the_clients_own_processor(smollm2_path):
 
     options = SoTOptions("on", CONFIG, skeleton_logit_processor="client's own")
     assert with_server_constraint(options, _server_args(smollm2_path, speculative_algorithm="SPECSOT")) is options
+
+
+def test_frontend_router_choice():
+    from sglang_specsot.frontend import _with_classifier
+
+    options = SoTOptions(mode="auto")
+    assert _with_classifier(options, "rules") is options
+    assert _with_classifier(SoTOptions(mode="on"), "classifier").classifier is None  # not routed
+    with pytest.raises(ValueError, match="router='model' is not one of"):
+        _with_classifier(options, "model")

@@ -20,6 +20,7 @@ from sglang_specsot.sot import (
     route_question,
 )
 from sglang_specsot.sot.router import main
+from sglang_specsot.sot.router_head import Suitability
 
 # Vicuna-80: 79/80 (36 TP, 0 FP, 1 FN, 43 TN). The first rules were written while reading
 # these 80 questions, so this is IN-SAMPLE for them; the later revision was tuned only on the
@@ -233,7 +234,7 @@ def test_measure_agreement_rates():
 
 
 def _eval_lines(capsys, target) -> list[str]:
-    main(["eval", str(target)])
+    main(["eval", str(target), "--router", "rules"])
     return capsys.readouterr().out.strip().splitlines()
 
 
@@ -254,7 +255,7 @@ def test_eval_command_takes_a_shipped_name(capsys):
 
 def test_eval_command_runs_as_a_module():
     out = subprocess.run(
-        [sys.executable, "-m", "sglang_specsot.sot.router", "eval", "router_train"],
+        [sys.executable, "-m", "sglang_specsot.sot.router", "eval", "router_train", "--router", "rules"],
         capture_output=True, text=True, timeout=120, check=True,
     )
     last = json.loads(out.stdout.strip().splitlines()[-1])
@@ -279,15 +280,41 @@ def test_eval_command_names_the_bad_line(tmp_path, lines, message):
     with pytest.raises(ValueError, match=None) as info:
         load_labelled(path)
     assert message in str(info.value) and str(path) in str(info.value)
-    with pytest.raises(SystemExit) as exit_info:
-        main(["eval", str(path)])
-    assert message in str(exit_info.value.code)
+    for router in ("rules", "classifier"):  # the file is checked before a classifier loads
+        with pytest.raises(SystemExit) as exit_info:
+            main(["eval", str(path), "--router", router], load_classifier=_no_classifier)
+        assert message in str(exit_info.value.code)
+
+
+def _no_classifier():
+    raise AssertionError("the classifier must not load for a bad file")
 
 
 def test_eval_command_rejects_a_missing_file_and_bad_usage(tmp_path):
     with pytest.raises(SystemExit) as info:
         main(["eval", str(tmp_path / "missing.jsonl")])
     assert "missing.jsonl" in str(info.value.code) and "vicuna80" in str(info.value.code)
+    for argv in (["score", "vicuna80"], ["eval", "vicuna80", "--router", "model"], ["eval"]):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert "usage:" in str(info.value.code), argv
+
+
+def test_eval_command_with_a_classifier(capsys, tmp_path):
+    """The default router: the hard rules first (math stays normal even at P=0.99), then the
+    classifier's verdict instead of the soft rules."""
+    path = tmp_path / "q.jsonl"
+    rows = [("Solve 3x = 12.", False), ("Why is the sky blue?", True), ("Tips for sleeping well?", False)]
+    path.write_text("".join(json.dumps({"question": q, "sot_suitable": l}) + "\n" for q, l in rows))
+    verdicts = {"Solve 3x = 12.": 0.99, "Why is the sky blue?": 0.7, "Tips for sleeping well?": 0.1}
+    main(["eval", str(path)], load_classifier=lambda: lambda q: Suitability(verdicts[q], 0.5))
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "router: the hard rules, then the question classifier"
+    assert json.loads(lines[-1]) == {"n": 3, "accuracy": 1.0, "precision": 1.0, "recall": 1.0}
+
+
+def test_eval_command_says_how_to_get_the_classifier():
     with pytest.raises(SystemExit) as info:
-        main(["score", "vicuna80"])
-    assert "usage:" in str(info.value.code)
+        main(["eval", "vicuna80"])
+    assert "python -m sglang_specsot.sot.router" in str(info.value.code)
+    assert "--router rules" in str(info.value.code)

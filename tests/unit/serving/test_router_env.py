@@ -1,0 +1,73 @@
+"""Which router server-side SoT uses: SGLANG_SPECSOT_ROUTER, the classifier attached in mode
+"auto" only, and the rules alone (with one warning) when the classifier cannot load."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from sglang_specsot.models.fetcher import FetchError
+from sglang_specsot.serving import router as server
+from sglang_specsot.sot.router_head import Suitability
+from sglang_specsot.sot.runner import SoTOptions
+
+
+def classifier(question: str) -> Suitability:
+    return Suitability(0.9, 0.5)
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch):
+    monkeypatch.setattr(server, "_loaded", {})
+    monkeypatch.delenv(server.ROUTER_ENV, raising=False)
+
+
+def test_the_classifier_is_the_default_and_rules_can_be_chosen(monkeypatch):
+    assert server.server_router() == "classifier"
+    monkeypatch.setenv(server.ROUTER_ENV, " Rules ")
+    assert server.server_router() == "rules"
+
+
+def test_an_unknown_router_is_named_with_the_choices(monkeypatch):
+    monkeypatch.setenv(server.ROUTER_ENV, "model")
+    with pytest.raises(ValueError, match="SGLANG_SPECSOT_ROUTER='model' is not one of 'classifier', 'rules'"):
+        server.server_router()
+
+
+def test_mode_auto_gets_the_classifier_once_loaded(monkeypatch):
+    loads = []
+    monkeypatch.setattr(server, "_load", lambda: loads.append(1) or classifier)
+    assert server.with_server_classifier(SoTOptions(mode="auto")).classifier is classifier
+    assert server.with_server_classifier(SoTOptions(mode="auto")).classifier is classifier
+    assert loads == [1]
+
+
+@pytest.mark.parametrize("options", [SoTOptions(mode="on"), SoTOptions(mode="off"),
+                                     SoTOptions(mode="auto", classifier=len)])  # fmt: skip
+def test_other_modes_and_a_set_classifier_are_left_alone(monkeypatch, options):
+    monkeypatch.setattr(server, "_load", lambda: classifier)
+    assert server.with_server_classifier(options) is options
+
+
+def test_rules_alone_never_load_the_classifier(monkeypatch):
+    monkeypatch.setenv(server.ROUTER_ENV, "rules")
+    monkeypatch.setattr(server, "_load", lambda: pytest.fail("loaded"))
+    options = SoTOptions(mode="auto")
+    assert server.with_server_classifier(options) is options
+    server.warm_up()  # starts no thread that would load it
+
+
+def test_a_classifier_that_cannot_load_leaves_the_rules_with_one_warning(monkeypatch, caplog):
+    import sglang_specsot.models.router_classifier as rc
+
+    def unreachable():
+        raise FetchError("pypi.org is unreachable")
+
+    monkeypatch.setattr(rc, "load_default_classifier", unreachable)
+    with caplog.at_level(logging.WARNING, logger=server.__name__):
+        for _ in range(3):
+            assert server.with_server_classifier(SoTOptions(mode="auto")).classifier is None
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "pypi.org is unreachable" in warnings[0].getMessage()
+    assert "SGLANG_SPECSOT_ROUTER=rules" in warnings[0].getMessage()
