@@ -136,9 +136,9 @@ def _ask(cfg: CellConfig, question: Question, target: Target, settings: Settings
     if cfg.kind == NORMAL:
         fields = _normal(target, question, settings, cfg.temperature)
     elif cfg.kind == SERVER_SOT:
-        fields = _server_sot(target, question, cfg.mode, settings)
+        fields = _server_sot(target, question, cfg.mode, sot_config(cfg, settings), settings)
     elif cfg.kind == FRONTEND:
-        fields = _frontend(target, question, cfg.mode, settings)
+        fields = _frontend(target, question, cfg.mode, sot_config(cfg, settings), settings)
     else:
         raise AssertionError(f"unknown cell kind {cfg.kind!r}")
     latency = time.perf_counter() - started
@@ -177,8 +177,14 @@ def _normal(target: Target, question: Question, settings: Settings, temperature:
             "accept_length": meta.get("spec_accept_length")}  # fmt: skip
 
 
-def _server_sot(target: Target, question: Question, mode: str, settings: Settings) -> dict:
-    specsot = {"mode": mode, **({"config": settings.sot_config} if settings.sot_config else {})}
+def sot_config(cfg: CellConfig, settings: Settings) -> dict | None:
+    """The SoTConfig fields a SoT cell sends: the run's --sot-config, then the cell's own."""
+    merged = {**(settings.sot_config or {}), **dict(cfg.sot_config)}
+    return merged or None
+
+
+def _server_sot(target: Target, question: Question, mode: str, config: dict | None, settings: Settings) -> dict:
+    specsot = {"mode": mode, **({"config": config} if config else {})}
     out = post_json(target.url + "/v1/chat/completions", {
         "model": "default", "messages": _messages(question), "temperature": 0,
         "max_tokens": settings.max_tokens, "specsot": specsot}, settings.timeout)  # fmt: skip
@@ -192,15 +198,14 @@ def _server_sot(target: Target, question: Question, mode: str, settings: Setting
     return fields
 
 
-def _frontend(target: Target, question: Question, mode: str, settings: Settings) -> dict:
+def _frontend(target: Target, question: Question, mode: str, config: dict | None, settings: Settings) -> dict:
     from sglang_specsot.frontend import SoTEndpoint, answer_question
     from sglang_specsot.sot import SoTConfig
     from sglang_specsot.sot.runner import SoTOptions
 
     if target.endpoint is None:
         target.endpoint = SoTEndpoint(target.url)
-    config = SoTConfig(**settings.sot_config) if settings.sot_config else SoTConfig()
-    options = SoTOptions(mode=mode, config=config, max_new_tokens=settings.max_tokens)
+    options = SoTOptions(mode=mode, config=SoTConfig(**(config or {})), max_new_tokens=settings.max_tokens)
     answer = answer_question(target.endpoint, question.text, render=target.render, options=options,
                              constrain_skeleton=target.constrain_skeleton)  # fmt: skip
     return {"answer": answer.answer, **from_trace(answer.trace())}

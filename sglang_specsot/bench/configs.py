@@ -42,6 +42,8 @@ class CellConfig:
     mode: str = "off"  # the SoT mode sent (SERVER_SOT, FRONTEND)
     subset: str = ALL
     temperature: float = 0.0  # NORMAL only; every other cell is greedy
+    # SoTConfig fields this cell sets over the run's --sot-config (an ablation in one run)
+    sot_config: tuple[tuple[str, object], ...] = ()
 
     def runs_on(self, suitable: bool) -> bool:
         return self.subset == ALL or (self.subset == SUITABLE) == suitable
@@ -87,6 +89,9 @@ def matrix(has_draft: bool) -> list[CellConfig]:
         cells += [CellConfig("STANDALONE", "standalone", NORMAL), CellConfig("SPECSOT", "specsot", NORMAL)]
     cells += [
         CellConfig("SoT-server", "plain", SERVER_SOT, "on"),
+        # SoT-server, but a question that names its items still gets a generated skeleton:
+        # what deriving the plan from the question (SoTConfig.derive_skeleton) changes.
+        CellConfig("SoT-server-skeleton", "plain", SERVER_SOT, "on", sot_config=(("derive_skeleton", False),)),
         CellConfig("SoT-frontend", "plain", FRONTEND, "on"),
         CellConfig("SoT+NGRAM", "ngram", SERVER_SOT, "on"),
         CellConfig("SpecSoT-server", spec, SERVER_SOT, "on"),

@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
-from sglang_specsot.sot.skeleton import SkeletonParse, SkeletonPoint
+from sglang_specsot.sot.skeleton import PLAN, SkeletonParse, SkeletonPoint
 
 MIN_ITEMS = 3  # a series of this many named items is an explicit ask
 MAX_ITEM_WORDS = 4  # longer "items" are clauses, not names
@@ -103,6 +103,17 @@ def covered(items: Sequence[str], text: str) -> list[bool]:
     """Whether `text` mentions each item (by one of its distinctive words)."""
     present = _content_words(text)
     return [bool(words & present) for words in distinctive_words(items)]
+
+
+def derived_parse(question: str, config: SoTConfig = DEFAULT_CONFIG) -> SkeletonParse | None:
+    """The plan a question states itself: its enumerated items, one point each; None when it
+    names fewer than MIN_ITEMS, more than `max_points`, or `derive_skeleton` is off."""
+    items = enumerated_items(question)
+    if not config.derive_skeleton or not MIN_ITEMS <= len(items) <= config.max_points:
+        return None
+    points = tuple(SkeletonPoint(item[:1].upper() + item[1:]) for item in items)
+    note = f"the question names {len(items)} items: they are the points, no skeleton was generated"
+    return SkeletonParse(PLAN, points, f"{len(points)} points", "numbered", (note,))
 
 
 def cover_asks(parse: SkeletonParse, question: str, config: SoTConfig = DEFAULT_CONFIG) -> SkeletonParse:

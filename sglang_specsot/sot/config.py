@@ -37,6 +37,12 @@ class SoTConfig:
     # models we test that gave near-empty expansions, so it is opt-in.
     prefill_point_header: bool = False
 
+    # A question that names MIN_ITEMS or more items in a series ("compare A, B, C and D")
+    # has stated its plan: the items are the points and no skeleton is generated. The answer
+    # then covers each named item (a generated skeleton planned by aspect and covered the
+    # items as an afterthought) and saves the skeleton's time.
+    derive_skeleton: bool = True
+
     # Routing: SoT loses on short answers, so a request capped below this goes normal.
     router_min_answer_tokens: int = 200
 
@@ -60,10 +66,9 @@ class SoTConfig:
                 f"predicted_length_slack={self.predicted_length_slack} is outside [1.0, 4.0]; "
                 "use 1.0 to trust predicted lengths exactly, or a little more for headroom"
             )
-        if not isinstance(self.prefill_point_header, bool):
-            raise ValueError(
-                f"prefill_point_header={self.prefill_point_header!r} must be True or False"
-            )
+        for flag in ("prefill_point_header", "derive_skeleton"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"{flag}={getattr(self, flag)!r} must be True or False")
 
     @property
     def branch_cap(self) -> int:

@@ -100,6 +100,9 @@ class SkeletonPhase:
     parse: SkeletonParse
     seconds: float  # generation
     parse_seconds: float
+    # The question's own enumerated items are the plan (sot.asks.derived_parse): `request`
+    # was never sent and `result` holds the points, at no tokens.
+    derived: bool = False
 
     @property
     def text(self) -> str:
@@ -246,7 +249,8 @@ def _skeleton_trace(skeleton: SkeletonPhase) -> dict:
         "notes": list(parse.notes),
         # Whether a logit processor kept it in the numbered-points format (server-side SoT
         # adds one by default where the server can run it).
-        "constrained": skeleton.request.logit_processor is not None,
+        "constrained": skeleton.request.logit_processor is not None and not skeleton.derived,
+        "derived": skeleton.derived,
         "seconds": skeleton.seconds,
         "parse_seconds": skeleton.parse_seconds,
         **_gen_trace(skeleton.result),

@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from sglang_specsot.sot.asks import cover_asks
+from sglang_specsot.sot.asks import cover_asks, derived_parse
 from sglang_specsot.sot.budget import fit_plan, min_sot_tokens, remaining, skeleton_budget
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
 from sglang_specsot.sot.merge import MergedPoint, clean_expansion, drop_cut_sentence, format_point, merge_answer
 from sglang_specsot.sot.planner import BranchPlan, plan_branches
-from sglang_specsot.sot.prompts import expansion_prompt, skeleton_prompt
+from sglang_specsot.sot.prompts import expansion_prompt, format_skeleton, skeleton_prompt
 from sglang_specsot.sot.router import QuestionClassifier, RouteDecision, route_question
 from sglang_specsot.sot.skeleton import parse_skeleton
 from sglang_specsot.sot.phases import (  # noqa: F401 (re-exported: callers import them from here)
@@ -308,10 +308,25 @@ async def _skeleton(
     emit: DeltaSink,
 ) -> SkeletonPhase:
     request = skeleton_request(question, render, options, group)
+    derived = derived_phase(question, request, options.config)
+    if derived is not None:
+        emit(SKELETON_CHANNEL, derived.text)  # the plan still streams, as a written one would
+        return derived
     emit(SKELETON_CHANNEL, request.prefill)
     started = time.perf_counter()
     result = await _generate(backend, request, "skeleton", lambda t: emit(SKELETON_CHANNEL, t))
     return parse_phase(question, request, result, time.perf_counter() - started, options.config)
+
+
+def derived_phase(question: str, request: GenRequest, config: SoTConfig) -> SkeletonPhase | None:
+    """The skeleton phase of a question that names its items (`derived_parse`): no generation."""
+    started = time.perf_counter()
+    parse = derived_parse(question, config)
+    if parse is None:
+        return None
+    text = format_skeleton(parse.texts)[len(request.prefill):]
+    result = GenResult(text, prompt_tokens=0, completion_tokens=0, finish_reason="stop")
+    return SkeletonPhase(request, result, parse, 0.0, time.perf_counter() - started, derived=True)
 
 
 async def _normal(

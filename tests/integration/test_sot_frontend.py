@@ -62,6 +62,17 @@ def test_suitable_question_gives_a_plan_shaped_answer(sot_answer):
     assert trace["seconds"] >= trace["skeleton"]["seconds"] + trace["branches"]["seconds"] > 0
 
 
+def test_a_question_naming_its_items_is_planned_by_them(endpoint, render):
+    from sglang_specsot.frontend import answer_question
+
+    question = "What are the health benefits of walking, swimming and cycling?"
+    answer = answer_question(endpoint, question, render, SoTOptions("on", CONFIG, MAX_TOKENS))
+    assert answer.path == "sot" and answer.skeleton.derived
+    assert answer.branches.plan.points == ("Walking", "Swimming", "Cycling")
+    assert all(b.result.completion_tokens > 0 for b in answer.branches.results)
+    assert answer.answer.startswith("1. Walking")
+
+
 def test_unsuitable_question_takes_the_normal_path(endpoint, render, smollm2_server):
     from sglang_specsot.frontend import answer_question
 

@@ -119,6 +119,21 @@ def test_unsuitable_question_takes_the_normal_path(smollm2_server):
     assert routed["usage"] == plain["usage"]
 
 
+def test_a_question_naming_its_items_is_planned_by_them(smollm2_server):
+    """No skeleton is generated: the named items are the points, the plan still streams as
+    reasoning_content, and every token counted is a branch's."""
+    question = "What are the health benefits of walking, swimming and cycling?"
+    status, reply = post(smollm2_server, chat(question, specsot={"mode": "on", "config": CONFIG}))
+    assert status == 200
+    trace = reply["metadata"]["specsot"]
+    assert trace["path"] == "sot" and trace["skeleton"]["derived"]
+    assert trace["skeleton"]["points"] == ["Walking", "Swimming", "Cycling"]
+    assert trace["skeleton"]["completion_tokens"] == 0
+    assert reply["choices"][0]["message"]["reasoning_content"] == "1. Walking\n2. Swimming\n3. Cycling"
+    assert reply["choices"][0]["message"]["content"].startswith("1. Walking")
+    assert reply["usage"]["completion_tokens"] == sum(b["completion_tokens"] for b in trace["branches"]["items"])
+
+
 def test_mode_auto_routes_by_the_question_classifier(smollm2_server):
     """The server's default router: past the hard rules, the classifier decides (loaded in
     the HTTP server's process at start-up)."""

@@ -186,3 +186,14 @@ def test_the_frontend_names_frontend_cells_call_still_exist():
 def test_from_trace_reads_the_answers_accept_length():
     assert from_trace({**TRACE, "spec_accept_length": 2.5})["accept_length"] == 2.5
     assert from_trace(TRACE)["accept_length"] is None  # a server that does not speculate
+
+
+def test_a_cell_sets_its_own_sot_config_over_the_runs():
+    from sglang_specsot.bench.cells import sot_config
+
+    ablation = {c.name: c for c in matrix(has_draft=False)}["SoT-server-skeleton"]
+    assert sot_config(ablation, Settings(384, 60.0, {"max_points": 5, "derive_skeleton": True})) == {
+        "max_points": 5, "derive_skeleton": False}
+    plain_sot = {c.name: c for c in matrix(has_draft=False)}["SoT-server"]
+    assert sot_config(plain_sot, Settings(384, 60.0)) is None
+    assert sot_config(plain_sot, Settings(384, 60.0, {"max_points": 5})) == {"max_points": 5}

@@ -85,3 +85,19 @@ def test_any_text_gives_items_without_error(question):
     items = enumerated_items(question)
     assert all(isinstance(i, str) and i for i in items)
     assert len(covered(items, question)) == len(items)
+
+
+def test_derived_parse_is_the_questions_items_as_points():
+    from sglang_specsot.sot.asks import derived_parse
+
+    parse = derived_parse("Describe the main causes of the French Revolution, the American Revolution and the Russian Revolution.")
+    assert parse.is_plan and parse.texts == ("The French Revolution", "The American Revolution", "The Russian Revolution")
+    assert derived_parse("How can I improve my time management skills?") is None
+    assert derived_parse("Compare tea and coffee.") is None  # two items plan well by aspect
+    assert derived_parse("Compare bubble sort, merge sort, quick sort and heap sort.", SoTConfig(max_points=3)) is None
+    assert derived_parse("Compare bubble sort, merge sort and quick sort.", SoTConfig(derive_skeleton=False)) is None
+
+
+def test_derive_skeleton_must_be_a_bool():
+    with pytest.raises(ValueError, match="derive_skeleton=1 must be True or False"):
+        SoTConfig(derive_skeleton=1)

@@ -539,10 +539,43 @@ def test_frontend_program_reports_a_failed_branch_by_its_phase(fake_http):
 def test_items_the_question_names_become_branches_when_the_skeleton_misses_them():
     question = "Compare the sorting algorithms bubble sort, quick sort, merge sort and heap sort."
     fake = FakeBackend(" Bubble sort\n2. Quick sort")
-    answer = run(run_sot(question, fake, render, options()))
+    answer = run(run_sot(question, fake, render, options(derive_skeleton=False)))
     assert answer.path == SOT
     assert answer.branches.plan.points == ("Bubble sort", "Quick sort", "merge sort", "heap sort")
     assert "added points the question names" in " ".join(answer.trace()["skeleton"]["notes"])
+
+
+NAMED = "Compare the sorting algorithms bubble sort, quick sort, merge sort and heap sort."
+
+
+def test_a_question_that_names_its_items_is_planned_by_them_without_a_skeleton():
+    fake, deltas = FakeBackend(" Speed\n2. Memory"), []
+    answer = run(run_sot(NAMED, fake, render, options(), on_delta=lambda c, t: deltas.append((c, t))))
+    assert answer.path == SOT and fake.of_role(SKELETON) == []
+    assert answer.branches.plan.points == ("Bubble sort", "Quick sort", "Merge sort", "Heap sort")
+    assert answer.answer.split("\n")[0] == "1. Bubble sort. Expansion of point 1."
+    skeleton = answer.trace()["skeleton"]
+    assert skeleton["derived"] and skeleton["outcome"] == "plan" and not skeleton["constrained"]
+    assert skeleton["completion_tokens"] == 0 and skeleton["seconds"] == 0.0
+    assert "no skeleton was generated" in " ".join(skeleton["notes"])
+    # clients still see the plan, on the skeleton channel, as the skeleton's text
+    streamed = "".join(t for c, t in deltas if c == SKELETON_CHANNEL)
+    assert streamed == skeleton["text"] == "1. Bubble sort\n2. Quick sort\n3. Merge sort\n4. Heap sort"
+    # the whole cap is left for the branches
+    assert answer.completion_tokens == sum(b.result.completion_tokens for b in answer.branches.results)
+
+
+@pytest.mark.parametrize("config", [{"derive_skeleton": False}, {"max_points": 3}])
+def test_the_skeleton_is_generated_when_deriving_is_off_or_the_items_do_not_fit(config):
+    fake = FakeBackend(" Speed\n2. Memory")
+    answer = run(run_sot(NAMED, fake, render, options(**config)))
+    assert len(fake.of_role(SKELETON)) == 1 and not answer.trace()["skeleton"]["derived"]
+
+
+def test_a_question_without_a_series_of_items_generates_its_skeleton():
+    fake = FakeBackend()
+    run(run_sot(QUESTION, fake, render, options()))
+    assert len(fake.of_role(SKELETON)) == 1
 
 
 def test_a_branch_cut_by_its_budget_drops_its_unfinished_sentence_but_the_trace_keeps_it():
