@@ -21,8 +21,9 @@ import functools
 import json
 import logging
 import sys
+import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +49,9 @@ class EmbeddingClassifier:
 
     head: LinearHead
     embedder: SentenceEmbedder
+    # The server routes each request in its own worker thread, and a Hugging Face fast
+    # tokenizer used from two threads at once can fail ("Already borrowed").
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.head.embedding != NAME:
@@ -55,7 +59,8 @@ class EmbeddingClassifier:
                              f"this classifier computes {NAME!r}; retrain the head")  # fmt: skip
 
     def __call__(self, question: str) -> Suitability:
-        (vector,) = self.embedder.encode([question]).tolist()
+        with self._lock:
+            (vector,) = self.embedder.encode([question]).tolist()
         return self.head.suitability(vector)
 
 

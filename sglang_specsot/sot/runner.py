@@ -324,7 +324,7 @@ def derived_phase(question: str, request: GenRequest, config: SoTConfig) -> Skel
     parse = derived_parse(question, config)
     if parse is None:
         return None
-    text = format_skeleton(parse.texts)[len(request.prefill):]
+    text = format_skeleton(parse.texts).removeprefix(request.prefill)
     result = GenResult(text, prompt_tokens=0, completion_tokens=0, finish_reason="stop")
     return SkeletonPhase(request, result, parse, 0.0, time.perf_counter() - started, derived=True)
 

@@ -84,3 +84,28 @@ def test_no_check_question_repeats_a_training_question():
     for name in rc.NEVER_TRAINED_ON:
         repeated = [r.question for r in load_labelled(name) if r.question.strip().lower() in training]
         assert not repeated, (name, repeated)
+
+
+def test_the_classifier_encodes_one_question_at_a_time():
+    import threading
+    import time
+
+    class Watching(FakeEmbedder):
+        inside, most = 0, 0
+
+        def encode(self, texts):
+            Watching.inside += 1
+            Watching.most = max(Watching.most, Watching.inside)
+            time.sleep(0.001)  # let another thread in, were the classifier not locked
+            try:
+                return super().encode(texts)
+            finally:
+                Watching.inside -= 1
+
+    classifier = rc.EmbeddingClassifier(LinearHead((0.0, 4.0), -2.0, 0.5, rc.NAME), Watching())
+    threads = [threading.Thread(target=lambda: [classifier("q" * i) for i in range(20)]) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert Watching.most == 1
