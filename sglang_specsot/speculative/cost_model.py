@@ -31,6 +31,13 @@ class ForwardCost:
     # and one such forward folded into an average (an EWMA, before) made the draft model
     # look three times as expensive for tens of steps, so the budget policy stopped drafting.
     window: int = 32
+    # Until this model has run forwards of its own, its overhead is `prior.overhead_ms *
+    # prior_share` (the draft's is the target's, scaled by their layer counts). An overhead
+    # of 0 made a never-run draft model look half as expensive as it is: the draft's learned
+    # overhead has been 84-197 ms a forward here, the target's 92-137 ms, and at batch 3
+    # the policy drafted at a loss (README, named items as the plan).
+    prior: ForwardCost | None = None
+    prior_share: float = 1.0
     observed: int = field(default=0, init=False)  # real steps folded in so far
     _residuals: deque = field(default_factory=deque, init=False, repr=False)
 
@@ -53,7 +60,13 @@ class ForwardCost:
         return max(y0, y0 + (y1 - y0) * (rows - x0) / (x1 - x0))
 
     def ms(self, rows: int) -> float:
-        return self.overhead_ms + self.linear_ms(rows)
+        return self.current_overhead_ms() + self.linear_ms(rows)
+
+    def current_overhead_ms(self) -> float:
+        """The learned overhead, or the prior's scaled one while nothing has been learned."""
+        if self.observed == 0 and self.prior is not None:
+            return self.prior.overhead_ms * self.prior_share
+        return self.overhead_ms
 
     def observe(self, rows: int, ms: float) -> None:
         """Fold one real forward's time into the overhead (the first one sets it)."""
@@ -67,8 +80,9 @@ class ForwardCost:
         return {
             "probe_rows": list(self.probe_rows),
             "probe_ms": [round(x, 3) for x in self.probe_ms],
-            "overhead_ms": round(self.overhead_ms, 3),
+            "overhead_ms": round(self.current_overhead_ms(), 3),
             "observed_steps": self.observed,
+            **({"overhead_from_prior": True} if self.observed == 0 and self.prior is not None else {}),
         }
 
 

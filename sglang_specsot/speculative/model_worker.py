@@ -51,6 +51,10 @@ class SpecSoTModelWorker(SpecSoTWorker):
         # it costs a softmax over the vocabulary per draft-extend).
         self.draft_worker.confidence = self.adaptive is not None
         self.cost.draft = probe_forward_cost(self.draft_worker.draft_runner.model)
+        # Its overhead is per layer (attention, Python), like the target's: the target's,
+        # scaled by layers, is the draft's until the draft has run forwards of its own.
+        self.cost.draft.prior = self.cost.target
+        self.cost.draft.prior_share = _layers(self.draft_worker.draft_runner) / _layers(target_worker.model_runner)
         # What computed the top-k a step's chain starts from: SGLang's extend (after prefill
         # or verify) or a deferred extend's catch-up; acceptance by depth is split by it.
         self._topk_source = "extend"
@@ -445,3 +449,8 @@ def _chain_prefix(seed: DraftTree | None, budget: int) -> DraftTree | None:
         return None
     keep = min(seed.size, budget + 1)
     return DraftTree(seed.tokens[:keep], seed.parents[:keep])
+
+
+def _layers(model_runner) -> int:
+    """Transformer layers of a model runner's model (SGLang's ModelConfig.num_hidden_layers)."""
+    return max(1, int(model_runner.model_config.num_hidden_layers))

@@ -74,3 +74,13 @@ def test_step_cost_table_answers_only_for_steps_seen_enough_and_lately():
     assert table.ms(4, 8) is None
     table.observe(2, 2, 300.0)  # a third key: the least recently seen one goes
     assert table.ms(4, 8) is None and (4, 8) not in table._times and table.info() == {"1x1": 200.0}
+
+
+def test_a_model_that_has_not_run_borrows_its_priors_overhead_scaled():
+    target = ForwardCost((1, 8), (100.0, 120.0))
+    draft = ForwardCost((1, 8), (40.0, 50.0), prior=target, prior_share=0.5)
+    target.observe(1, 180.0)  # the target's overhead: 80 ms
+    assert draft.ms(1) == pytest.approx(40.0 + 40.0) and draft.info()["overhead_from_prior"]
+    draft.observe(1, 50.0)  # its own first forward: 10 ms of overhead, the prior is done
+    assert draft.ms(1) == pytest.approx(50.0) and "overhead_from_prior" not in draft.info()
+    assert ForwardCost((1,), (40.0,)).ms(1) == 40.0  # no prior: nothing added
