@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sglang_specsot.data import load_questions
 from sglang_specsot.models.embedding import NAME, WHEEL, WHEEL_SHA256, SentenceEmbedder
 from sglang_specsot.sot.agreement import RouterAgreement, labelled_set_path, measure_agreement
 from sglang_specsot.sot.router import route_question
@@ -88,10 +89,7 @@ def load_training_set(names: Sequence[str] = TRAIN_SETS) -> TrainingSet:
     questions, labels, folds = [], [], []
     for name in names:
         seen: dict[str, int] = {}
-        for line in labelled_set_path(name).read_text().splitlines():
-            if not line.strip():
-                continue
-            row = json.loads(line)
+        for row in load_questions(labelled_set_path(name)):
             category = str(row.get("category", ""))
             folds.append(seen.get(category, 0) % FOLDS)
             seen[category] = seen.get(category, 0) + 1

@@ -319,7 +319,7 @@ class SpecSoTModelWorker(SpecSoTWorker):
         return report
 
     def _overheads(self) -> dict:
-        return {**super()._overheads(), "draft_overhead_ms": round(self.cost.draft.overhead_ms, 3)}
+        return {**super()._overheads(), "draft_overhead_ms": round(self.cost.draft.current_overhead_ms(), 3)}
 
     def _draft_extend_counters(self) -> dict | None:
         return None if self.backlog is None else self.backlog.info()
