@@ -11,7 +11,9 @@ functions to score completeness.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
+import sys
 from collections.abc import Sequence
 
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
@@ -142,3 +144,82 @@ def cover_asks(parse: SkeletonParse, question: str, config: SoTConfig = DEFAULT_
     long_points = tuple(i for i, p in enumerate(points) if id(p) in flagged)
     return dataclasses.replace(parse, points=tuple(points), reason=f"{len(points)} points", notes=notes,
                                long_points=long_points)  # fmt: skip
+
+
+# -- Scoring the extractor against hand labels -------------------------------------------------
+# A set's rows carry "items": the names a reader sees listed, [] for none; "a|b" accepts either
+# form ("solar|solar power"). Articles and case are ignored.
+
+_ARTICLE = re.compile(r"^(?:a|an|the)\s+", re.IGNORECASE)
+
+
+@dataclasses.dataclass(frozen=True)
+class ItemAgreement:
+    """How `enumerated_items` agrees with a labelled set, and where it does not."""
+
+    n: int
+    exact: int  # the same items (in any order), or none where the label has none
+    false_series: int  # found items where the label has none
+    missed: int  # found none where the label has some
+    wrong: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]  # (question, found, labelled)
+
+
+def _norm(item: str) -> str:
+    return _ARTICLE.sub("", " ".join(item.lower().strip(" .,'\"").split()))
+
+
+def items_agree(found: Sequence[str], labelled: Sequence[str]) -> bool:
+    """Whether the found items are the labelled ones, each matching one label's alternatives."""
+    if len(found) != len(labelled):
+        return False
+    left = [{_norm(form) for form in label.split("|")} for label in labelled]
+    for item in found:
+        match = next((forms for forms in left if _norm(item) in forms), None)
+        if match is None:
+            return False
+        left.remove(match)
+    return True
+
+
+def evaluate_items(rows: Sequence[dict]) -> ItemAgreement:
+    """Score `enumerated_items` on rows with "question" and "items" (a list of strings)."""
+    exact = false_series = missed = 0
+    wrong = []
+    for row in rows:
+        labelled = row.get("items")
+        if not isinstance(labelled, list) or not all(isinstance(i, str) and i.strip() for i in labelled):
+            raise ValueError(f"question {row['question']!r}: needs \"items\", a list of non-empty strings "
+                             f"([] when it names none), got {labelled!r}")  # fmt: skip
+        found = enumerated_items(row["question"])
+        if items_agree(found, labelled):
+            exact += 1
+            continue
+        false_series += bool(found and not labelled)
+        missed += bool(labelled and not found)
+        wrong.append((row["question"], found, tuple(labelled)))
+    return ItemAgreement(len(rows), exact, false_series, missed, tuple(wrong))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """`python -m sglang_specsot.sot.asks eval FILE|NAME`: each disagreement on one line, then
+    {"n", "exact", "false_series", "missed"} as the last line."""
+    from sglang_specsot.data import load_questions
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2 or args[0] != "eval":
+        raise SystemExit("usage: python -m sglang_specsot.sot.asks eval FILE.jsonl|NAME "
+                         '(lines {"question": ..., "items": [...]})')  # fmt: skip
+    try:
+        result = evaluate_items(load_questions(args[1]))
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    # The command's output, not library logging.
+    for question, found, labelled in result.wrong:
+        sys.stdout.write(f"{question!r}: found {list(found)}, labelled {list(labelled)}\n")
+    line = {"n": result.n, "exact": round(result.exact / result.n, 4) if result.n else None,
+            "false_series": result.false_series, "missed": result.missed}  # fmt: skip
+    sys.stdout.write(json.dumps(line) + "\n")
+
+
+if __name__ == "__main__":
+    main()
