@@ -22,7 +22,8 @@ from sglang_specsot.sot.skeleton import PLAN, SkeletonParse, SkeletonPoint
 MIN_ITEMS = 3  # a series of this many named items is an explicit ask
 MAX_ITEM_WORDS = 4  # longer "items" are clauses, not names
 _CLAUSES = re.compile(r"[?!;:()\n]|\.(?=\s|$)")
-_SERIES_SPLIT = re.compile(r",\s*(?:and\s+|or\s+)?|\s+(?:and|or)\s+")
+_CONJ = re.compile(r"(?:^|\s)(?:and|or)\s+", re.IGNORECASE)
+_ARTICLES = frozenset(("a", "an", "the"))
 _TRAILING = re.compile(r"\s+(?:in|for|with|using|on|from|to|by|at|when|while|as|into)\s.*$", re.IGNORECASE)
 # Words that open a list inside a sentence; what they lead into is the first item.
 _LEAD = re.compile(
@@ -49,24 +50,74 @@ def enumerated_items(question: str) -> tuple[str, ...]:
 
 
 def _series(clause: str) -> tuple[str, ...]:
-    clause = _without_tail(clause)
-    parts = [p.strip() for p in _SERIES_SPLIT.split(clause.strip()) if p.strip()]
-    start = _series_start(parts)
-    if start:  # "..., discussing its plot, characters and effects": the series starts there
-        parts = [_LEAD.sub("", parts[start - 1]), *parts[start:]]
-    if len(parts) < MIN_ITEMS or "," not in clause:
+    parts = _parts(_without_tail(clause))
+    if len(parts) < MIN_ITEMS:
         return ()
-    middle = parts[1:-1]
-    if any(len(_WORD.findall(p)) > MAX_ITEM_WORDS for p in middle):
+    # The series starts at the last part that opens a list ("discussing its plot") or holds a
+    # conjunction of its own ("the climate, wildlife and people of the Sahara, ..."): what
+    # precedes it is another phrase, not items.
+    start = max((i for i, p in enumerate(parts[:-1]) if i == 0 or _LEAD.match(p) or _CONJ.search(p)), default=0)
+    middle = parts[start + 1 : -1]
+    if not middle or any(len(_WORD.findall(p)) > MAX_ITEM_WORDS for p in middle):
         return ()
-    width = max(len(_WORD.findall(p)) for p in middle) if middle else 1
-    first = " ".join(parts[0].split()[-width:])  # "Compare the algorithms bubble sort" -> "bubble sort"
-    items = [first, *middle, _TRAILING.sub("", parts[-1])]
+    width = max(len(_WORD.findall(p)) for p in middle)
+    # After "do"/"did"/"can" ... the verb that follows the series may end the clause ("How do
+    # A, B and C differ?"); otherwise a final word is taken as part of the item ("... and
+    # hybrid work").
+    verb_may_end = bool(_AUXILIARIES & {w.lower() for w in _WORD.findall(" ".join(parts[: start + 1]))})
+    items = [_first_item(parts[start], width), *middle, _last_item(parts[-1], verb_may_end)]
+    if _modifies_one_noun(parts[start], items, width):
+        return ()
     for item in items:
         words = {w.lower() for w in _WORD.findall(item)}
         if not _content_words(item) or len(words) > MAX_ITEM_WORDS or words & _CLAUSE_WORDS:
             return ()  # a clause ("what is herd immunity"), not a name
     return tuple(item.strip(" .,'\"") for item in items)
+
+
+def _parts(clause: str) -> list[str]:
+    """The comma-separated parts of a clause, its last split at the series' own "and"/"or"
+    ("A, B and C" and "A, B, and C" both give [A, B, C]; a bare list "A, B, C" too)."""
+    *body, last = [c.strip() for c in clause.split(",")]
+    conj = _CONJ.search(last)
+    if conj is None:
+        return [c for c in (*body, last) if c] if len(body) >= 2 else []
+    before, after = last[: conj.start()].strip(), last[conj.end() :].strip()
+    return [c for c in (*body, before, after) if c]
+
+
+def _first_item(part: str, width: int) -> str:
+    """The first item: what follows a list opener, else as many final words as the widest
+    middle item, without leading function words ("How do photosynthesis" -> "photosynthesis")."""
+    if _LEAD.match(part):
+        return _LEAD.sub("", part)
+    words = part.split()[-width:]
+    # An auxiliary goes ("do"), and an inflected verb ("What makes Tokyo, Paris, New York");
+    # a copula stays and rejects the item ("Which is healthier, A or B").
+    while len(words) > 1 and (words[0].lower() in _STOP - _ARTICLES - _COPULAS or words[0].lower() in _INFLECTED):
+        words = words[1:]
+    return " ".join(words)
+
+
+def _last_item(part: str, verb_may_end: bool) -> str:
+    """The last item without what the sentence goes on with: a preposition's phrase ("for a
+    small town") or a predicate ("the telephone change everyday life", "China powerful")."""
+    words = _TRAILING.sub("", part).split()
+    for i, word in enumerate(words[1:], 1):
+        word = word.lower().strip(".,'\"")
+        if word in _COMPLEMENTS or (word in _VERBS and (i < len(words) - 1 or verb_may_end)):
+            return " ".join(words[:i])
+    return " ".join(words)
+
+
+def _modifies_one_noun(first_part: str, items: list[str], width: int) -> bool:
+    """Whether the "items" are adjectives of one noun: "a short, friendly and clear message".
+    One article before a series of bare words governs one noun; a series of things repeats
+    its article ("a cat, a dog or a rabbit") or has none ("cats, dogs and rabbits")."""
+    before = first_part.split()[:-width]
+    return bool(before) and before[-1].lower() in ("a", "an") and not any(
+        i.split()[0].lower() in _ARTICLES for i in items[1:]
+    )
 
 
 def _without_tail(clause: str) -> str:
@@ -82,9 +133,48 @@ def _without_tail(clause: str) -> str:
 _ENDS_SERIES = re.compile(r"(?:^|\s)(?:and|or)\s", re.IGNORECASE)
 
 
-def _series_start(parts: list[str]) -> int:
-    """1 + the index of the last part that opens a list ("including X"), or 0 if none."""
-    return max((i + 1 for i, part in enumerate(parts) if _LEAD.match(part)), default=0)
+def _verb_forms(bases: str, irregular_bases: str, irregular_forms: str) -> frozenset[str]:
+    """Bases, their -s forms, -ed for the regular ones, and the irregular forms given."""
+    irregular = set(irregular_bases.split())
+    forms = set(irregular_forms.split()) | irregular
+    for verb in bases.split():
+        forms |= {verb, verb + ("es" if verb.endswith(("s", "sh", "ch", "x", "o")) else "s")}
+        if verb not in irregular:
+            forms.add((verb[:-1] if verb.endswith("e") else verb) + "ed")
+    return frozenset(forms)
+
+
+# Where a series' last item ends and the sentence goes on: "How did A, B and the telephone
+# change everyday life". About a hundred of the most frequent English verbs, plus the ones
+# questions about several things use to relate them (differ, compare, affect, ...): general
+# English, not words picked from a question set.
+_IRREGULAR = (
+    "be have do say go get make know think take see come give tell feel become leave put mean keep "
+    "let begin hold bring write sit stand lose pay meet set lead understand speak read grow win "
+    "buy send build fall cut sell run find hear spend try stop"
+)
+_VERB_BASES = _IRREGULAR + (
+    " want look use work call ask need seem help talk turn start show play move like "
+    "live believe happen provide include continue learn change watch follow stop create allow add "
+    "open walk offer remember love consider appear wait serve die expect stay reach kill "
+    "remain suggest raise pass require report decide pull differ compare affect influence "
+    "contribute shape impact interact relate matter"
+)
+_VERBS = _verb_forms(
+    _VERB_BASES,
+    _IRREGULAR,
+    "is are was were been has had does did said went gone got made knew known thought took taken "
+    "saw seen came gave given told felt became left meant kept began begun held brought wrote "
+    "written sat stood lost paid met led understood spoke spoken grew grown won bought sold "
+    "fell fallen built sent ran found heard spent tried tries stopped",
+)
+_COPULAS = frozenset("is are was were be".split())
+_INFLECTED = _VERBS - _COPULAS - frozenset(_VERB_BASES.split())
+# Adjectives a question puts after what it names ("What made A, B and C powerful?").
+_COMPLEMENTS = frozenset(
+    "powerful successful popular important famous different similar alike better worse".split()
+)
+_AUXILIARIES = frozenset("do does did can could will would should may might must".split())
 
 
 def _content_words(text: str) -> set[str]:

@@ -26,13 +26,16 @@ SPECULATIVE_MODULES = [
     "sglang_specsot.speculative.budget",
     "sglang_specsot.speculative.shadow",
 ]
-PURE_MODULES = SOT_MODULES + SPECULATIVE_MODULES
+# The question sets' loader: json and pathlib only, so the eval commands can read sets.
+DATA_MODULES = ["sglang_specsot.data"]
+PURE_MODULES = SOT_MODULES + SPECULATIVE_MODULES + DATA_MODULES
 # What a pure module may import from this package: other pure modules (and packages' __init__).
-PURE_PACKAGES = ("sglang_specsot.sot", *SPECULATIVE_MODULES)
+PURE_PACKAGES = ("sglang_specsot.sot", *SPECULATIVE_MODULES, *DATA_MODULES)
 
 
 def _source(module: str) -> Path:
-    return PACKAGE_DIR.parent / (module.replace(".", "/") + ".py")
+    path = PACKAGE_DIR.parent / module.replace(".", "/")
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
 def test_the_pure_set_is_what_it_claims():
