@@ -134,11 +134,7 @@ class _SoTChat:
         except ValueError as exc:
             return self._error(str(exc))
         # Off the event loop: the classifier encodes the question (and may still be loading).
-        options = await asyncio.to_thread(with_server_classifier, options)
-        if options.classifier is not None:
-            route = await asyncio.to_thread(route_phase, question, options)
-        else:
-            route = route_phase(question, options)
+        options, route = await asyncio.to_thread(_route, question, options)
         if not route.decision.use_sot:
             return _annotate(await self._sglang(), route)
         return await self._sot(question, options, route)
@@ -219,6 +215,12 @@ class _SoTChat:
         except SoTPhaseError as exc:
             return self._phase_error(exc)
         return StreamingResponse(stream.chunks(first), media_type="text/event-stream")
+
+
+def _route(question: str, options: SoTOptions) -> tuple[SoTOptions, RoutePhase]:
+    """The options with the server's classifier attached (mode "auto"), and the route."""
+    options = with_server_classifier(options)
+    return options, route_phase(question, options)
 
 
 def _annotate(response, route: RoutePhase):

@@ -261,13 +261,14 @@ def route_question(
     return decision
 
 
-def _decide(
-    text: str,
-    config: SoTConfig,
-    max_new_tokens: int | None,
-    model_reply: str | None,
-    suitability: Suitability | None,
-) -> RouteDecision:
+def hard_route(question: str, config: SoTConfig = DEFAULT_CONFIG, max_new_tokens: int | None = None) -> RouteDecision | None:
+    """The decision no verdict or classifier can change (no text, a short cap, a hard rule);
+    None when the question is open. Callers use it to skip classifying what is decided."""
+    text = " ".join(question.split()) if isinstance(question, str) else ""
+    return _hard(text, config, max_new_tokens)
+
+
+def _hard(text: str, config: SoTConfig, max_new_tokens: int | None) -> RouteDecision | None:
     if not any(ch.isalnum() for ch in text):
         return RouteDecision(False, "empty", "no question text")
     if max_new_tokens is not None and max_new_tokens < config.router_min_answer_tokens:
@@ -280,6 +281,19 @@ def _decide(
     for name, applies, use_sot, reason in _HARD_RULES:
         if applies(text):
             return RouteDecision(use_sot, name, reason)
+    return None
+
+
+def _decide(
+    text: str,
+    config: SoTConfig,
+    max_new_tokens: int | None,
+    model_reply: str | None,
+    suitability: Suitability | None,
+) -> RouteDecision:
+    hard = _hard(text, config, max_new_tokens)
+    if hard is not None:
+        return hard
     if model_reply is not None:
         verdict = parse_route_reply(model_reply)
         if verdict is not None:
@@ -325,8 +339,10 @@ def evaluate(name_or_path: str, classifier: QuestionClassifier | None = None) ->
 
 
 def _route_for_eval(question: str, classifier: QuestionClassifier | None) -> RouteDecision:
-    suitability = classifier(question) if classifier is not None else None
-    return route_question(question, suitability=suitability)
+    decided = hard_route(question)
+    if decided is not None or classifier is None:
+        return decided or route_question(question)
+    return route_question(question, suitability=classifier(question))
 
 
 ROUTERS = ("classifier", "rules")

@@ -25,7 +25,7 @@ from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
 from sglang_specsot.sot.merge import MergedPoint, clean_expansion, drop_cut_sentence, format_point, merge_answer
 from sglang_specsot.sot.planner import BranchPlan, plan_branches
 from sglang_specsot.sot.prompts import expansion_prompt, format_skeleton, skeleton_prompt
-from sglang_specsot.sot.router import QuestionClassifier, RouteDecision, route_question
+from sglang_specsot.sot.router import QuestionClassifier, RouteDecision, hard_route, route_question
 from sglang_specsot.sot.skeleton import parse_skeleton
 from sglang_specsot.sot.phases import (  # noqa: F401 (re-exported: callers import them from here)
     NORMAL,
@@ -129,7 +129,9 @@ def route_phase(question: str, options: SoTOptions) -> RoutePhase:
     """Decide SoT or normal: the router in mode "auto"; forced (bar an empty question) otherwise."""
     started = time.perf_counter()
     classify = options.classifier if options.mode == "auto" else None
-    suitability = classify(question) if classify is not None and isinstance(question, str) else None
+    # Encoding a question costs ~80 ms on a CPU: not for one a hard rule or the cap decides.
+    open_question = hard_route(question, options.config, options.max_new_tokens) is None and _fits_sot(options)
+    suitability = classify(question) if classify is not None and open_question else None
     decision = route_question(question, options.config, max_new_tokens=options.max_new_tokens,
                               suitability=suitability)  # fmt: skip
     if options.mode != "auto" and decision.rule != "empty":

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from sglang_specsot.sot import SoTConfig
-from sglang_specsot.sot.router import route_question
+from sglang_specsot.sot.router import hard_route, route_question
 from sglang_specsot.sot.router_head import HEAD_PATH, LinearHead, Suitability, load_head
 from sglang_specsot.sot.runner import SoTOptions, route_phase
 
@@ -128,6 +128,18 @@ def test_route_phase_asks_the_classifier_in_mode_auto_only():
     for mode in ("on", "off"):
         route_phase(SUITABLE, SoTOptions(mode=mode, classifier=classifier))
     assert classifier.questions == [SUITABLE]
+
+
+def test_route_phase_does_not_classify_what_is_already_decided():
+    classifier = CountingClassifier(0.9)
+    math = route_phase("Solve for x: 3x + 10 = 5x - 10.", SoTOptions(mode="auto", classifier=classifier))
+    assert math.decision.rule == "math"
+    capped = route_phase(SUITABLE, SoTOptions(mode="auto", classifier=classifier, max_new_tokens=50))
+    assert capped.decision.rule == "short_cap"
+    assert classifier.questions == []
+    assert hard_route("Solve for x: 3x + 10 = 5x - 10.").rule == "math"
+    assert hard_route("  ").rule == "empty" and hard_route(None).rule == "empty"
+    assert hard_route(SUITABLE) is None
 
 
 def test_options_refuse_a_classifier_that_cannot_be_called():
