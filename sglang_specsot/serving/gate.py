@@ -29,10 +29,40 @@ class GroupGate:
         self.active = 0
         self._slots: asyncio.Semaphore | None = None  # made in the server's event loop
 
+    def _semaphore(self) -> asyncio.Semaphore:
+        self._slots = self._slots or asyncio.Semaphore(self.running)
+        return self._slots
+
+    async def reserve(self) -> Reservation | None:
+        """A slot taken now, or None when an answer starting now would wait for one.
+
+        The check and the taking happen without yielding to the event loop (a free
+        semaphore's acquire returns at once), so requests arriving together cannot all see
+        the same free slot, which is what undid the first load-aware route (0.76x plain at
+        concurrency 8: all eight requests passed the check before any held a slot)."""
+        slots = self._semaphore()
+        if slots.locked():  # no free slot, or answers already waiting for one
+            return None
+        await slots.acquire()
+        return Reservation(self)
+
     @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Hold one SoT slot for the body; GateFull when none is free and the queue is full."""
-        slots = self._slots = self._slots or asyncio.Semaphore(self.running)
+    async def slot(self, reservation: Reservation | None = None) -> AsyncIterator[None]:
+        """Hold one SoT slot for the body (the reserved one, if given); GateFull when none is
+        free and the queue is full."""
+        slots = self._semaphore()
+        if reservation is not None:
+            reservation.use()
+        else:
+            await self._acquire(slots)
+        self.active += 1
+        try:
+            yield
+        finally:
+            self.active -= 1
+            slots.release()
+
+    async def _acquire(self, slots: asyncio.Semaphore) -> None:
         if slots.locked() and self.queued >= self.waiting:
             raise GateFull(
                 f"the server is running {self.active} SoT answers (limit max_groups="
@@ -45,9 +75,21 @@ class GroupGate:
             await slots.acquire()
         finally:
             self.queued -= 1
-        self.active += 1
-        try:
-            yield
-        finally:
-            self.active -= 1
-            slots.release()
+
+
+class Reservation:
+    """A slot taken while routing: `GroupGate.slot` uses it, or `release` gives it back (a
+    request that fails before its answer starts); releasing a used one does nothing."""
+
+    def __init__(self, gate: GroupGate) -> None:
+        self.gate, self.state = gate, "held"
+
+    def use(self) -> None:
+        if self.state != "held":
+            raise RuntimeError(f"a reservation can be used once, while held; it is {self.state}")
+        self.state = "used"
+
+    def release(self) -> None:
+        if self.state == "held":
+            self.state = "released"
+            self.gate._semaphore().release()

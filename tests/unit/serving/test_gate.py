@@ -48,3 +48,63 @@ def test_a_cancelled_waiter_leaves_the_queue_and_the_slot_free():
             assert gate.active == 1
 
     asyncio.run(scenario())
+
+
+def test_a_reservation_takes_a_free_slot_at_once_and_none_when_all_are_taken():
+    async def scenario():
+        gate = GroupGate(running=2, waiting=2)
+        first, second = await gate.reserve(), await gate.reserve()
+        assert first is not None and second is not None
+        assert await gate.reserve() is None  # both slots reserved: an answer would wait
+        first.release()
+        first.release()  # once only
+        third = await gate.reserve()
+        assert third is not None and await gate.reserve() is None
+        async with gate.slot(second):
+            assert gate.active == 1 and second.state == "used"
+        second.release()  # used: its slot went back when the body ended, not again here
+        assert gate.active == 0
+        assert (await gate.reserve()) is not None and await gate.reserve() is None
+
+    asyncio.run(scenario())
+
+
+def test_requests_arriving_together_cannot_all_reserve_one_free_slot():
+    """The race that undid the first load-aware route: every request checked the gate before
+    any held a slot. Here eight tasks reserve in the same turn of the event loop."""
+
+    async def scenario():
+        gate = GroupGate(running=3, waiting=8)
+        # A racy reserve would pass the check for all eight, then block in acquire.
+        got = await asyncio.wait_for(asyncio.gather(*(gate.reserve() for _ in range(8))), timeout=5)
+        assert sum(r is not None for r in got) == 3
+
+    asyncio.run(scenario())
+
+
+def test_a_reservation_does_not_jump_answers_waiting_for_a_slot():
+    async def scenario():
+        gate, log, release = GroupGate(running=1, waiting=2), [], asyncio.Event()
+        holder = asyncio.create_task(_hold(gate, "a", log, release))
+        waiter = asyncio.create_task(_hold(gate, "b", log, release))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert await gate.reserve() is None  # "b" waits for the slot: a new answer would too
+        release.set()
+        await asyncio.gather(holder, waiter)
+        assert log == ["a", "b"]
+
+    asyncio.run(scenario())
+
+
+def test_a_reservation_is_used_once():
+    async def scenario():
+        gate = GroupGate(running=1, waiting=1)
+        reservation = await gate.reserve()
+        async with gate.slot(reservation):
+            pass
+        with pytest.raises(RuntimeError, match="used once"):
+            async with gate.slot(reservation):
+                pass
+
+    asyncio.run(scenario())

@@ -209,3 +209,91 @@ def test_a_skeleton_aborted_before_its_first_token_still_streams_the_abort_endin
     chunks = asyncio.run(scenario())
     assert '"role":"assistant"' in chunks[0] and '"finish_reason":"abort"' in chunks[-2]
     assert chunks[-1] == "data: [DONE]\n\n" and not any('"error"' in c for c in chunks)
+
+
+# -- mode "auto" under load: SoT only where a slot is free now ------------------------------
+
+
+async def _chat_completion(serving, request, raw_request):
+    """SGLang's handler answering with a chat completion (which the route annotates)."""
+    return SimpleNamespace(by="sglang", choices=[], metadata=None)
+
+
+def _respond(tm: _TokenizerManager, mode: str, **request):
+    req = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": QUESTION}], **request)
+    field = parse_field(json.dumps({"specsot": {"mode": mode}}).encode(), "off")
+    return _SoTChat(_Serving(tm), req, None, field).respond(_chat_completion)
+
+
+def test_in_mode_auto_a_busy_server_answers_normally_at_once(monkeypatch):
+    gate = GroupGate(running=1, waiting=4)
+    monkeypatch.setattr(chat, "_gate", gate)
+    tm = _TokenizerManager()
+
+    async def scenario(mode: str):
+        async with gate.slot():  # another SoT answer holds the only slot
+            task = asyncio.ensure_future(_respond(tm, mode))
+            for _ in range(50):
+                await asyncio.sleep(0.001)
+            return task.done() and task.result()
+
+    answered = asyncio.run(scenario("auto"))
+    assert answered.by == "sglang" and answered.metadata["specsot"]["route"]["rule"] == "busy"
+    assert "max_groups" in answered.metadata["specsot"]["reason"] and tm.requests == []
+    # Mode "on" asked for SoT: it waits for the slot instead.
+    assert asyncio.run(scenario("on")) is False
+
+
+def test_in_mode_auto_a_free_slot_still_gives_sot(monkeypatch):
+    monkeypatch.setattr(chat, "_gate", GroupGate(running=2, waiting=4))
+    response, _ = _answer({"mode": "auto"})
+    assert response.metadata["specsot"]["path"] == "sot"
+
+
+class _HeldTokenizerManager(_TokenizerManager):
+    """Generations wait for `go`, so SoT answers hold their slots while others arrive."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = asyncio.Event()
+
+    async def generate_request(self, obj, raw_request=None):
+        await self.go.wait()
+        async for out in super().generate_request(obj, raw_request):
+            yield out
+
+
+def test_a_burst_of_auto_requests_sends_to_sot_only_as_many_as_there_are_slots(monkeypatch):
+    gate = GroupGate(running=2, waiting=8)
+    monkeypatch.setattr(chat, "_gate", gate)
+
+    async def scenario():
+        tm = _HeldTokenizerManager()
+        tasks = [asyncio.ensure_future(_respond(tm, "auto")) for _ in range(6)]
+        for _ in range(200):
+            if sum(t.done() for t in tasks) == 4:
+                break
+            await asyncio.sleep(0.005)
+        normal = [t.result() for t in tasks if t.done()]
+        tm.go.set()
+        answers = await asyncio.gather(*tasks)
+        return normal, answers
+
+    normal, answers = asyncio.run(scenario())
+    assert len(normal) == 4 and all(r.metadata["specsot"]["route"]["rule"] == "busy" for r in normal)
+    assert sum(getattr(r, "by", None) != "sglang" for r in answers) == 2
+    assert gate.active == 0 and gate.queued == 0
+
+
+def test_a_request_that_leaves_sot_before_its_answer_starts_gives_its_slot_back(monkeypatch):
+    gate = GroupGate(running=1, waiting=1)
+    monkeypatch.setattr(chat, "_gate", gate)
+
+    async def scenario():
+        # Past the context: SGLang's own handler answers (its context-length error) after
+        # the route reserved the slot.
+        first = await _respond(_TokenizerManager(), "auto", max_tokens=10**9)
+        return first, await gate.reserve()
+
+    first, reservation = asyncio.run(scenario())
+    assert first.by == "sglang" and reservation is not None
