@@ -35,6 +35,7 @@ CONFIGS = {
     "SoT": ("plain", {"specsot": {"mode": "on"}}),
     "SpecSoT": ("specsot", {"specsot": {"mode": "on"}}),
     "SpecSoT-router": ("specsot", {"specsot": {"mode": "auto"}}),
+    "SoT-router": ("plain", {"specsot": {"mode": "auto"}}),
 }
 FIELDS = ["median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms", "p99_itl_ms",
           "median_e2e_latency_ms", "p99_e2e_latency_ms", "output_throughput", "accept_length"]  # fmt: skip
