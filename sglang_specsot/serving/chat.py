@@ -8,8 +8,9 @@ as it came. A FastAPI middleware or route would have to re-parse and re-validate
 
 A request opts in with the `specsot` field (serving/field.py); left at the server default
 "off", requests that do not opt in go to SGLang's own handler untouched. "auto" routes by
-`sot.router`, and answers normally when no SoT slot is free ("busy"); "on" forces SoT. A question the router sends to a normal answer is
-answered by SGLang's own handler (its response gains `metadata.specsot`). On a server that
+`sot.router`, and answers normally when no SoT slot is free ("busy"); "on" forces SoT. A
+question the router sends to a normal answer is answered by SGLang's own handler (its
+response gains `metadata.specsot`). On a server that
 can run it (`skeleton_constraint.constraint_runs`), the skeleton is constrained to numbered
 points unless the client sent its own processor.
 
