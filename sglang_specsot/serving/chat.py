@@ -143,6 +143,7 @@ class _SoTChat:
             reservation = await sot_gate().reserve()
             if reservation is None:
                 route = _busy(route, sot_gate())
+                logger.info("SoT group %s answered normally: every SoT slot is taken", self.group)
         if not route.decision.use_sot:
             return _annotate(await self._sglang(), route)
         try:
