@@ -94,7 +94,7 @@ def _first_item(part: str, width: int) -> str:
     words = part.split()[-width:]
     # An auxiliary goes ("do"), and an inflected verb ("What makes Tokyo, Paris, New York");
     # a copula stays and rejects the item ("Which is healthier, A or B").
-    while len(words) > 1 and (words[0].lower() in _STOP - _ARTICLES - _COPULAS or words[0].lower() in _INFLECTED):
+    while len(words) > 1 and words[0].lower() in _DROPPED_BEFORE_FIRST:
         words = words[1:]
     return " ".join(words)
 
@@ -127,10 +127,7 @@ def _without_tail(clause: str) -> str:
     kept = _TRAILING.sub("", last)
     # Only after a series' own last "and"/"or" ("B and C in ..."); a tail clause after the
     # series (", without relying on ...") is no item, cut or not.
-    return head + comma + kept if comma and _ENDS_SERIES.search(kept) else clause
-
-
-_ENDS_SERIES = re.compile(r"(?:^|\s)(?:and|or)\s", re.IGNORECASE)
+    return head + comma + kept if comma and _CONJ.search(kept) else clause
 
 
 def _verb_forms(bases: str, irregular_bases: str, irregular_forms: str) -> frozenset[str]:
@@ -175,6 +172,9 @@ _COMPLEMENTS = frozenset(
     "powerful successful popular important famous different similar alike better worse".split()
 )
 _AUXILIARIES = frozenset("do does did can could will would should may might must".split())
+# Leading words that are no part of a first item: function words bar articles and copulas,
+# and inflected verbs.
+_DROPPED_BEFORE_FIRST = (_STOP - _ARTICLES - _COPULAS) | _INFLECTED
 
 
 def _content_words(text: str) -> set[str]:

@@ -15,6 +15,15 @@ async def _hold(gate: GroupGate, name: str, log: list[str], release: asyncio.Eve
         await release.wait()
 
 
+async def _holder_and_waiter(gate: GroupGate, log: list[str], release: asyncio.Event):
+    """"a" holds the only slot and "b" waits for it, both already at the gate."""
+    holder = asyncio.create_task(_hold(gate, "a", log, release))
+    waiter = asyncio.create_task(_hold(gate, "b", log, release))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    return holder, waiter
+
+
 def test_answers_beyond_the_bound_wait_in_order_and_beyond_the_queue_are_refused():
     async def scenario():
         gate, log, release = GroupGate(running=2, waiting=2), [], asyncio.Event()
@@ -35,10 +44,7 @@ def test_answers_beyond_the_bound_wait_in_order_and_beyond_the_queue_are_refused
 def test_a_cancelled_waiter_leaves_the_queue_and_the_slot_free():
     async def scenario():
         gate, log, release = GroupGate(running=1, waiting=1), [], asyncio.Event()
-        first = asyncio.create_task(_hold(gate, "a", log, release))
-        waiter = asyncio.create_task(_hold(gate, "b", log, release))
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
+        first, waiter = await _holder_and_waiter(gate, log, release)
         waiter.cancel()
         await asyncio.gather(waiter, return_exceptions=True)
         assert gate.queued == 0
@@ -85,10 +91,7 @@ def test_requests_arriving_together_cannot_all_reserve_one_free_slot():
 def test_a_reservation_does_not_jump_answers_waiting_for_a_slot():
     async def scenario():
         gate, log, release = GroupGate(running=1, waiting=2), [], asyncio.Event()
-        holder = asyncio.create_task(_hold(gate, "a", log, release))
-        waiter = asyncio.create_task(_hold(gate, "b", log, release))
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
+        holder, waiter = await _holder_and_waiter(gate, log, release)
         assert await gate.reserve() is None  # "b" waits for the slot: a new answer would too
         release.set()
         await asyncio.gather(holder, waiter)
