@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -33,10 +34,43 @@ def cpu_server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+# SGLang picks its own later-bound ports (nccl_port) from 22000-29999, below the kernel's
+# ephemeral range; ours sit between the two so neither can take the other's.
+_PORT_LOW = 30000
+_BIND_FAILED = "address already in use"
+_START_ATTEMPTS = 3
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A free port the server binds seconds later, outside the kernel's ephemeral range.
+
+    A port from bind(0) is an ephemeral one: while the server starts, any outgoing
+    connection (its own TCPStore clients, the health probe) may be handed the same port,
+    and uvicorn then fails to bind it (seen once in ~100 CI server starts).
+    """
+    high = _ephemeral_low() - 1
+    if high - _PORT_LOW >= 64:
+        for port in random.sample(range(_PORT_LOW, high + 1), 64):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+    with socket.socket() as s:  # a narrowed ephemeral range leaves no room below it
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class PortTakenError(RuntimeError):
+    """The server could not bind its HTTP port; it never serves, so it is stopped at once."""
 
 
 @dataclass
@@ -64,7 +98,20 @@ class ServerProcess:
         ]  # fmt: skip
 
     def start(self) -> ServerProcess:
-        self.port = self.port or free_port()
+        """Launch and wait until healthy; a port lost to a race is retried on a new one."""
+        chosen = not self.port  # a port the caller named is never swapped behind its back
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            self.port = self.port or free_port()
+            try:
+                self._launch()
+                return self
+            except PortTakenError:
+                if not chosen or attempt == _START_ATTEMPTS:
+                    raise
+                self.port = 0
+        raise AssertionError("unreachable")
+
+    def _launch(self) -> None:
         if self.log_path is None:
             self.log_path = Path(f"/tmp/sglang-specsot-server-{self.port}.log")
         log = open(self.log_path, "w")
@@ -76,7 +123,6 @@ class ServerProcess:
             start_new_session=True,  # its own process group, so stop() reaches every child
         )
         self._wait_healthy()
-        return self
 
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
@@ -85,6 +131,12 @@ class ServerProcess:
                 raise RuntimeError(
                     f"SGLang server exited with code {self.proc.returncode} during start-up; "
                     f"last log lines:\n{self.log_tail()}"
+                )
+            if self._bind_failed():
+                # uvicorn logs the failure and then hangs in shutdown instead of exiting.
+                self.stop()
+                raise PortTakenError(
+                    f"SGLang server could not bind port {self.port}; log:\n{self.log_tail()}"
                 )
             try:
                 with urllib.request.urlopen(self.base_url + "/health_generate", timeout=60) as r:
@@ -97,6 +149,11 @@ class ServerProcess:
         raise TimeoutError(
             f"SGLang server not healthy after {self.startup_timeout:.0f}s; log:\n{self.log_tail()}"
         )
+
+    def _bind_failed(self) -> bool:
+        if not self.log_path or not self.log_path.exists():
+            return False
+        return _BIND_FAILED in self.log_path.read_text(errors="replace")
 
     def log_tail(self, lines: int = 40) -> str:
         if not self.log_path or not self.log_path.exists():
