@@ -8,6 +8,9 @@ NORMAL, SERVER_SOT, FRONTEND = "normal", "server_sot", "frontend"  # how a cell 
 ALL, SUITABLE, UNSUITABLE = "all", "suitable", "unsuitable"  # which questions a cell runs on
 BASELINE = "plain"
 SAMPLED, SAMPLED_TEMPERATURE = "plain-sampled", 0.7
+# Three sampled normal answers per question: one sample made a noisy ceiling (a refusal once
+# scored a question 0.00), and "covers less than every one of them" needs more than one.
+SAMPLED_RUNS = (SAMPLED, f"{SAMPLED}-2", f"{SAMPLED}-3")
 
 
 # SGLang's plain overlap scheduler hands logit processors a history one token short unless
@@ -79,9 +82,9 @@ def matrix(has_draft: bool) -> list[CellConfig]:
     spec = "specsot" if has_draft else "specsot-ctx"
     cells = [
         CellConfig(BASELINE, "plain", NORMAL),
-        # A second normal answer of the same model, sampled: how much of one normal answer
+        # Other normal answers of the same model, sampled: how much of one normal answer
         # another covers is the ceiling the coverage measure can reach, for SoT answers too.
-        CellConfig(SAMPLED, "plain", NORMAL, temperature=SAMPLED_TEMPERATURE),
+        *(CellConfig(name, "plain", NORMAL, temperature=SAMPLED_TEMPERATURE) for name in SAMPLED_RUNS),
         CellConfig("NGRAM", "ngram", NORMAL),
         CellConfig("SPECSOT-ctx", "specsot-ctx", NORMAL),
     ]

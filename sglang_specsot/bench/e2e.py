@@ -93,12 +93,14 @@ def build_report(out: Path, quality: bool = True) -> dict:
     (out / "plots").mkdir(exist_ok=True)
     plots = [speedup_plot(rows, out / "plots" / f"speedup-{s}.png", s) for s in ("suitable", "unsuitable", "all")]
     plots += [timeline_plot(cells, qid, out / "plots" / f"timeline-q{qid}.png") for qid in sorted({k[0] for k in cells})]
+    questions = per_question(cells, scores)
+    ceiling = coverage_ceiling(questions)
     report = {"settings": settings, "summary": [asdict(r) for r in rows], "greedy_equality": greedy_equality(cells),
-              "per_question": per_question(cells, scores), "failed": [
+              "per_question": questions, "failed": [
                   {"question_id": c.question_id, "config": c.config, "reason": c.reason}
                   for c in cells.values() if c.status != "ok"],
               "plots": [str(p.relative_to(out)) for p in plots if p],
-              "goals": [asdict(g) for g in check(rows)], "coverage_ceiling": coverage_ceiling(rows), "profile": [asdict(p) for p in profiles(cells, SUBSETS)]}  # fmt: skip
+              "goals": [asdict(g) for g in check(rows)], "coverage_ceiling": asdict(ceiling) if ceiling else None, "profile": [asdict(p) for p in profiles(cells, SUBSETS)]}  # fmt: skip
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     table = markdown(rows)
     (out / "report.md").write_text(_report_md(settings, table, report))
@@ -119,7 +121,9 @@ def _report_md(settings: dict, table: str, report: dict) -> str:
     lines += ["", "Plots: " + ", ".join(f"[{p}]({p})" for p in report["plots"]), ""]
     lines += ["## Goals", "", goals.markdown([goals.Goal(**g) for g in report["goals"]]), ""]
     if report.get("coverage_ceiling"):
-        lines += [report["coverage_ceiling"], ""]
+        ceiling = report["coverage_ceiling"]
+        against = [goals.Against(**a) for a in ceiling["configs"]]
+        lines += [goals.ceiling_markdown(goals.Ceiling(**{**ceiling, "configs": against})), ""]
     lines += ["## Where a SoT answer's time goes", "", "Shares of the complete answer; `branches at once` = "
               "sum of branch durations / branch phase; `tokens / plain` counts the skeleton.", "",
               profile.markdown([profile.Profile(**p) for p in report["profile"]]), ""]  # fmt: skip

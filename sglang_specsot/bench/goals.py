@@ -9,9 +9,10 @@ geometric-mean speed-ups over plain decoding.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
-from sglang_specsot.bench.configs import SAMPLED
+from sglang_specsot.bench.configs import BASELINE, SAMPLED_RUNS
 from sglang_specsot.bench.report import Row
 
 VS_PLAIN, VS_SPEC, VS_SOT, MIN_COVERAGE = 3.0, 1.5, 1.5, 0.9
@@ -53,19 +54,66 @@ def check(rows: list[Row]) -> list[Goal]:
     return goals
 
 
-def coverage_ceiling(rows: list[Row]) -> str | None:
-    """What the coverage goal is measured against: how much of the greedy normal answer a
-    second normal answer of the same model (sampled, `plain-sampled`) covers on the suitable
-    questions; None when the run has no such cells."""
-    row = next((r for r in rows if r.config == SAMPLED and r.subset == "suitable"), None)
-    if row is None or row.normal_covered is None:
+@dataclass(frozen=True, slots=True)
+class Against:
+    """One configuration's coverage of the normal answer beside the ceiling on its questions."""
+
+    config: str
+    questions: int
+    covered: float  # mean over its suitable questions
+    ceiling: float  # mean of the sampled answers' coverage on the same questions
+    below_every_sample: list[int]  # questions it covers less of than every sampled answer does
+
+
+@dataclass(frozen=True, slots=True)
+class Ceiling:
+    """How much of the greedy normal answer other normal answers of the same model (sampled,
+    SAMPLED_RUNS) cover on the suitable questions: what the coverage measure can reach."""
+
+    questions: int
+    samples: float  # sampled answers per question, on average
+    mean: float  # over questions, of each question's mean over its samples
+    worst: float  # the lowest question mean
+    configs: list[Against]
+
+
+def coverage_ceiling(per_question: list[dict]) -> Ceiling | None:
+    """The ceiling from `report.per_question` rows; None when the run has no sampled cells."""
+    scored = [r for r in per_question if r["suitable"] and r["status"] == "ok" and r.get("normal_covered") is not None]
+    samples: dict[int, list[float]] = {}
+    for r in scored:
+        if r["config"] in SAMPLED_RUNS:
+            samples.setdefault(r["question_id"], []).append(r["normal_covered"])
+    if not samples:
         return None
-    return (
-        f"Coverage ceiling: a second normal answer ({SAMPLED}) covers {row.normal_covered:.2f} of the "
-        f"greedy normal answer on the {row.ok} suitable questions (worst question {row.min_normal_covered:.2f}); "
-        f"a SoT answer that covers as much is as close to the normal answer as the model's own answers "
-        f"are to each other."
-    )
+    means = {q: statistics.fmean(v) for q, v in samples.items()}
+    configs = []
+    for name in dict.fromkeys(r["config"] for r in scored):
+        if name == BASELINE or name in SAMPLED_RUNS:
+            continue
+        mine = {r["question_id"]: r["normal_covered"] for r in scored if r["config"] == name and r["question_id"] in means}
+        if mine:
+            below = sorted(q for q, c in mine.items() if c < min(samples[q]))
+            configs.append(Against(name, len(mine), statistics.fmean(mine.values()),
+                                   statistics.fmean(means[q] for q in mine), below))  # fmt: skip
+    return Ceiling(len(means), statistics.fmean(len(v) for v in samples.values()),
+                   statistics.fmean(means.values()), min(means.values()), configs)  # fmt: skip
+
+
+def ceiling_markdown(ceiling: Ceiling) -> str:
+    lines = [
+        f"Coverage ceiling: other normal answers of the same model ({', '.join(SAMPLED_RUNS)}; "
+        f"{ceiling.samples:.1f} per question) cover {ceiling.mean:.2f} of the greedy normal answer on "
+        f"{ceiling.questions} suitable questions (worst question {ceiling.worst:.2f}). An answer that covers "
+        "as much is as close to the normal answer as the model's own answers are to each other; one that "
+        "covers less than every sample on a question has lost content there.", "",
+        "| config | questions | covers normal | ceiling, same questions | below every sample |",
+        "|---|---|---|---|---|",
+    ]  # fmt: skip
+    for a in ceiling.configs:
+        below = ", ".join(f"q{q}" for q in a.below_every_sample) or "none"
+        lines.append(f"| {a.config} | {a.questions} | {a.covered:.2f} | {a.ceiling:.2f} | {below} |")
+    return "\n".join(lines) + "\n"
 
 
 def _quality(name: str, row: Row | None) -> list[Goal]:

@@ -60,15 +60,30 @@ def test_quality_goals_count_loop_ended_branches_flawed_skeletons_and_the_worst_
     assert goals["SpecSoT-server worst question covers the normal answer"].met is False
 
 
-def test_the_coverage_ceiling_is_what_a_second_normal_answer_covers():
-    from sglang_specsot.bench.goals import coverage_ceiling
+def test_the_coverage_ceiling_averages_the_sampled_answers_and_names_questions_below_every_sample():
+    from sglang_specsot.bench.goals import ceiling_markdown, coverage_ceiling
     from sglang_specsot.bench.quality import Quality
+    from sglang_specsot.bench.report import per_question
 
-    cells = cells_of(cell(1, "plain", 12.0), cell(1, "plain-sampled", 11.0), cell(2, "plain", 8.0),
-                     cell(2, "plain-sampled", 9.0))  # fmt: skip
-    quality = [Quality(1, "plain-sampled", 0.8, 0.9, 0.9, 1.0, 0, None),
-               Quality(2, "plain-sampled", 0.6, 0.9, 0.9, 1.0, 0, None)]  # fmt: skip
-    text = coverage_ceiling(summarize(cells, quality, {}))
-    assert text.startswith("Coverage ceiling: a second normal answer (plain-sampled) covers 0.70")
-    assert "2 suitable questions (worst question 0.60)" in text
-    assert coverage_ceiling(summarize(CELLS, [], {})) is None  # no plain-sampled cells
+    def q(qid, config, covered):
+        return Quality(qid, config, covered, 0.9, 0.9, 1.0, 0, None)
+
+    cells = cells_of(
+        cell(1, "plain", 12.0), cell(1, "plain-sampled", 11.0), cell(1, "plain-sampled-2", 11.0),
+        sot_cell(1, "SoT-server", 4.0),
+        cell(2, "plain", 8.0), cell(2, "plain-sampled", 9.0), cell(2, "plain-sampled-3", 9.0),
+        sot_cell(2, "SoT-server", 4.0),
+        cell(3, "plain", 8.0, suitable=False), cell(3, "plain-sampled", 9.0, suitable=False),
+    )  # fmt: skip
+    quality = [q(1, "plain-sampled", 0.8), q(1, "plain-sampled-2", 0.6), q(1, "SoT-server", 0.7),
+               q(2, "plain-sampled", 0.6), q(2, "plain-sampled-3", 0.4), q(2, "SoT-server", 0.3),
+               q(3, "plain-sampled", 0.0)]  # fmt: skip
+    ceiling = coverage_ceiling(per_question(cells, quality))
+    assert (ceiling.questions, ceiling.samples) == (2, 2.0)  # the unsuitable question is left out
+    assert ceiling.mean == pytest.approx(0.6) and ceiling.worst == pytest.approx(0.5)
+    (sot,) = ceiling.configs
+    assert (sot.config, sot.questions) == ("SoT-server", 2)
+    assert sot.covered == pytest.approx(0.5) and sot.ceiling == pytest.approx(0.6)
+    assert sot.below_every_sample == [2]  # q1's 0.7 is between its samples' 0.6 and 0.8
+    assert "| SoT-server | 2 | 0.50 | 0.60 | q2 |" in ceiling_markdown(ceiling)
+    assert coverage_ceiling(per_question(CELLS, [])) is None  # no sampled cells
