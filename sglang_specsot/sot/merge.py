@@ -66,13 +66,23 @@ def merge_answer(points: Sequence[str], expansions: Mapping[int, str]) -> Merged
 
 
 _SENTENCE_END = re.compile(r"[.!?)\]](?:\*\*)?(?=\s|$)|\n")
+_BARE_MARKER = re.compile(r"\n\s*(?:\d{1,2}[.)]|[-*])$")  # a list item cut right after its marker
 
 
 def drop_cut_sentence(text: str) -> str:
     """`text` without its last, unfinished sentence: what a branch stopped by its token
-    budget leaves ("... Use a planner to") reads worse than one sentence less."""
+    budget leaves ("... Use a planner to") reads worse than one sentence less. A lead-in
+    left last ("Here are the steps you can follow:") goes too, since the list it introduced
+    was what the budget cut; unless it is all the text there is."""
     ends = [m.end() for m in _SENTENCE_END.finditer(text.rstrip())]
-    return text[: ends[-1]].rstrip() if ends else text
+    if not ends:
+        return text
+    kept = _BARE_MARKER.sub("", text[: ends[-1]].rstrip())  # "...:\n1." keeps no bare "1."
+    if kept.endswith(":"):
+        before = [end for end in ends if end < len(kept) and text[:end].strip()]
+        if before:
+            return text[: before[-1]].rstrip()
+    return kept
 
 
 def clean_expansion(text: str, index: int, points: Sequence[str]) -> tuple[str, tuple[str, ...]]:

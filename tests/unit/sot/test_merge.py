@@ -98,7 +98,12 @@ def test_a_branch_that_lists_its_own_steps_keeps_them_as_bullets():
     ("text", "kept"),
     [("Plan ahead. Use a planner to", "Plan ahead."), ("Breathe! Then", "Breathe!"),
      ("Steps:\n   - **Set", "Steps:"), ("Set goals (SMART). Write", "Set goals (SMART)."),
-     ("no sentence ended", "no sentence ended")],
+     ("no sentence ended", "no sentence ended"),
+     # A lead-in whose list the budget cut goes with the list (the demo's "Here are the steps
+     # you can follow:" ending a point), unless nothing else is left.
+     ("Make a schedule. Here are the steps you can follow:\n1. Write", "Make a schedule."),
+     ("Make a schedule. Here are the steps:\n1. List tasks.\n2. Rank", "Make a schedule. Here are the steps:\n1. List tasks."),
+     ("Rest well (daily). Try these:\n   - **Nap", "Rest well (daily).")],
 )  # fmt: skip
 def test_a_budget_cut_loses_its_unfinished_sentence(text, kept):
     assert drop_cut_sentence(text) == kept
