@@ -54,6 +54,10 @@ def free_port() -> int:
     A port from bind(0) is an ephemeral one: while the server starts, any outgoing
     connection (its own TCPStore clients, the health probe) may be handed the same port,
     and uvicorn then fails to bind it (seen once in ~100 CI server starts).
+
+    The same idea as SGLang's `get_free_port_below_ephemeral` (srt/utils/network.py), with
+    a range that avoids SGLang's own; not called, because importing it costs ~6 s (torch)
+    and this module stays stdlib-only for the examples' client processes.
     """
     high = _ephemeral_low() - 1
     if high - _PORT_LOW >= 64:
