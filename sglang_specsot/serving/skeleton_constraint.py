@@ -12,7 +12,10 @@ classes, masks and format states are cached per process.
 The processor needs the current history: SGLang's plain overlap scheduler hands processors
 `output_ids` one token short (the forward samples before the previous result is processed;
 tp_worker.py:718-745), so use a SPECSOT server, `--disable-overlap-schedule`, or
-SGLANG_ENABLE_DELAY_SAMPLE=1 with a plain server.
+SGLANG_ENABLE_DELAY_SAMPLE=1 with a plain server. In a server where that does not hold, the
+processor leaves logits alone and logs why once: a mask built from a stale history garbles
+the skeleton ("1. TCP is connection-oriented\n22." on a plain CPU server), where an
+unconstrained skeleton is usually still a plan and is parsed like any other.
 """
 
 from __future__ import annotations
@@ -211,7 +214,7 @@ class SkeletonConstraint(CustomLogitProcessor):
         self, logits: torch.Tensor, custom_param_list: list[dict[str, Any] | None] | None = None
     ) -> torch.Tensor:
         constraint = self._constraint()
-        if constraint is None or not custom_param_list:
+        if constraint is None or not custom_param_list or not self._history_is_current():
             return logits
         blocked = np.zeros(tuple(logits.shape), dtype=bool)
         for row, params in enumerate(custom_param_list):
@@ -233,6 +236,13 @@ class SkeletonConstraint(CustomLogitProcessor):
             self._unloadable.add(self.TOKENIZER_PATH)
             self._warn_once(f"skeleton constraint disabled: cannot load {self.TOKENIZER_PATH!r}: {exc}")
             return None
+
+    @classmethod
+    def _history_is_current(cls) -> bool:
+        stale = stale_history_reason()
+        if stale is not None:
+            cls._warn_once(f"skeleton constraint not applied: {stale}")
+        return stale is None
 
     @classmethod
     def _warn_once(cls, message: str) -> None:
@@ -280,6 +290,33 @@ def constraint_runs(
     if speculative_algorithm:
         return str(speculative_algorithm).upper() == "SPECSOT"
     return bool(disable_overlap_schedule or delay_sample)
+
+
+@functools.cache
+def stale_history_reason() -> str | None:
+    """Why the server running in this process hands processors a stale history, or None when
+    it does not (or when no server is running here, as in a test: the caller is trusted).
+
+    Read once per process from the settings in effect (after SGLang resolved them), which do
+    not change while a server runs.
+    """
+    try:
+        algorithm = sgl.get_spec().speculative_algorithm
+        no_overlap = bool(sgl.get_schedule().disable_overlap_schedule)
+    except ValueError:  # "Global server args is not set yet!": not inside a server
+        return None
+    delay = sgl.delay_sample_enabled()
+    if constraint_runs(enable_custom_logit_processor=True, speculative_algorithm=algorithm,
+                       disable_overlap_schedule=no_overlap, delay_sample=delay):  # fmt: skip
+        return None
+    if algorithm:
+        return (f"--speculative-algorithm {algorithm} applies processors to draft tokens with "
+                "the history before the draft, so a tree could accept what the format forbids; "
+                "use --speculative-algorithm SPECSOT, or no speculation")  # fmt: skip
+    return ("SGLang's overlap scheduler hands processors each request's output one token "
+            "late, and a mask from that history garbles the skeleton; launch with "
+            "--disable-overlap-schedule, or set SGLANG_ENABLE_DELAY_SAMPLE=1, or use "
+            "--speculative-algorithm SPECSOT")  # fmt: skip
 
 
 def with_server_constraint(options: SoTOptions, server_args) -> SoTOptions:

@@ -26,6 +26,7 @@ NAMES: dict[str, str] = {
     "ForwardMode": "sglang.srt.model_executor.forward_batch_info",
     "get_device": "sglang.srt.runtime_context",
     "get_spec": "sglang.srt.runtime_context",
+    "get_schedule": "sglang.srt.runtime_context",
     "BaseSpecWorker": "sglang.srt.speculative.base_spec_worker",
     "EagleDraftExtendInput": "sglang.srt.speculative.eagle_info",
     "EagleDraftInput": "sglang.srt.speculative.eagle_info",

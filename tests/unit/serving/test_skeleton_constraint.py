@@ -268,6 +268,53 @@ def test_server_side_sot_constrains_the_skeleton_by_default_where_it_runs(
         assert type(processor).CONFIG == CONFIG and type(processor).TOKENIZER_PATH == smollm2_path
 
 
+@pytest.fixture
+def in_server(monkeypatch):
+    """Run the processor as if inside a server with the given resolved settings."""
+    from sglang_specsot.serving import skeleton_constraint as sc
+
+    def settle(algorithm=None, disable_overlap_schedule=False, delay_sample=False):
+        monkeypatch.setattr(sc.sgl, "get_spec", lambda: SimpleNamespace(speculative_algorithm=algorithm))
+        monkeypatch.setattr(sc.sgl, "get_schedule",
+                            lambda: SimpleNamespace(disable_overlap_schedule=disable_overlap_schedule))  # fmt: skip
+        monkeypatch.setenv("SGLANG_ENABLE_DELAY_SAMPLE", "1" if delay_sample else "0")
+        monkeypatch.setattr(sc.SkeletonConstraint, "_warned", set())
+        sc.stale_history_reason.cache_clear()
+
+    yield settle
+    sc.stale_history_reason.cache_clear()
+
+
+def test_outside_a_server_the_processor_is_trusted():
+    from sglang_specsot.serving.skeleton_constraint import stale_history_reason
+
+    stale_history_reason.cache_clear()  # nothing published in a test process: get_spec raises
+    assert stale_history_reason() is None
+
+
+@pytest.mark.parametrize(
+    "settings, why",
+    [({"algorithm": "SPECSOT"}, None),  # None: the history is current, the mask applies
+     ({"disable_overlap_schedule": True}, None),
+     ({"delay_sample": True}, None),
+     ({}, "one token late"),  # a plain server with SGLang's overlap scheduler
+     ({"algorithm": "NGRAM", "disable_overlap_schedule": True}, "--speculative-algorithm NGRAM")],
+)  # fmt: skip
+def test_a_server_with_a_stale_history_gets_no_mask_and_a_reason_once(
+    processor, tokenizer, in_server, caplog, settings, why
+):
+    in_server(**settings)
+    logits = torch.zeros(1, len(tokenizer))
+    for _ in range(2):
+        out = processor(logits.clone(), [{"__req__": _req(_ids(tokenizer, " Keep"))}])
+        assert bool(torch.isinf(out).any()) is (why is None)
+    warnings = [r.getMessage() for r in caplog.records if "not applied" in r.getMessage()]
+    if why is None:
+        assert warnings == []
+    else:  # once, saying why and what to launch instead
+        assert len(warnings) == 1 and why in warnings[0] and "SPECSOT" in warnings[0]
+
+
 def test_server_side_sot_keeps_the_clients_own_processor(smollm2_path):
     from sglang_specsot.serving.skeleton_constraint import with_server_constraint
 
