@@ -74,6 +74,9 @@ def _add_e2e(sub) -> None:
     p.add_argument("--dtype", default="bfloat16", help="float32 makes greedy equality a must")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per cell")
     p.add_argument("--sot-config", default=None, help="JSON of SoTConfig fields for both SoT routes")
+    p.add_argument("--warm-prefixes", action="store_true",
+                   help="after each cache flush, prefill the prompts' fixed prefixes (chat header, "
+                        "SoT's skeleton examples) untimed, as a serving server holds them")  # fmt: skip
     p.add_argument("--one-at-a-time", choices=("auto", "yes", "no"), default="auto",
                    help="one server at a time in rounds over question blocks (auto: if weights > 700 MiB)")
     p.add_argument("--block", type=int, default=6, help="questions per round when one server runs at a time")

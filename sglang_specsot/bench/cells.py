@@ -17,6 +17,8 @@ from pathlib import Path
 from sglang_specsot.bench.configs import FRONTEND, NORMAL, SERVER_SOT, CellConfig
 from sglang_specsot.bench.store import FAILED, OK, Branch, CellResult
 from sglang_specsot.sot.loops import find_loop
+from sglang_specsot.sot.prompts import expansion_prompt, skeleton_prompt
+from sglang_specsot.sot.runner import shared_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +46,8 @@ class Settings:
     max_tokens: int  # the answer's completion-token cap, normal or SoT (the SoT answer's total, sot/budget.py)
     timeout: float  # seconds per cell, enforced by the client
     sot_config: dict | None = None  # SoTConfig fields for both SoT routes; None: defaults
+    # Prefill the prompts' fixed prefixes after each flush (`warm_prefixes`), untimed.
+    warm_prefixes: bool = False
 
 
 def post_json(url: str, payload: dict | None, timeout: float) -> dict | str:
@@ -130,8 +134,34 @@ def _describe(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"[:400]
 
 
+def fixed_prefixes(render) -> list[str]:
+    """The text every prompt of a kind starts with, whatever the question: the chat header of a
+    normal answer, and SoT's skeleton prompt (system prompt and worked examples, ~170 tokens
+    on Qwen) and point prompt. Found as `shared_prefix` of two renders, cut at a line break so
+    the radix cache matches them inside the real prompts."""
+    probes = ("Why?", "How?")
+    kinds = (lambda q: render([{"role": "user", "content": q}]),
+             lambda q: skeleton_prompt(q).render(render),
+             lambda q: expansion_prompt(q, ["a", "b"], 0).render(render))  # fmt: skip
+    return [prefix for kind in kinds if (prefix := shared_prefix(kind(q) for q in probes))]
+
+
+def warm_prefixes(target: Target, timeout: float) -> None:
+    """Prefill `fixed_prefixes` (no tokens generated), as a serving server holds them.
+
+    Flushing before every cell keeps answers from drafting on earlier ones, but also drops
+    prefixes a server in steady state never loses: SoT then pays its skeleton prompt's fixed
+    part (3.2 s of prefill for the 1.5B on 2 cores) in every answer. Every cell is warmed
+    alike, normal or SoT; a run says in run.json whether it was.
+    """
+    for text in fixed_prefixes(target.render):
+        post_json(target.url + "/generate", {"text": text, "sampling_params": {"max_new_tokens": 0}}, timeout)
+
+
 def _ask(cfg: CellConfig, question: Question, target: Target, settings: Settings) -> CellResult:
     flush_cache(target.url, settings.timeout)
+    if settings.warm_prefixes:
+        warm_prefixes(target, settings.timeout)
     started = time.perf_counter()
     if cfg.kind == NORMAL:
         fields = _normal(target, question, settings, cfg.temperature)

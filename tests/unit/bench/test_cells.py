@@ -24,11 +24,13 @@ class FakeServer(http.server.BaseHTTPRequestHandler):
     replies: dict = {}
     busy_flushes = 0  # how many /flush_cache calls answer 400 first, as a busy SGLang does
     received: dict = {}  # path -> the last JSON body posted there
+    log: list = []  # (path, JSON body) of every post, in order
 
     def do_POST(self):  # noqa: N802 - the handler's API
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
         FakeServer.received[self.path] = json.loads(raw) if raw else None
+        FakeServer.log.append((self.path, FakeServer.received[self.path]))
         status, body = self.replies.get(self.path, (404, {"error": "no route"}))
         if self.path == "/flush_cache" and FakeServer.busy_flushes > 0:
             FakeServer.busy_flushes -= 1
@@ -86,6 +88,32 @@ def test_normal_cells_are_greedy_except_the_sampled_reference(fake):
         assert run_cell(cfg, QUESTION, Target(url(fake), render), Settings(48, 10)).status == OK
         assert FakeServer.received["/generate"]["sampling_params"]["temperature"] == temperature
     assert sampled.server == "plain" and 0 < SAMPLED_TEMPERATURE <= 1
+
+
+def _template(messages):
+    """A chat template's shape: a fixed header, every turn on its own lines, the reply's start."""
+    turns = "".join(f"<{m['role']}>\n{m['content']}\n" for m in messages)
+    return "<system>\nYou are a model.\n" * (messages[0]["role"] != "system") + turns + "<assistant>\n"
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_warm_prefixes_prefill_each_fixed_prefix_after_the_flush_and_before_the_timing(fake, warm):
+    from sglang_specsot.bench.cells import fixed_prefixes
+
+    FakeServer.replies = {"/flush_cache": (200, {}), "/generate": (200, {"text": "Sleep early.",
+                          "meta_info": {"completion_tokens": 3, "finish_reason": {"type": "stop"}}})}  # fmt: skip
+    FakeServer.log = []
+    result = run_cell(PLAIN, QUESTION, Target(url(fake), _template), Settings(48, 10, warm_prefixes=warm))
+    assert result.status == OK
+    prefixes = fixed_prefixes(_template)
+    # The chat header, the skeleton prompt's system prompt and examples, the point prompt's system prompt.
+    assert len(prefixes) == 3 and "Keep a regular bedtime" in prefixes[1]
+    asked = _template([{"role": "user", "content": QUESTION.text}])
+    assert all(p.endswith("\n") and QUESTION.text not in p for p in prefixes) and asked.startswith(prefixes[0])
+    warmed = [(path, body) for path, body in FakeServer.log[1:-1]]  # between the flush and the answer
+    assert FakeServer.log[0][0] == "/flush_cache" and FakeServer.log[-1][1]["text"] == asked
+    assert warmed == ([("/generate", {"text": p, "sampling_params": {"max_new_tokens": 0}}) for p in prefixes]
+                      if warm else [])  # fmt: skip
 
 
 def test_a_busy_flush_is_retried_until_the_server_is_idle(fake, monkeypatch):

