@@ -276,7 +276,16 @@ def constraint_runs(
     disable_overlap_schedule: bool,
     delay_sample: bool = False,
 ) -> bool:
-    """Whether a server with these settings runs the constraint on each request's current output.
+    """Whether a server with these settings runs the constraint on each request's current output."""
+    return enable_custom_logit_processor and stale_history(
+        speculative_algorithm, disable_overlap_schedule, delay_sample
+    ) is None
+
+
+def stale_history(
+    speculative_algorithm: str | None, disable_overlap_schedule: bool, delay_sample: bool
+) -> str | None:
+    """Why a server with these settings hands processors a stale history; None if it does not.
 
     SPECSOT hands processors every verify tree node's own history (verify_processors.py).
     Without speculation the history is current only when overlap scheduling is off or
@@ -285,17 +294,24 @@ def constraint_runs(
     processor to every draft position with the pre-draft history, which would let a tree
     accept what the format forbids, so they never get it.
     """
-    if not enable_custom_logit_processor:
-        return False
     if speculative_algorithm:
-        return str(speculative_algorithm).upper() == "SPECSOT"
-    return bool(disable_overlap_schedule or delay_sample)
+        if str(speculative_algorithm).upper() == "SPECSOT":
+            return None
+        return (f"--speculative-algorithm {speculative_algorithm} applies processors to draft "
+                "tokens with the history before the draft, so a tree could accept what the "
+                "format forbids; use --speculative-algorithm SPECSOT, or no speculation")  # fmt: skip
+    if disable_overlap_schedule or delay_sample:
+        return None
+    return ("SGLang's overlap scheduler hands processors each request's output one token "
+            "late, and a mask from that history garbles the skeleton; launch with "
+            "--disable-overlap-schedule, or set SGLANG_ENABLE_DELAY_SAMPLE=1, or use "
+            "--speculative-algorithm SPECSOT")  # fmt: skip
 
 
 @functools.cache
 def stale_history_reason() -> str | None:
-    """Why the server running in this process hands processors a stale history, or None when
-    it does not (or when no server is running here, as in a test: the caller is trusted).
+    """`stale_history` of the server running in this process, or None when no server runs
+    here (as in a test: the caller is trusted).
 
     Read once per process from the settings in effect (after SGLang resolved them), which do
     not change while a server runs.
@@ -305,18 +321,7 @@ def stale_history_reason() -> str | None:
         no_overlap = bool(sgl.get_schedule().disable_overlap_schedule)
     except ValueError:  # "Global server args is not set yet!": not inside a server
         return None
-    delay = sgl.delay_sample_enabled()
-    if constraint_runs(enable_custom_logit_processor=True, speculative_algorithm=algorithm,
-                       disable_overlap_schedule=no_overlap, delay_sample=delay):  # fmt: skip
-        return None
-    if algorithm:
-        return (f"--speculative-algorithm {algorithm} applies processors to draft tokens with "
-                "the history before the draft, so a tree could accept what the format forbids; "
-                "use --speculative-algorithm SPECSOT, or no speculation")  # fmt: skip
-    return ("SGLang's overlap scheduler hands processors each request's output one token "
-            "late, and a mask from that history garbles the skeleton; launch with "
-            "--disable-overlap-schedule, or set SGLANG_ENABLE_DELAY_SAMPLE=1, or use "
-            "--speculative-algorithm SPECSOT")  # fmt: skip
+    return stale_history(algorithm, no_overlap, sgl.delay_sample_enabled())
 
 
 def with_server_constraint(options: SoTOptions, server_args) -> SoTOptions:
