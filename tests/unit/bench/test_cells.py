@@ -110,7 +110,7 @@ def test_warm_prefixes_prefill_each_fixed_prefix_after_the_flush_and_before_the_
     assert len(prefixes) == 3 and "Keep a regular bedtime" in prefixes[1]
     asked = _template([{"role": "user", "content": QUESTION.text}])
     assert all(p.endswith("\n") and QUESTION.text not in p for p in prefixes) and asked.startswith(prefixes[0])
-    warmed = [(path, body) for path, body in FakeServer.log[1:-1]]  # between the flush and the answer
+    warmed = FakeServer.log[1:-1]  # between the flush and the answer
     assert FakeServer.log[0][0] == "/flush_cache" and FakeServer.log[-1][1]["text"] == asked
     assert warmed == ([("/generate", {"text": p, "sampling_params": {"max_new_tokens": 0}}) for p in prefixes]
                       if warm else [])  # fmt: skip
