@@ -87,26 +87,37 @@ def sot_gate() -> GroupGate:
     return _gate
 
 
-def sot_question(request, limits: SoTLimits = SoTLimits()) -> tuple[str | None, str]:
-    """The question when the chat suits SoT, else (None, why not)."""
+_SYSTEM_ROLES = ("system", "developer")  # "developer": OpenAI's newer name for the system turn
+
+
+def sot_question(request, limits: SoTLimits = SoTLimits()) -> tuple[str | None, str | None, str]:
+    """(question, the client's system prompt or None, "") when the chat suits SoT, else
+    (None, None, why not)."""
     if request.n != 1:
-        return None, f"SoT gives one answer, but n={request.n}"
+        return None, None, f"SoT gives one answer, but n={request.n}"
     if request.tools or request.response_format or request.regex or request.ebnf:
-        return None, "SoT does not apply to tool calls or constrained output formats"
+        return None, None, "SoT does not apply to tool calls or constrained output formats"
     if request.logprobs:
-        return None, "SoT cannot return per-token logprobs of a merged answer"
-    if len(request.messages) != 1 or request.messages[0].role != "user":
-        return None, "SoT answers a single user message (no system prompt or history)"
-    content = request.messages[0].content
-    if not isinstance(content, str):
-        parts = [getattr(part, "text", None) for part in content]
-        if any(text is None for text in parts):
-            return None, "SoT answers text questions only"
-        content = "".join(parts)
-    if len(content) > limits.max_question_chars:
-        return None, (f"the question has {len(content)} characters, above the server limit "
-                      f"max_question_chars={limits.max_question_chars}")  # fmt: skip
-    return content, ""
+        return None, None, "SoT cannot return per-token logprobs of a merged answer"
+    *system, last = request.messages
+    if last.role != "user" or len(system) > 1 or (system and system[0].role not in _SYSTEM_ROLES):
+        return None, None, "SoT answers one user message, after at most one system message (no history)"
+    texts = [_text(message.content) for message in request.messages]
+    if any(text is None for text in texts):
+        return None, None, "SoT answers text questions only"
+    question, system_prompt = texts[-1], (texts[0].strip() or None if system else None)
+    if len(question) > limits.max_question_chars:
+        return None, None, (f"the question has {len(question)} characters, above the server limit "
+                            f"max_question_chars={limits.max_question_chars}")  # fmt: skip
+    return question, system_prompt, ""
+
+
+def _text(content) -> str | None:
+    """A message's text: a string, or the concatenated text parts; None if any part is not text."""
+    if isinstance(content, str):
+        return content
+    parts = [getattr(part, "text", None) for part in content or ()]
+    return None if any(text is None for text in parts) else "".join(parts)
 
 
 class _SoTChat:
@@ -127,13 +138,13 @@ class _SoTChat:
         if self.cap is not None and self.cap < 1:  # 0: an empty answer; negative: its 400
             return await self._sglang()
         limits = server_limits()
-        question, why_not = sot_question(self.request, limits)
+        question, system_prompt, why_not = sot_question(self.request, limits)
         if question is None and self.field.mode == "on":
             return self._error(f'"{FIELD}.mode" is "on", but {why_not}')
         if question is None:
             return await self._sglang()
         try:
-            options = self.field.options(answer_cap(self.cap, limits))
+            options = self.field.options(answer_cap(self.cap, limits), system_prompt)
         except ValueError as exc:
             return self._error(str(exc))
         # Off the event loop: the classifier encodes the question (and may still be loading).

@@ -41,8 +41,9 @@ class SoTField:
     config: SoTConfig
     skeleton_logit_processor: str | None = None
 
-    def options(self, max_new_tokens: int | None) -> SoTOptions:
-        return SoTOptions(self.mode, self.config, max_new_tokens, self.skeleton_logit_processor)
+    def options(self, max_new_tokens: int | None, system_prompt: str | None = None) -> SoTOptions:
+        return SoTOptions(self.mode, self.config, max_new_tokens, self.skeleton_logit_processor,
+                          system_prompt=system_prompt)  # fmt: skip
 
 
 def default_mode() -> str:

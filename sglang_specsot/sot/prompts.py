@@ -37,6 +37,14 @@ _EXPAND_SYSTEM = (
     "You are a helpful assistant writing one part of a longer answer. Other writers "
     "handle the other parts at the same time."
 )
+# The client's own system prompt (persona, language, tone) goes with every SoT prompt: the
+# skeleton is planned for it and each point is written under it, as the normal answer is.
+# A branch gets them twice, after our system prompt and again just before the point to
+# write: the 1.5B wrote 6 of 10 points of "Always answer in French." in French with them in
+# the system prompt alone, 7 with them in the user turn alone, 10 with both (German: 4, 5, 7).
+_SKELETON_INSTRUCTIONS = "The answer will be written under these instructions; plan it for them:\n{instructions}"
+_EXPAND_INSTRUCTIONS = "The user's instructions, which your part follows too:\n{instructions}"
+_EXPAND_REMINDER = "Follow the user's instructions: {instructions}\n"
 _ROUTE_SYSTEM = "You decide how a question should be answered. You reply with one word."
 _ROUTE_USER = (
     "Question: {question}\n\n"
@@ -71,13 +79,19 @@ def format_skeleton(points: Sequence[str]) -> str:
     return "\n".join(f"{i}. {point}" for i, point in enumerate(points, start=1))
 
 
-def skeleton_prompt(question: str, *, system_role: bool = True) -> ChatPrompt:
-    """Ask for a numbered skeleton of 3-10 short points, pre-filled with '1.'."""
+def skeleton_prompt(question: str, *, instructions: str | None = None, system_role: bool = True) -> ChatPrompt:
+    """Ask for a numbered skeleton of 3-10 short points, pre-filled with '1.'.
+
+    `instructions` is the client's system prompt, if any: the plan is made for it.
+    """
     turns: list[tuple[str, str]] = []
     for example_question, example_skeleton in _SKELETON_EXAMPLES:
         turns += [("user", example_question), ("assistant", example_skeleton)]
     turns.append(("user", question))
-    return ChatPrompt(_with_system(_SKELETON_SYSTEM, turns, system_role), SKELETON_PREFILL)
+    system = _SKELETON_SYSTEM
+    if instructions:  # after the examples' system prompt, so the shared part stays in front
+        system += "\n\n" + _SKELETON_INSTRUCTIONS.format(instructions=instructions)
+    return ChatPrompt(_with_system(system, turns, system_role), SKELETON_PREFILL)
 
 
 def expansion_prompt(
@@ -86,9 +100,12 @@ def expansion_prompt(
     index: int,
     *,
     prefill_header: bool = False,
+    instructions: str | None = None,
     system_role: bool = True,
 ) -> ChatPrompt:
     """Ask to write only point `index` (0-based) as a short paragraph, seeing the whole skeleton.
+
+    `instructions` is the client's system prompt, if any: each point is written under it.
 
     A paragraph, not the SoT paper's "1-2 sentences": the joined answer has to say what the
     normal answer says, and one sentence per point halved it.
@@ -109,10 +126,14 @@ def expansion_prompt(
         "without a list, with the facts, examples or steps a complete answer gives for it. "
         "Start with the content itself: do not repeat the point's title, the question or the "
         "skeleton, do not number your text, and stop before any other point.\n"
-        f'Write only point {number}, "{point}".'
+        + (_EXPAND_REMINDER.format(instructions=instructions) if instructions else "")
+        + f'Write only point {number}, "{point}".'
     )
     prefix = f"{number}. {point}" if prefill_header else ""
-    return ChatPrompt(_with_system(_EXPAND_SYSTEM, [("user", user)], system_role), prefix)
+    system = _EXPAND_SYSTEM
+    if instructions:
+        system += "\n\n" + _EXPAND_INSTRUCTIONS.format(instructions=instructions)
+    return ChatPrompt(_with_system(system, [("user", user)], system_role), prefix)
 
 
 def route_prompt(question: str, *, system_role: bool = True) -> ChatPrompt:

@@ -45,9 +45,11 @@ def _rx(pattern: str) -> re.Pattern[str]:
 
 
 _BREVITY = _rx(
-    r"\b(briefly|concisely|be concise|keep it short|short answer|tl;?dr|one[- ]word|yes or no|"
+    r"\b(briefly|concisely|be (?:brief|concise|succinct|terse)|keep it short|short answer|tl;?dr|one[- ]word|yes or no|"
     r"in (?:one|a single|1|two|2|three|five) (?:sentence|word|line)s?|in a (?:few|couple of) words|"
-    r"(?:output|give|return) (?:the|your) answer only|answer only|just tell me)\b"
+    r"(?:output|give|return) (?:the|your) answer only|answer only|just tell me|"
+    r"(?:under|at most|no more than|fewer than|less than|within|maximum of) \d+ "
+    r"(?:words|sentences|lines|characters|tokens))\b"
 )
 _STRUCTURED = _rx(
     r"\b(json|yaml|xml|csv|schema|tool[ _-]?calls?|function[ _-]?calls?|"
@@ -266,6 +268,18 @@ def hard_route(question: str, config: SoTConfig = DEFAULT_CONFIG, max_new_tokens
     None when the question is open. Callers use it to skip classifying what is decided."""
     text = " ".join(question.split()) if isinstance(question, str) else ""
     return _hard(text, config, max_new_tokens)
+
+
+def system_route(system_prompt: str) -> RouteDecision | None:
+    """The answer stays normal when the client's system prompt trips a hard rule ("Reply in
+    JSON", "You write Python code", "Be concise"): it governs every answer, whatever the
+    question. None when it leaves the question to decide. A persona or a language does not
+    trip one; the soft rules are about questions and are not applied to it."""
+    text = " ".join(system_prompt.split())
+    for name, applies, use_sot, reason in _HARD_RULES:
+        if not use_sot and applies(text):
+            return RouteDecision(False, f"system_{name}", f"the system prompt: {reason}")
+    return None
 
 
 def _hard(text: str, config: SoTConfig, max_new_tokens: int | None) -> RouteDecision | None:

@@ -25,7 +25,7 @@ from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
 from sglang_specsot.sot.merge import MergedPoint, clean_expansion, drop_cut_sentence, format_point, merge_answer
 from sglang_specsot.sot.planner import BranchPlan, plan_branches
 from sglang_specsot.sot.prompts import expansion_prompt, format_skeleton, skeleton_prompt
-from sglang_specsot.sot.router import QuestionClassifier, RouteDecision, hard_route, route_question
+from sglang_specsot.sot.router import QuestionClassifier, RouteDecision, hard_route, route_question, system_route
 from sglang_specsot.sot.skeleton import parse_skeleton
 from sglang_specsot.sot.phases import (  # noqa: F401 (re-exported: callers import them from here)
     NORMAL,
@@ -68,6 +68,11 @@ class SoTOptions:
     # (models/router_classifier.py); None: the rules alone. Server-side SoT and the frontend
     # program plug in the shipped one by default.
     classifier: QuestionClassifier | None = None
+    # The client's system prompt (persona, language, tone), or None: the skeleton is planned
+    # for it, every branch is written under it, a normal answer gets it as its system turn,
+    # and in mode "auto" the hard rules read it too (a system prompt that asks for code,
+    # JSON or brevity keeps the answer normal, whatever the question).
+    system_prompt: str | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -87,6 +92,9 @@ class SoTOptions:
             raise ValueError(
                 f"classifier must be a callable question -> Suitability or None, got {self.classifier!r}"
             )
+        system = self.system_prompt
+        if system is not None and not (isinstance(system, str) and system.strip()):
+            raise ValueError(f"system_prompt must be non-empty text or None, got {system!r}")
 
 
 
@@ -129,11 +137,14 @@ def route_phase(question: str, options: SoTOptions) -> RoutePhase:
     """Decide SoT or normal: the router in mode "auto"; forced (bar an empty question) otherwise."""
     started = time.perf_counter()
     classify = options.classifier if options.mode == "auto" else None
+    vetoed = system_route(options.system_prompt) if options.system_prompt is not None else None
     # Encoding a question costs ~80 ms on a CPU: not for one a hard rule or the cap decides.
     open_question = hard_route(question, options.config, options.max_new_tokens) is None and _fits_sot(options)
-    suitability = classify(question) if classify is not None and open_question else None
+    suitability = classify(question) if classify is not None and open_question and vetoed is None else None
     decision = route_question(question, options.config, max_new_tokens=options.max_new_tokens,
                               suitability=suitability)  # fmt: skip
+    if vetoed is not None and decision.use_sot:
+        decision = vetoed
     if options.mode != "auto" and decision.rule != "empty":
         use_sot = options.mode == "on"
         decision = RouteDecision(use_sot, f"mode_{options.mode}", f"mode {options.mode!r} requested")
@@ -153,13 +164,14 @@ def plain_request(
     question: str, render: Render, options: SoTOptions, group: str, budget: int | None = None
 ) -> GenRequest:
     """The normal answer; `budget` is what the cap left after a skeleton (default: the cap)."""
-    prompt = render([{"role": "user", "content": question}])
+    system = [] if options.system_prompt is None else [{"role": "system", "content": options.system_prompt}]
+    prompt = render([*system, {"role": "user", "content": question}])
     cap = options.max_new_tokens if budget is None else budget
     return GenRequest(prompt, cap, SoTTag(group, PLAIN))
 
 
 def skeleton_request(question: str, render: Render, options: SoTOptions, group: str) -> GenRequest:
-    chat = skeleton_prompt(question)
+    chat = skeleton_prompt(question, instructions=options.system_prompt)
     return GenRequest(
         chat.render(render),
         skeleton_budget(options.config, options.max_new_tokens),
@@ -177,8 +189,9 @@ def branch_requests(
     requests = {}
     for branch in plan.branches:
         chat = expansion_prompt(
-            question, points, branch.index, prefill_header=options.config.prefill_point_header
-        )
+            question, points, branch.index, prefill_header=options.config.prefill_point_header,
+            instructions=options.system_prompt,
+        )  # fmt: skip
         requests[branch.index] = GenRequest(
             chat.render(render),
             branch.max_new_tokens,

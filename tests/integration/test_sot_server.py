@@ -180,9 +180,30 @@ def test_forced_sot_on_an_unsupported_request_is_a_400(smollm2_server):
     status, reply = post(smollm2_server, chat(SUITABLE, n=2, specsot={"mode": "on"}))
     assert status == 400 and "n=2" in reply["message"]
     history = chat(SUITABLE, specsot={"mode": "on"})
-    history["messages"].insert(0, {"role": "system", "content": "Be brief."})
+    history["messages"][:0] = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]
     status, reply = post(smollm2_server, history)
-    assert status == 400 and "single user message" in reply["message"]
+    assert status == 400 and "no history" in reply["message"]
+
+
+def test_a_system_prompt_is_followed_by_the_sot_answer_as_by_the_frontend_program(smollm2_server, smollm2_path):
+    from sglang_specsot.frontend import SoTEndpoint, answer_question, chat_renderer
+
+    system = "You are a pirate. Talk like one."
+    request = chat(SUITABLE, specsot={"mode": "on", "config": CONFIG})
+    request["messages"].insert(0, {"role": "system", "content": system})
+    status, reply = post(smollm2_server, request)
+    assert status == 200 and reply["metadata"]["specsot"]["path"] == "sot", reply
+    options = SoTOptions("on", SoTConfig(**CONFIG), MAX_TOKENS, system_prompt=system)
+    frontend = answer_question(SoTEndpoint(smollm2_server.base_url), SUITABLE, chat_renderer(smollm2_path), options)
+    assert reply["choices"][0]["message"]["reasoning_content"] == frontend.skeleton.text
+    assert reply["choices"][0]["message"]["content"] == frontend.answer
+    assert system in frontend.skeleton.request.prompt
+    assert all(system in b.request.prompt for b in frontend.branches.results)
+    # In mode "auto" a system prompt that asks for JSON keeps the answer SGLang's own.
+    request["messages"][0]["content"] = "Reply in JSON."
+    request["specsot"] = {"mode": "auto", "config": CONFIG}
+    status, reply = post(smollm2_server, request)
+    assert status == 200 and reply["metadata"]["specsot"]["route"]["rule"] == "system_structured", reply
 
 
 def test_question_longer_than_the_context_is_a_400(smollm2_server):

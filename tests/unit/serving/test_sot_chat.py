@@ -140,6 +140,50 @@ def test_empty_messages_get_sglangs_own_message():
     assert (response.status_code, response.message) == (400, "Messages cannot be empty.")
 
 
+def _prompts(tm: _TokenizerManager, role: str) -> list[str]:
+    return [r.text for r in tm.requests if r.rid.split("-")[2] == role]
+
+
+@pytest.mark.parametrize("role", ["system", "developer"])
+def test_a_system_message_is_answered_by_sot_under_it(role):
+    system = "Always answer in French."
+    messages = [{"role": role, "content": system}, {"role": "user", "content": QUESTION}]
+    response, tm = _answer({"mode": "auto"}, messages=messages, max_tokens=300)
+    assert response.metadata["specsot"]["path"] == "sot", response.metadata
+    prompts = _prompts(tm, "skeleton") + _prompts(tm, "branch") + _prompts(tm, "prefix")
+    assert len(prompts) == 6 and all(system in p for p in prompts)
+
+
+def test_a_system_message_in_text_parts_counts_as_its_text():
+    parts = [{"type": "text", "text": "Talk like "}, {"type": "text", "text": "a pirate."}]
+    messages = [{"role": "system", "content": parts}, {"role": "user", "content": QUESTION}]
+    response, tm = _answer({"mode": "on"}, messages=messages, max_tokens=300)
+    assert response.metadata["specsot"]["path"] == "sot"
+    assert "Talk like a pirate." in _prompts(tm, "skeleton")[0]
+
+
+def test_a_system_message_that_asks_for_json_is_answered_normally_in_auto():
+    messages = [{"role": "system", "content": "Reply in JSON."}, {"role": "user", "content": QUESTION}]
+    response, tm = _answer({"mode": "auto"}, messages=messages)
+    assert response.by == "sglang" and not tm.requests
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+      {"role": "user", "content": QUESTION}],
+     [{"role": "system", "content": "Be kind."}, {"role": "system", "content": "Be brave."},
+      {"role": "user", "content": QUESTION}],
+     [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": "1."}]],
+    ids=["history", "two-system-messages", "assistant-last"],
+)  # fmt: skip
+def test_a_conversation_is_refused_in_on_and_answered_normally_in_auto(messages):
+    refused, tm = _answer({"mode": "on"}, messages=messages)
+    assert refused.status_code == 400 and "at most one system message (no history)" in refused.message
+    normal, tm = _answer({"mode": "auto"}, messages=messages)
+    assert normal.by == "sglang" and not tm.requests
+
+
 def test_a_question_above_the_length_limit_is_refused_in_on_and_answered_normally_in_auto(monkeypatch):
     limits = SoTLimits(max_question_chars=10)
     monkeypatch.setattr(chat, "server_limits", lambda: limits)

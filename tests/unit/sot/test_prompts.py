@@ -78,3 +78,23 @@ def test_messages_are_fresh_copies():
     prompt = skeleton_prompt(QUESTION)
     prompt.messages[0]["content"] = "tampered"
     assert prompt.messages[0]["content"] != "tampered"
+
+
+def test_the_clients_system_prompt_goes_into_every_sot_prompt_after_the_shared_part():
+    system = "Always answer in French."
+    plain = skeleton_prompt(QUESTION).messages[0]["content"]
+    skeleton = skeleton_prompt(QUESTION, instructions=system)
+    # The organizer's instructions stay first; the plan is made for the client's.
+    assert skeleton.messages[0]["content"].startswith(plain) and skeleton.messages[0]["content"].endswith(system)
+    assert skeleton.messages[1:] == skeleton_prompt(QUESTION).messages[1:]
+    # A point is written under ours, then the client's instructions, named as the user's.
+    expansion = expansion_prompt(QUESTION, POINTS, 1, instructions=system)
+    ours = expansion_prompt(QUESTION, POINTS, 1).messages[0]["content"]
+    assert expansion.messages[0]["content"].startswith(ours) and expansion.messages[0]["content"].endswith(system)
+    assert "user's instructions" in expansion.messages[0]["content"]
+    # ... and again just before the point to write, in the part every branch shares.
+    user, plain_user = expansion.messages[1]["content"], expansion_prompt(QUESTION, POINTS, 1).messages[1]["content"]
+    head, last = plain_user.rsplit("\n", 1)
+    assert user == f"{head}\nFollow the user's instructions: {system}\n{last}"
+    folded = expansion_prompt(QUESTION, POINTS, 1, instructions=system, system_role=False)
+    assert folded.messages[0]["role"] == "user" and system in folded.messages[0]["content"]

@@ -19,7 +19,7 @@ from sglang_specsot.sot import (
     route_prompt,
     route_question,
 )
-from sglang_specsot.sot.router import main
+from sglang_specsot.sot.router import main, system_route
 from sglang_specsot.sot.router_head import Suitability
 
 # Vicuna-80: 79/80 (36 TP, 0 FP, 1 FN, 43 TN). The first rules were written while reading
@@ -167,6 +167,27 @@ def test_rules(question, use_sot, rule):
     decision = route_question(question)
     assert (decision.use_sot, decision.rule) == (use_sot, rule), decision
     assert decision.source == "rules" and decision.reason
+
+
+@pytest.mark.parametrize(
+    "system, rule",
+    [("You are a helpful assistant.", None),
+     ("You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", None),
+     ("Always answer in French.", None),
+     ("You are a pirate. Talk like one.", None),
+     ("Reply in JSON with the keys title and body.", "system_structured"),
+     ("You write Python code for a living.", "system_code"),
+     ("Be concise.", "system_brevity"),
+     ("Keep every answer under 100 words.", "system_brevity")],
+)  # fmt: skip
+def test_a_system_prompt_keeps_the_answer_normal_only_when_it_trips_a_hard_rule(system, rule):
+    decision = system_route(system)
+    assert (decision and decision.rule) == rule
+    assert decision is None or (not decision.use_sot and decision.reason.startswith("the system prompt: "))
+
+
+def test_a_length_limit_in_the_question_is_a_short_answer():
+    assert route_question("Explain the causes of inflation in under 50 words.").rule == "brevity"
 
 
 def test_short_answer_cap_routes_normal():

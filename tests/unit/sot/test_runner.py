@@ -231,6 +231,37 @@ def test_auto_sends_a_list_question_to_sot_and_off_never_does():
     assert run(run_sot(QUESTION, FakeBackend(), render, SoTOptions(mode="off"))).path == NORMAL
 
 
+SYSTEM = "You are a pirate. Talk like one."
+
+
+def test_the_clients_system_prompt_reaches_the_skeleton_every_branch_and_a_normal_answer():
+    fake = FakeBackend()
+    answer = run(run_sot(QUESTION, fake, render, SoTOptions(mode="auto", system_prompt=SYSTEM)))
+    assert answer.path == SOT
+    prompts = [r.prompt for r in fake.of_role(SKELETON) + fake.of_role(BRANCH)]
+    assert len(prompts) == 4 and all(SYSTEM in p for p in prompts)
+    shared = shared_prefix(r.prompt for r in fake.of_role(BRANCH))  # each branch adds only its point's line
+    assert all(SYSTEM not in r.prompt.removeprefix(shared) for r in fake.of_role(BRANCH)) and SYSTEM in shared
+    fake = FakeBackend("no plan here")  # a skeleton that is no plan: the normal answer, same system turn
+    answer = run(run_sot(QUESTION, fake, render, SoTOptions(mode="on", system_prompt=SYSTEM)))
+    assert answer.path == NORMAL
+    assert fake.of_role(PLAIN)[0].prompt == render([{"role": "system", "content": SYSTEM},
+                                                    {"role": "user", "content": QUESTION}])  # fmt: skip
+
+
+def test_a_system_prompt_that_trips_a_hard_rule_keeps_auto_normal_but_not_on():
+    json_system = "Reply in JSON."
+    fake = FakeBackend()
+    answer = run(run_sot(QUESTION, fake, render, SoTOptions(mode="auto", system_prompt=json_system)))
+    assert answer.path == NORMAL and answer.route.decision.rule == "system_structured"
+    assert [r.tag.role for r in fake.requests] == [PLAIN]
+    forced = run(run_sot(QUESTION, FakeBackend(), render, SoTOptions(mode="on", system_prompt=json_system)))
+    assert forced.path == SOT and forced.route.decision.rule == "mode_on"
+    # The question's own hard rules still come first.
+    math = run(run_sot(MATH, FakeBackend(), render, SoTOptions(mode="auto", system_prompt=SYSTEM)))
+    assert math.route.decision.rule == "math"
+
+
 def test_a_cap_too_small_for_sot_answers_normally_within_it_even_in_mode_on():
     assert run(run_sot(QUESTION, FakeBackend(), render, SoTOptions(max_new_tokens=50))).path == NORMAL
     fake = FakeBackend(endless=True)
@@ -379,7 +410,8 @@ def test_cancelling_the_answer_mid_branch_leaves_no_branch_running():
 @pytest.mark.parametrize(
     "kwargs",
     [{"mode": "sometimes"}, {"max_new_tokens": 0}, {"max_new_tokens": True},
-     {"skeleton_logit_processor": ""}, {"config": {"max_points": 3}}],  # fmt: skip
+     {"skeleton_logit_processor": ""}, {"config": {"max_points": 3}},
+     {"system_prompt": ""}, {"system_prompt": "  "}, {"system_prompt": 3}],  # fmt: skip
 )
 def test_bad_options_are_value_errors(kwargs):
     with pytest.raises(ValueError):
