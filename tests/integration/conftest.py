@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sglang_specsot.launch import ServerProcess
+from tests.integration.parity import parity_prompts, run_batches
 
 # SGLang's context-only SPECSOT: no draft model, a 6-token verify window.
 SPECSOT = ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens", "6"]
@@ -36,6 +39,36 @@ def cpu_args(max_total_tokens: int = 4096, mem_fraction_static: float | None = 0
     if mem_fraction_static is not None:
         args += ["--mem-fraction-static", str(mem_fraction_static)]
     return args
+
+
+# Qwen2.5-Coder-0.5B's plain greedy answers to the 50 parity prompts, this many new tokens
+# each: the reference of every draft-model parity test. Greedy in float32 at the same batch
+# shapes, a shorter run's tokens are a prefix of these, so a test with a smaller cap compares
+# with `ids[:cap]` instead of decoding them again (~1-2 minutes a run on 2 cores).
+QWEN05_PARITY_TOKENS = 24
+DRAFT_LAYERS = 12  # of 24: agrees with the target often, not always
+
+
+@pytest.fixture(scope="session")
+def qwen05_draft_path(qwen05_path, tmp_path_factory) -> str:
+    """A draft model cut from Qwen2.5-Coder-0.5B: its first 12 layers."""
+    out = tmp_path_factory.mktemp("draft") / f"qwen05-{DRAFT_LAYERS}l"
+    subprocess.run(
+        [sys.executable, "-m", "sglang_specsot.models", "truncate", qwen05_path,
+         "--layers", str(DRAFT_LAYERS), "--out", str(out)],
+        check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    return str(out)
+
+
+@pytest.fixture(scope="session")
+def qwen05_parity(qwen05_path) -> tuple[list[str], list[list[int]]]:
+    """The parity prompts in Qwen's chat format, and plain decoding's greedy ids for them."""
+    from transformers import AutoTokenizer
+
+    prompts = parity_prompts(AutoTokenizer.from_pretrained(qwen05_path))
+    with ServerProcess(qwen05_path, cpu_args(max_total_tokens=8192, mem_fraction_static=0.5)) as server:
+        return prompts, [r["output_ids"] for r in run_batches(server, prompts, QWEN05_PARITY_TOKENS)]
 
 
 @pytest.fixture(scope="module")

@@ -12,19 +12,18 @@ length; SGLang's strict idle memory check finds no leaked slot.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 from transformers import AutoTokenizer
 
 from sglang_specsot.launch import ServerProcess
-from tests.integration.conftest import SPECSOT, cpu_args, leak_checked_server
+from tests.integration.conftest import QWEN05_PARITY_TOKENS, SPECSOT, cpu_args, leak_checked_server
 from tests.integration.parity import mismatches, parity_prompts, run_batches
 
 pytestmark = pytest.mark.integration
 
 MAX_NEW = 24
+assert MAX_NEW == QWEN05_PARITY_TOKENS  # test_draft_model_parity compares with the shared plain run
 # Budgets in SGLang's adaptive-config format: at batch 1 a plain step or the whole window,
 # from batch 4 a plain step or one draft token; SPECSOT's own keys under "specsot".
 CONFIG = {"1": {"candidate_steps": [0, 5]}, "4": {"candidate_steps": [0, 1]}, "specsot": {"decay": 0.3}}
@@ -80,23 +79,13 @@ def test_context_drafting_parity(smollm2_path, smollm2_plain, config_path, tmp_p
     assert "SPECSOT adaptive draft budgets on" in (tmp_path / "server.log").read_text()
 
 
-@pytest.fixture(scope="module")
-def draft_path(qwen05_path, tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("draft") / "qwen05-12l"
-    subprocess.run(
-        [sys.executable, "-m", "sglang_specsot.models", "truncate", qwen05_path, "--layers", "12", "--out", str(out)],
-        check=True, stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    return str(out)
-
-
-def test_draft_model_parity(qwen05_path, draft_path, tmp_path):
-    prompts, plain_ids = _plain_and_prompts(qwen05_path, cpu_args(max_total_tokens=8192, mem_fraction_static=0.5))
+def test_draft_model_parity(qwen05_path, qwen05_draft_path, qwen05_parity, tmp_path):
+    prompts, plain_ids = qwen05_parity
     # The 12-layer draft may never pay here, and then the policy would never draft: explore
     # on schedule, often, so that drafted steps, deferred extends and catch-ups all run.
     config = tmp_path / "explore.json"
     config.write_text(json.dumps({"1": {"candidate_steps": [0, 1, 3]}, "specsot": {"explore_share": 0.5, "explore_p": None}}))
-    args = MODEL_ARGS + ["--speculative-draft-model-path", draft_path, "--speculative-adaptive-config", str(config)]
+    args = MODEL_ARGS + ["--speculative-draft-model-path", qwen05_draft_path, "--speculative-adaptive-config", str(config)]
     with leak_checked_server(qwen05_path, args, tmp_path / "server.log") as server:
         report = _check(server, prompts, plain_ids, "draft model")
     draft = report["cost_model"]["draft"]  # the draft model's per-step cost, measured too

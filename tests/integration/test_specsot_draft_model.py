@@ -8,22 +8,17 @@ no leaked slot; a draft model with another vocabulary is refused at launch with 
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-from transformers import AutoTokenizer
-
 from sglang_specsot.launch import ServerProcess
-from tests.integration.conftest import cpu_args, leak_checked_server
-from tests.integration.parity import mismatches, parity_prompts, run_batches
+from tests.integration.conftest import QWEN05_PARITY_TOKENS, cpu_args, leak_checked_server
+from tests.integration.parity import mismatches, run_batches
 
 pytestmark = pytest.mark.integration
 
 # SGLang counts the draft's weights against --mem-fraction-static too (is_standalone()).
 COMMON = cpu_args(max_total_tokens=8192, mem_fraction_static=0.5)
 MAX_NEW = 16
-DRAFT_LAYERS = 12  # of 24: agrees with the target often, not always
+assert MAX_NEW <= QWEN05_PARITY_TOKENS  # the plain reference is a prefix of the shared run
 CONFIGS = {
     # A 3-step chain (4 nodes) plus 2 SoT-context nodes in a 6-token verify window.
     "chain-overlap": ["--speculative-num-steps", "3", "--speculative-num-draft-tokens", "6"],
@@ -36,19 +31,8 @@ CONFIGS = {
 
 
 @pytest.fixture(scope="module")
-def draft_path(qwen05_path, tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("draft") / f"qwen05-{DRAFT_LAYERS}l"
-    subprocess.run(
-        [sys.executable, "-m", "sglang_specsot.models", "truncate", qwen05_path,
-         "--layers", str(DRAFT_LAYERS), "--out", str(out)],
-        check=True, stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    return str(out)
-
-
-@pytest.fixture(scope="module")
-def prompts(qwen05_path) -> list[str]:
-    return parity_prompts(AutoTokenizer.from_pretrained(qwen05_path))
+def prompts(qwen05_parity) -> list[str]:
+    return qwen05_parity[0]
 
 
 def _run(server, prompts) -> list[dict]:
@@ -56,15 +40,14 @@ def _run(server, prompts) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def plain_ids(qwen05_path, prompts) -> list[list[int]]:
-    with ServerProcess(qwen05_path, COMMON) as server:
-        return [r["output_ids"] for r in _run(server, prompts)]
+def plain_ids(qwen05_parity) -> list[list[int]]:
+    return [ids[:MAX_NEW] for ids in qwen05_parity[1]]  # a prefix of the longer plain run
 
 
 @pytest.fixture(scope="module", params=list(CONFIGS))
-def draft_server(request, qwen05_path, draft_path, tmp_path_factory):
+def draft_server(request, qwen05_path, qwen05_draft_path, tmp_path_factory):
     log = tmp_path_factory.mktemp("specsot-draft") / "server.log"
-    args = COMMON + ["--speculative-algorithm", "SPECSOT", "--speculative-draft-model-path", draft_path]
+    args = COMMON + ["--speculative-algorithm", "SPECSOT", "--speculative-draft-model-path", qwen05_draft_path]
     # Its teardown, after every test on this server, proves the idle memory check passed.
     with leak_checked_server(qwen05_path, args + CONFIGS[request.param], log) as server:
         server.config = request.param
