@@ -2,9 +2,10 @@
 request opts in with `extra_body={"specsot": {...}}`; the server runs skeleton -> branches ->
 merge and returns one chat completion. Shows the non-streamed reply with its per-phase trace
 (`metadata.specsot`), then the same question streamed (skeleton as reasoning_content first,
-then whole points in order), then the model's normal answer as the baseline.
+then whole points in order), then the model's normal answer as the baseline. `--system`
+sends a system message first: SoT plans and writes the answer under it.
 
-    .venv/bin/python examples/sot_openai_client.py [--question-id 1]
+    .venv/bin/python examples/sot_openai_client.py [--question-id 1] [--system "Always answer in French."]
 """
 
 from __future__ import annotations
@@ -39,9 +40,10 @@ def question(qid: int) -> str:
     return next(row["question"] for row in rows if row["id"] == qid)
 
 
-def ask(client: OpenAI, text: str, **kwargs):
+def ask(client: OpenAI, text: str, system: str | None = None, **kwargs):
+    first = [{"role": "system", "content": system}] if system else []
     return client.chat.completions.create(
-        model="default", messages=[{"role": "user", "content": text}],
+        model="default", messages=[*first, {"role": "user", "content": text}],
         temperature=0, max_tokens=MAX_TOKENS, **kwargs,
     )  # fmt: skip
 
@@ -61,10 +63,10 @@ def show_reply(reply, seconds: float) -> None:
     print(f"skeleton (reasoning_content):\n  {reasoning}\n\n{message.content}")
 
 
-def stream(client: OpenAI, text: str) -> None:
+def stream(client: OpenAI, text: str, system: str | None) -> None:
     print("\n=== SoT, streamed ===")
     started, first = time.perf_counter(), {}
-    for chunk in ask(client, text, stream=True, extra_body={"specsot": SPECSOT}):
+    for chunk in ask(client, text, system, stream=True, extra_body={"specsot": SPECSOT}):
         for choice in chunk.choices:
             delta = choice.delta.model_extra or {}
             for kind, piece in (("skeleton", delta.get("reasoning_content")), ("answer", choice.delta.content)):
@@ -81,6 +83,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--question-id", type=int, default=QUESTION_ID)
     parser.add_argument("--model", default=MODEL)
+    parser.add_argument("--system", default=None, help="a system message sent before the question")
     args = parser.parse_args()
 
     model_path, text = fetch(args.model), question(args.question_id)
@@ -89,11 +92,11 @@ def main() -> None:
         client = OpenAI(base_url=server.base_url + "/v1", api_key="none")
         print(f"question {args.question_id}: {text}", flush=True)
         started = time.perf_counter()
-        reply = ask(client, text, extra_body={"specsot": SPECSOT})
+        reply = ask(client, text, args.system, extra_body={"specsot": SPECSOT})
         show_reply(reply, time.perf_counter() - started)
-        stream(client, text)
+        stream(client, text, args.system)
         started = time.perf_counter()
-        normal = ask(client, text)  # no "specsot" field: SGLang's own answer
+        normal = ask(client, text, args.system)  # no "specsot" field: SGLang's own answer
         seconds = time.perf_counter() - started
     print(f"\n=== normal answer (baseline): {seconds:.1f} s, {normal.usage.completion_tokens} tokens ===")
     print(normal.choices[0].message.content)

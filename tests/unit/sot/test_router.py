@@ -175,6 +175,13 @@ def test_rules(question, use_sot, rule):
      ("You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", None),
      ("Always answer in French.", None),
      ("You are a pirate. Talk like one.", None),
+     # FastChat's Vicuna prompt and Llama 2's default, as clients send them
+     ("A chat between a curious user and an artificial intelligence assistant. The assistant gives "
+      "helpful, detailed, and polite answers to the user's questions.", None),
+     ("You are a helpful, respectful and honest assistant. Always answer as helpfully as possible, "
+      "while being safe. If you don't know the answer to a question, please don't share false "
+      "information.", None),
+     ("Think step by step before answering.", "system_estimate"),
      ("Reply in JSON with the keys title and body.", "system_structured"),
      ("You write Python code for a living.", "system_code"),
      ("Be concise.", "system_brevity"),
