@@ -77,6 +77,9 @@ def _add_e2e(sub) -> None:
     p.add_argument("--warm-prefixes", action="store_true",
                    help="after each cache flush, prefill the prompts' fixed prefixes (chat header, "
                         "SoT's skeleton examples) untimed, as a serving server holds them")  # fmt: skip
+    p.add_argument("--system-prompt", default=None,
+                   help="a system message before every question, normal and SoT alike (SoT plans and "
+                        "writes under it)")  # fmt: skip
     p.add_argument("--one-at-a-time", choices=("auto", "yes", "no"), default="auto",
                    help="one server at a time in rounds over question blocks (auto: if weights > 700 MiB)")
     p.add_argument("--block", type=int, default=6, help="questions per round when one server runs at a time")

@@ -48,6 +48,8 @@ class Settings:
     sot_config: dict | None = None  # SoTConfig fields for both SoT routes; None: defaults
     # Prefill the prompts' fixed prefixes after each flush (`warm_prefixes`), untimed.
     warm_prefixes: bool = False
+    # A system message sent before every question, normal or SoT, as many clients send one.
+    system_prompt: str | None = None
 
 
 def post_json(url: str, payload: dict | None, timeout: float) -> dict | str:
@@ -134,19 +136,19 @@ def _describe(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"[:400]
 
 
-def fixed_prefixes(render) -> list[str]:
+def fixed_prefixes(render, system_prompt: str | None = None) -> list[str]:
     """The text every prompt of a kind starts with, whatever the question: the chat header of a
     normal answer, and SoT's skeleton prompt (system prompt and worked examples, ~170 tokens
     on Qwen) and point prompt. Found as `shared_prefix` of two renders, cut at a line break so
     the radix cache matches them inside the real prompts."""
     probes = ("Why?", "How?")
-    kinds = (lambda q: render([{"role": "user", "content": q}]),
-             lambda q: skeleton_prompt(q).render(render),
-             lambda q: expansion_prompt(q, ["a", "b"], 0).render(render))  # fmt: skip
+    kinds = (lambda q: render(_messages(q, system_prompt)),
+             lambda q: skeleton_prompt(q, instructions=system_prompt).render(render),
+             lambda q: expansion_prompt(q, ["a", "b"], 0, instructions=system_prompt).render(render))  # fmt: skip
     return [prefix for kind in kinds if (prefix := shared_prefix(kind(q) for q in probes))]
 
 
-def warm_prefixes(target: Target, timeout: float) -> None:
+def warm_prefixes(target: Target, timeout: float, system_prompt: str | None = None) -> None:
     """Prefill `fixed_prefixes` (no tokens generated), as a serving server holds them.
 
     Flushing before every cell keeps answers from drafting on earlier ones, but also drops
@@ -154,14 +156,14 @@ def warm_prefixes(target: Target, timeout: float) -> None:
     part (3.2 s of prefill for the 1.5B on 2 cores) in every answer. Every cell is warmed
     alike, normal or SoT; a run says in run.json whether it was.
     """
-    for text in fixed_prefixes(target.render):
+    for text in fixed_prefixes(target.render, system_prompt):
         post_json(target.url + "/generate", {"text": text, "sampling_params": {"max_new_tokens": 0}}, timeout)
 
 
 def _ask(cfg: CellConfig, question: Question, target: Target, settings: Settings) -> CellResult:
     flush_cache(target.url, settings.timeout)
     if settings.warm_prefixes:
-        warm_prefixes(target, settings.timeout)
+        warm_prefixes(target, settings.timeout, settings.system_prompt)
     started = time.perf_counter()
     if cfg.kind == NORMAL:
         fields = _normal(target, question, settings, cfg.temperature)
@@ -192,12 +194,13 @@ def code_commit() -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
-def _messages(question: Question) -> list[dict]:
-    return [{"role": "user", "content": question.text}]
+def _messages(question: str, system_prompt: str | None = None) -> list[dict]:
+    system = [] if system_prompt is None else [{"role": "system", "content": system_prompt}]
+    return [*system, {"role": "user", "content": question}]
 
 
 def _normal(target: Target, question: Question, settings: Settings, temperature: float = 0.0) -> dict:
-    prompt = target.render(_messages(question))
+    prompt = target.render(_messages(question.text, settings.system_prompt))
     out = post_json(target.url + "/generate", {"text": prompt, "sampling_params": {
         "temperature": temperature, "max_new_tokens": settings.max_tokens}}, settings.timeout)  # fmt: skip
     meta = out["meta_info"]
@@ -216,7 +219,7 @@ def sot_config(cfg: CellConfig, settings: Settings) -> dict | None:
 def _server_sot(target: Target, question: Question, mode: str, config: dict | None, settings: Settings) -> dict:
     specsot = {"mode": mode, **({"config": config} if config else {})}
     out = post_json(target.url + "/v1/chat/completions", {
-        "model": "default", "messages": _messages(question), "temperature": 0,
+        "model": "default", "messages": _messages(question.text, settings.system_prompt), "temperature": 0,
         "max_tokens": settings.max_tokens, "specsot": specsot}, settings.timeout)  # fmt: skip
     trace = (out.get("metadata") or {}).get("specsot") or {}
     choice = out["choices"][0]
@@ -235,7 +238,8 @@ def _frontend(target: Target, question: Question, mode: str, config: dict | None
 
     if target.endpoint is None:
         target.endpoint = SoTEndpoint(target.url)
-    options = SoTOptions(mode=mode, config=SoTConfig(**(config or {})), max_new_tokens=settings.max_tokens)
+    options = SoTOptions(mode=mode, config=SoTConfig(**(config or {})), max_new_tokens=settings.max_tokens,
+                         system_prompt=settings.system_prompt)  # fmt: skip
     answer = answer_question(target.endpoint, question.text, render=target.render, options=options,
                              constrain_skeleton=target.constrain_skeleton)  # fmt: skip
     return {"answer": answer.answer, **from_trace(answer.trace())}

@@ -58,15 +58,18 @@ def plan_from_args(args) -> RunPlan:
         from sglang_specsot.sot import SoTConfig
 
         SoTConfig(**sot_config)  # validate now, not in every cell
+    if args.system_prompt is not None and not args.system_prompt.strip():
+        raise ValueError("--system-prompt is empty; give the system message's text, or leave the flag out")
     big = weights_bytes(target) + (weights_bytes(draft) if draft else 0) > BIG_WEIGHTS
     one = {"auto": big, "yes": True, "no": False}[args.one_at_a_time]
     out = Path(args.out or f"benchmarks/e2e-{Path(args.target).name}" + (f"-{Path(args.draft).name}" if args.draft else ""))
-    settings = Settings(args.max_tokens, args.timeout, sot_config, args.warm_prefixes)
+    settings = Settings(args.max_tokens, args.timeout, sot_config, args.warm_prefixes, args.system_prompt)
     check_run_settings(out, {"target": args.target, "draft": args.draft, "dtype": args.dtype,
                              "questions": args.questions, "max_tokens": args.max_tokens,
                              "sot_config": sot_config,
                              # None, not False, when off: runs from before it (no key) still resume
-                             "warm_prefixes": args.warm_prefixes or None})  # fmt: skip
+                             "warm_prefixes": args.warm_prefixes or None,
+                             "system_prompt": args.system_prompt})  # fmt: skip
     return RunPlan(target, args.dtype, servers(draft), tuple(configs), tuple(questions), out, settings,
                    one, args.block)  # fmt: skip
 

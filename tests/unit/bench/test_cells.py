@@ -116,6 +116,27 @@ def test_warm_prefixes_prefill_each_fixed_prefix_after_the_flush_and_before_the_
                       if warm else [])  # fmt: skip
 
 
+def test_a_run_system_prompt_goes_before_every_question_normal_and_sot(fake):
+    from sglang_specsot.bench.cells import fixed_prefixes
+
+    system = "Always answer in French."
+    FakeServer.replies = {"/flush_cache": (200, {}), "/generate": (200, {"text": "Dormez tôt.",
+                          "meta_info": {"completion_tokens": 3, "finish_reason": {"type": "stop"}}}),
+                          "/v1/chat/completions": (200, {"choices": [{"message": {"content": "1. a"}}],
+                                                         "metadata": {"specsot": TRACE}})}  # fmt: skip
+    FakeServer.log = []
+    settings = Settings(48, 10, warm_prefixes=True, system_prompt=system)
+    assert run_cell(PLAIN, QUESTION, Target(url(fake), _template), settings).status == OK
+    asked = _template([{"role": "system", "content": system}, {"role": "user", "content": QUESTION.text}])
+    assert FakeServer.log[-1][1]["text"] == asked
+    prefixes = fixed_prefixes(_template, system)  # warmed: the prefixes of the prompts asked
+    assert [body["text"] for _, body in FakeServer.log[1:-1]] == prefixes and asked.startswith(prefixes[0])
+    assert all(system in p for p in prefixes)
+    assert run_cell(SOT, QUESTION, Target(url(fake), _template), Settings(48, 10, system_prompt=system)).status == OK
+    assert FakeServer.received["/v1/chat/completions"]["messages"] == [
+        {"role": "system", "content": system}, {"role": "user", "content": QUESTION.text}]
+
+
 def test_a_busy_flush_is_retried_until_the_server_is_idle(fake, monkeypatch):
     monkeypatch.setattr("sglang_specsot.bench.cells.FLUSH_RETRY_S", 0.01)
     FakeServer.replies = {"/flush_cache": (200, {}), "/generate": (200, {"text": "Sleep early.",

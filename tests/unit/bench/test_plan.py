@@ -103,3 +103,20 @@ def test_warm_prefixes_is_a_run_setting_that_older_runs_resume_without(tmp_path,
     assert not plan_of(tmp_path / "old").settings.warm_prefixes
     with pytest.raises(ValueError, match="warm_prefixes"):
         plan_of(tmp_path / "cold", "--warm-prefixes")
+
+
+def test_the_system_prompt_is_a_run_setting(tmp_path, smollm2_path):
+    from sglang_specsot.bench.__main__ import _parser
+    from sglang_specsot.bench.e2e import plan_from_args
+
+    def plan_of(out, *extra):
+        return plan_from_args(_parser().parse_args(["e2e", "--target", smollm2_path, "--out", str(out), *extra]))
+
+    system = "You are a helpful assistant."
+    assert plan_of(tmp_path / "s", "--system-prompt", system).settings.system_prompt == system
+    assert json.loads((tmp_path / "s" / "run.json").read_text())["system_prompt"] == system
+    with pytest.raises(ValueError, match="system_prompt"):  # answers under another system prompt never mix
+        plan_of(tmp_path / "s")
+    assert plan_of(tmp_path / "none").settings.system_prompt is None
+    with pytest.raises(ValueError, match="--system-prompt is empty"):
+        plan_of(tmp_path / "empty", "--system-prompt", " ")
