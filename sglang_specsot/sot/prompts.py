@@ -89,7 +89,7 @@ def skeleton_prompt(question: str, *, instructions: str | None = None, system_ro
         turns += [("user", example_question), ("assistant", example_skeleton)]
     turns.append(("user", question))
     system = _SKELETON_SYSTEM
-    if instructions:  # after the examples' system prompt, so the shared part stays in front
+    if instructions:  # after the organizer's own instructions, which stay first
         system += "\n\n" + _SKELETON_INSTRUCTIONS.format(instructions=instructions)
     return ChatPrompt(_with_system(system, turns, system_role), SKELETON_PREFILL)
 

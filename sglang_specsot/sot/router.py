@@ -45,7 +45,8 @@ def _rx(pattern: str) -> re.Pattern[str]:
 
 
 _BREVITY = _rx(
-    r"\b(briefly|concisely|be (?:brief|concise|succinct|terse)|keep it short|short answer|tl;?dr|one[- ]word|yes or no|"
+    r"\b(briefly|concisely|be (?:brief|concise|succinct|terse)|keep it short|short answer|tl;?dr|"
+    r"one[- ]word|yes or no|"
     r"in (?:one|a single|1|two|2|three|five) (?:sentence|word|line)s?|in a (?:few|couple of) words|"
     r"(?:output|give|return) (?:the|your) answer only|answer only|just tell me|"
     r"(?:under|at most|no more than|fewer than|less than|within|maximum of) \d+ "
