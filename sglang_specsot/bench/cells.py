@@ -17,7 +17,7 @@ from pathlib import Path
 from sglang_specsot.bench.configs import FRONTEND, NORMAL, SERVER_SOT, CellConfig
 from sglang_specsot.bench.store import FAILED, OK, Branch, CellResult
 from sglang_specsot.sot.loops import find_loop
-from sglang_specsot.sot.prompts import expansion_prompt, skeleton_prompt
+from sglang_specsot.sot.prompts import expansion_prompt, normal_messages, skeleton_prompt
 from sglang_specsot.sot.runner import shared_prefix
 
 logger = logging.getLogger(__name__)
@@ -142,7 +142,7 @@ def fixed_prefixes(render, system_prompt: str | None = None) -> list[str]:
     on Qwen) and point prompt. Found as `shared_prefix` of two renders, cut at a line break so
     the radix cache matches them inside the real prompts."""
     probes = ("Why?", "How?")
-    kinds = (lambda q: render(_messages(q, system_prompt)),
+    kinds = (lambda q: render(normal_messages(q, system_prompt)),
              lambda q: skeleton_prompt(q, instructions=system_prompt).render(render),
              lambda q: expansion_prompt(q, ["a", "b"], 0, instructions=system_prompt).render(render))  # fmt: skip
     return [prefix for kind in kinds if (prefix := shared_prefix(kind(q) for q in probes))]
@@ -194,13 +194,8 @@ def code_commit() -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
-def _messages(question: str, system_prompt: str | None = None) -> list[dict]:
-    system = [] if system_prompt is None else [{"role": "system", "content": system_prompt}]
-    return [*system, {"role": "user", "content": question}]
-
-
 def _normal(target: Target, question: Question, settings: Settings, temperature: float = 0.0) -> dict:
-    prompt = target.render(_messages(question.text, settings.system_prompt))
+    prompt = target.render(normal_messages(question.text, settings.system_prompt))
     out = post_json(target.url + "/generate", {"text": prompt, "sampling_params": {
         "temperature": temperature, "max_new_tokens": settings.max_tokens}}, settings.timeout)  # fmt: skip
     meta = out["meta_info"]
@@ -219,7 +214,7 @@ def sot_config(cfg: CellConfig, settings: Settings) -> dict | None:
 def _server_sot(target: Target, question: Question, mode: str, config: dict | None, settings: Settings) -> dict:
     specsot = {"mode": mode, **({"config": config} if config else {})}
     out = post_json(target.url + "/v1/chat/completions", {
-        "model": "default", "messages": _messages(question.text, settings.system_prompt), "temperature": 0,
+        "model": "default", "messages": normal_messages(question.text, settings.system_prompt), "temperature": 0,
         "max_tokens": settings.max_tokens, "specsot": specsot}, settings.timeout)  # fmt: skip
     trace = (out.get("metadata") or {}).get("specsot") or {}
     choice = out["choices"][0]

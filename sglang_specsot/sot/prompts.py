@@ -79,6 +79,12 @@ def format_skeleton(points: Sequence[str]) -> str:
     return "\n".join(f"{i}. {point}" for i, point in enumerate(points, start=1))
 
 
+def normal_messages(question: str, system_prompt: str | None = None) -> list[dict[str, str]]:
+    """The chat a normal answer is asked in: the client's system prompt, if any, then the question."""
+    system = [] if system_prompt is None else [{"role": "system", "content": system_prompt}]
+    return [*system, {"role": "user", "content": question}]
+
+
 def skeleton_prompt(question: str, *, instructions: str | None = None, system_role: bool = True) -> ChatPrompt:
     """Ask for a numbered skeleton of 3-10 short points, pre-filled with '1.'.
 

@@ -24,7 +24,7 @@ from sglang_specsot.sot.budget import fit_plan, min_sot_tokens, remaining, skele
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
 from sglang_specsot.sot.merge import MergedPoint, clean_expansion, drop_cut_sentence, format_point, merge_answer
 from sglang_specsot.sot.planner import BranchPlan, plan_branches
-from sglang_specsot.sot.prompts import expansion_prompt, format_skeleton, skeleton_prompt
+from sglang_specsot.sot.prompts import expansion_prompt, format_skeleton, normal_messages, skeleton_prompt
 from sglang_specsot.sot.router import QuestionClassifier, RouteDecision, hard_route, route_question, system_route
 from sglang_specsot.sot.skeleton import parse_skeleton
 from sglang_specsot.sot.phases import (  # noqa: F401 (re-exported: callers import them from here)
@@ -164,8 +164,7 @@ def plain_request(
     question: str, render: Render, options: SoTOptions, group: str, budget: int | None = None
 ) -> GenRequest:
     """The normal answer; `budget` is what the cap left after a skeleton (default: the cap)."""
-    system = [] if options.system_prompt is None else [{"role": "system", "content": options.system_prompt}]
-    prompt = render([*system, {"role": "user", "content": question}])
+    prompt = render(normal_messages(question, options.system_prompt))
     cap = options.max_new_tokens if budget is None else budget
     return GenRequest(prompt, cap, SoTTag(group, PLAIN))
 
