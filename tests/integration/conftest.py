@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sglang_specsot.launch import ServerProcess
-from tests.integration.parity import parity_prompts, run_batches
+from tests.integration.parity import plain_reference
 
 # SGLang's context-only SPECSOT: no draft model, a 6-token verify window.
 SPECSOT = ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens", "6"]
@@ -64,11 +64,8 @@ def qwen05_draft_path(qwen05_path, tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def qwen05_parity(qwen05_path) -> tuple[list[str], list[list[int]]]:
     """The parity prompts in Qwen's chat format, and plain decoding's greedy ids for them."""
-    from transformers import AutoTokenizer
-
-    prompts = parity_prompts(AutoTokenizer.from_pretrained(qwen05_path))
-    with ServerProcess(qwen05_path, cpu_args(max_total_tokens=8192, mem_fraction_static=0.5)) as server:
-        return prompts, [r["output_ids"] for r in run_batches(server, prompts, QWEN05_PARITY_TOKENS)]
+    args = cpu_args(max_total_tokens=8192, mem_fraction_static=0.5)
+    return plain_reference(qwen05_path, args, QWEN05_PARITY_TOKENS)
 
 
 @pytest.fixture(scope="module")

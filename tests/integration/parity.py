@@ -44,3 +44,14 @@ def mismatches(results: list[dict], expected_ids: list[list[int]]) -> list[int]:
 def run_batches(server, prompts: list[str], max_new: int) -> list[dict]:
     return [r for chunk in chunks(prompts) for r in generate(server, chunk, max_new)]
 
+
+
+def plain_reference(model_path: str, args: list[str], max_new: int) -> tuple[list[str], list[list[int]]]:
+    """The parity prompts in `model_path`'s chat format, and a plain server's greedy ids for them."""
+    from transformers import AutoTokenizer
+
+    from sglang_specsot.launch import ServerProcess
+
+    prompts = parity_prompts(AutoTokenizer.from_pretrained(model_path))
+    with ServerProcess(model_path, args) as server:
+        return prompts, [r["output_ids"] for r in run_batches(server, prompts, max_new)]

@@ -18,7 +18,7 @@ from transformers import AutoTokenizer
 
 from sglang_specsot.launch import ServerProcess
 from tests.integration.conftest import QWEN05_PARITY_TOKENS, SPECSOT, cpu_args, leak_checked_server
-from tests.integration.parity import mismatches, parity_prompts, run_batches
+from tests.integration.parity import mismatches, parity_prompts, plain_reference, run_batches
 
 pytestmark = pytest.mark.integration
 
@@ -41,15 +41,9 @@ def config_path(tmp_path_factory) -> str:
     return str(path)
 
 
-def _plain_and_prompts(model_path: str, args: list[str]) -> tuple[list[str], list[list[int]]]:
-    prompts = parity_prompts(AutoTokenizer.from_pretrained(model_path))
-    with ServerProcess(model_path, args) as server:
-        return prompts, [r["output_ids"] for r in run_batches(server, prompts, MAX_NEW)]
-
-
 @pytest.fixture(scope="module")
 def smollm2_plain(smollm2_path):
-    return _plain_and_prompts(smollm2_path, cpu_args(max_total_tokens=8192))
+    return plain_reference(smollm2_path, cpu_args(max_total_tokens=8192), MAX_NEW)
 
 
 def _check(server, prompts, plain_ids, label: str) -> dict:
