@@ -77,6 +77,9 @@ def _add_e2e(sub) -> None:
     p.add_argument("--warm-prefixes", action="store_true",
                    help="after each cache flush, prefill the prompts' fixed prefixes (chat header, "
                         "SoT's skeleton examples) untimed, as a serving server holds them")  # fmt: skip
+    p.add_argument("--warm-up", action="store_true",
+                   help="ask every fresh server one untimed question per kind of cell it serves (normal, "
+                        "server-side SoT, frontend) before its measured cells")  # fmt: skip
     p.add_argument("--system-prompt", default=None,
                    help="a system message before every question, normal and SoT alike (SoT plans and "
                         "writes under it)")  # fmt: skip

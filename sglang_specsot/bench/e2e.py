@@ -69,9 +69,10 @@ def plan_from_args(args) -> RunPlan:
                              "sot_config": sot_config,
                              # None, not False, when off: runs from before it (no key) still resume
                              "warm_prefixes": args.warm_prefixes or None,
+                             "warm_up": args.warm_up or None,
                              "system_prompt": args.system_prompt})  # fmt: skip
     return RunPlan(target, args.dtype, servers(draft), tuple(configs), tuple(questions), out, settings,
-                   one, args.block)  # fmt: skip
+                   one, args.block, warm_up=args.warm_up)  # fmt: skip
 
 
 def build_report(out: Path, quality: bool = True) -> dict:

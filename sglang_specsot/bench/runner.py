@@ -14,12 +14,12 @@ import logging
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sglang_specsot.bench.cells import Question, Settings, Target, failed, run_cell
 from sglang_specsot.bench.configs import CellConfig, ServerSpec
-from sglang_specsot.bench.store import CELLS_FILE, append, done_keys, load
+from sglang_specsot.bench.store import CELLS_FILE, OK, append, done_keys, load
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +33,10 @@ COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-
 SOLO_MEM_FRACTION, SHARED_MEM_FRACTION = "0.9", "0.25"
 START_RETRIES, RETRY_PAUSE = 1, 30
 SERVER_ORDER = ("plain", "specsot", "specsot-ctx", "ngram", "standalone")
+# `warm_up`: asked of every fresh server, untimed, its answers thrown away. Id 0 is no set's
+# question (ids start at 1), and no question set holds this text.
+WARM_UP_QUESTION = Question(0, "What are some tips for keeping houseplants healthy?", True)
+WARM_UP_TOKENS = 96  # enough for a skeleton and a batch of branches to decode a few steps
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +53,7 @@ class RunPlan:
     one_at_a_time: bool
     block: int
     startup_timeout: float = 900.0
+    warm_up: bool = False  # one untimed cell of each kind on every fresh server (`_warm_up`)
 
     def pending(self) -> list[tuple[Question, CellConfig]]:
         done = done_keys(load(self.out / CELLS_FILE))
@@ -117,6 +122,8 @@ class _Pool:
             self.broken[name] = f"server {name} did not start: {str(exc).splitlines()[0]} (log {_log(self.plan, name)})"
             return
         self.servers[name], self.targets[name] = server, _target(server, self.plan.servers[name], self.render)
+        if self.plan.warm_up:
+            _warm_up(self.plan, name, self.targets[name])
 
     def ready(self, name: str) -> str | None:
         """None when `name` is up (restarting it if it died and was not restarted yet), else why not."""
@@ -136,6 +143,22 @@ class _Pool:
     def stop(self) -> None:
         for server in self.servers.values():
             server.stop()
+
+
+def _warm_up(plan: RunPlan, name: str, target: Target) -> None:
+    """Ask WARM_UP_QUESTION once per kind of cell that runs on server `name`, untimed and not
+    recorded. A fresh server's first requests pay one-time costs (oneDNN primitives for shapes
+    not seen yet, lazy initialisation) that would otherwise land on whichever cell comes first;
+    rotation spreads that cost over the configurations but not out of the ratios."""
+    settings = replace(plan.settings, max_tokens=WARM_UP_TOKENS)
+    kinds: set[str] = set()
+    for cfg in plan.configs:
+        if cfg.server != name or cfg.kind in kinds:
+            continue
+        kinds.add(cfg.kind)
+        cell = run_cell(cfg, WARM_UP_QUESTION, target, settings)
+        if cell.status != OK:  # the measured cells will meet and report whatever broke it
+            logger.warning("warm-up of %s (%s) failed: %s", name, cfg.name, cell.reason)
 
 
 def _server_rank(name: str) -> tuple[int, str]:

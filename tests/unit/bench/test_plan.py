@@ -105,6 +105,21 @@ def test_warm_prefixes_is_a_run_setting_that_older_runs_resume_without(tmp_path,
         plan_of(tmp_path / "cold", "--warm-prefixes")
 
 
+def test_warm_up_is_a_run_setting(tmp_path, smollm2_path):
+    from sglang_specsot.bench.__main__ import _parser
+    from sglang_specsot.bench.e2e import plan_from_args
+
+    def plan_of(out, *extra):
+        return plan_from_args(_parser().parse_args(["e2e", "--target", smollm2_path, "--out", str(out), *extra]))
+
+    assert plan_of(tmp_path / "w", "--warm-up").warm_up
+    assert json.loads((tmp_path / "w" / "run.json").read_text())["warm_up"] is True
+    with pytest.raises(ValueError, match="warm_up"):  # cells measured after a warm-up never mix with others
+        plan_of(tmp_path / "w")
+    assert not plan_of(tmp_path / "cold").warm_up
+    assert json.loads((tmp_path / "cold" / "run.json").read_text())["warm_up"] is None
+
+
 def test_the_system_prompt_is_a_run_setting(tmp_path, smollm2_path):
     from sglang_specsot.bench.__main__ import _parser
     from sglang_specsot.bench.e2e import plan_from_args
