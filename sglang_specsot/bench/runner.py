@@ -33,9 +33,9 @@ COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-
 SOLO_MEM_FRACTION, SHARED_MEM_FRACTION = "0.9", "0.25"
 START_RETRIES, RETRY_PAUSE = 1, 30
 SERVER_ORDER = ("plain", "specsot", "specsot-ctx", "ngram", "standalone")
-# `warm_up`: asked of every fresh server, untimed, its answers thrown away. Id 0 is no set's
-# question (ids start at 1), and no question set holds this text.
-WARM_UP_QUESTION = Question(0, "What are some tips for keeping houseplants healthy?", True)
+# `warm_up`: asked of every fresh server, untimed, its answers thrown away. No question set
+# holds this text or a negative id.
+WARM_UP_QUESTION = Question(-1, "What are some tips for keeping houseplants healthy?", True)
 WARM_UP_TOKENS = 96  # enough for a skeleton and a batch of branches to decode a few steps
 
 

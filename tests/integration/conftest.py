@@ -41,11 +41,17 @@ def cpu_args(max_total_tokens: int = 4096, mem_fraction_static: float | None = 0
     return args
 
 
-# Qwen2.5-Coder-0.5B's plain greedy answers to the 50 parity prompts, this many new tokens
-# each: the reference of every draft-model parity test. Greedy in float32 at the same batch
-# shapes, a shorter run's tokens are a prefix of these, so a test with a smaller cap compares
-# with `ids[:cap]` instead of decoding them again (~1-2 minutes a run on 2 cores).
+# Plain greedy answers to the parity prompts, this many new tokens each, decoded once per
+# session: the reference of every parity test of the model. Greedy in float32 at the same
+# batch shapes, a shorter run's tokens are a prefix of these, so a test with a smaller cap
+# compares with `ids[:cap]`, and one that needs fewer prompts takes the first whole batches,
+# instead of decoding them again (~1-3 minutes a run on 2 cores).
+SMOLLM2_PARITY_TOKENS = 32
 QWEN05_PARITY_TOKENS = 24
+# The draft-model runs of Qwen 0.5B in float32 cost ~3 minutes each with the 50 prompts, in
+# decode steps, which grow with the number of batches: 28 questions and the 8 branch prompts
+# are 36 prompts, every batch size 1..8 once (8 batches instead of 13).
+QWEN05_PARITY_QUESTIONS = 28
 DRAFT_LAYERS = 12  # of 24: agrees with the target often, not always
 
 
@@ -65,7 +71,13 @@ def qwen05_draft_path(qwen05_path, tmp_path_factory) -> str:
 def qwen05_parity(qwen05_path) -> tuple[list[str], list[list[int]]]:
     """The parity prompts in Qwen's chat format, and plain decoding's greedy ids for them."""
     args = cpu_args(max_total_tokens=8192, mem_fraction_static=0.5)
-    return plain_reference(qwen05_path, args, QWEN05_PARITY_TOKENS)
+    return plain_reference(qwen05_path, args, QWEN05_PARITY_TOKENS, QWEN05_PARITY_QUESTIONS)
+
+
+@pytest.fixture(scope="session")
+def smollm2_parity(smollm2_path) -> tuple[list[str], list[list[int]]]:
+    """The 50 parity prompts in SmolLM2's chat format, and plain decoding's greedy ids for them."""
+    return plain_reference(smollm2_path, cpu_args(max_total_tokens=8192), SMOLLM2_PARITY_TOKENS)
 
 
 @pytest.fixture(scope="module")

@@ -18,10 +18,11 @@ def chunks(items: list, sizes: list[int] = BATCH_SIZES) -> list[list]:
     return out
 
 
-def parity_prompts(tokenizer) -> list[str]:
-    """42 Vicuna questions and 8 SoT branch prompts (the shape SoT sends), in `tokenizer`'s chat format."""
+def parity_prompts(tokenizer, questions: int = 42) -> list[str]:
+    """The first `questions` Vicuna questions and 8 SoT branch prompts (the shape SoT sends), in
+    `tokenizer`'s chat format. 28 questions make 36 prompts: every batch size once."""
     chat = lambda m: tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)  # noqa: E731
-    questions = [row["question"] for row in load_questions("vicuna80")][:42]
+    questions = [row["question"] for row in load_questions("vicuna80")][:questions]
     plain = [chat([{"role": "user", "content": q}]) for q in questions]
     branch = [expansion_prompt(q, POINTS, i % len(POINTS)).render(chat) for i, q in enumerate(questions[:8])]
     return plain + branch
@@ -46,12 +47,12 @@ def run_batches(server, prompts: list[str], max_new: int) -> list[dict]:
 
 
 
-def plain_reference(model_path: str, args: list[str], max_new: int) -> tuple[list[str], list[list[int]]]:
+def plain_reference(model_path: str, args: list[str], max_new: int, questions: int = 42) -> tuple[list[str], list[list[int]]]:
     """The parity prompts in `model_path`'s chat format, and a plain server's greedy ids for them."""
     from transformers import AutoTokenizer
 
     from sglang_specsot.launch import ServerProcess
 
-    prompts = parity_prompts(AutoTokenizer.from_pretrained(model_path))
+    prompts = parity_prompts(AutoTokenizer.from_pretrained(model_path), questions)
     with ServerProcess(model_path, args) as server:
         return prompts, [r["output_ids"] for r in run_batches(server, prompts, max_new)]

@@ -9,16 +9,16 @@ on the first verify (torch_native_backend.py:101).
 from __future__ import annotations
 
 import pytest
-from transformers import AutoTokenizer
 
 from sglang_specsot.launch import ServerProcess
-from tests.integration.conftest import SPECSOT, cpu_args
-from tests.integration.parity import mismatches, parity_prompts, run_batches
+from tests.integration.conftest import SMOLLM2_PARITY_TOKENS, SPECSOT, cpu_args
+from tests.integration.parity import BATCH_SIZES, mismatches, run_batches
 
 pytestmark = pytest.mark.integration
 
 MAX_NEW = 32
-NUM_PROMPTS = 12  # batches of 1..5: single and batched verifies
+assert MAX_NEW <= SMOLLM2_PARITY_TOKENS  # compared with a prefix of the session's plain run
+NUM_PROMPTS = sum(BATCH_SIZES[:4])  # the plain run's first batches, of 1..4: single and batched verifies
 FIX = "--attention-backend specsot_cpu"
 
 
@@ -31,14 +31,14 @@ NO_BACKEND = _without_backend(cpu_args(max_total_tokens=8192))
 
 
 @pytest.fixture(scope="module")
-def prompts(smollm2_path) -> list[str]:
-    return parity_prompts(AutoTokenizer.from_pretrained(smollm2_path))[:NUM_PROMPTS]
+def prompts(smollm2_parity) -> list[str]:
+    return smollm2_parity[0][:NUM_PROMPTS]
 
 
 @pytest.fixture(scope="module")
-def plain_ids(smollm2_path, prompts) -> list[list[int]]:
-    with ServerProcess(smollm2_path, cpu_args(max_total_tokens=8192)) as server:
-        return [r["output_ids"] for r in run_batches(server, prompts, MAX_NEW)]
+def plain_ids(smollm2_parity) -> list[list[int]]:
+    # Plain decoding with NO_BACKEND's arguments and specsot_cpu, the same first batches.
+    return [ids[:MAX_NEW] for ids in smollm2_parity[1][:NUM_PROMPTS]]
 
 
 def test_no_backend_chosen_serves_verifies_with_specsot_cpu(smollm2_path, prompts, plain_ids, tmp_path):

@@ -2,7 +2,7 @@
 
 Proves, for SoT-context drafting (SmolLM2-135M) and with a draft model (Qwen2.5-Coder-0.5B
 and a 12-layer cut of it), float32: greedy output token-identical to plain decoding on the
-50 parity prompts at batch sizes 1..8 with adaptive budgets (SPECSOT's own policy, and a
+parity prompts (50 for SmolLM2, 36 for Qwen) at batch sizes 1..8 with adaptive budgets (SPECSOT's own policy, and a
 config in SGLang's format that alternates plain and drafted steps), overlap on and off;
 /server_info shows the measured cost model, refreshed by real steps, and the last plan; each
 request's meta_info carries the draft tokens spent (spec_cap_length) beside its accept
@@ -17,13 +17,20 @@ import pytest
 from transformers import AutoTokenizer
 
 from sglang_specsot.launch import ServerProcess
-from tests.integration.conftest import QWEN05_PARITY_TOKENS, SPECSOT, cpu_args, leak_checked_server
-from tests.integration.parity import mismatches, parity_prompts, plain_reference, run_batches
+from tests.integration.conftest import (
+    QWEN05_PARITY_TOKENS,
+    SMOLLM2_PARITY_TOKENS,
+    SPECSOT,
+    cpu_args,
+    leak_checked_server,
+)
+from tests.integration.parity import mismatches, parity_prompts, run_batches
 
 pytestmark = pytest.mark.integration
 
 MAX_NEW = 24
 assert MAX_NEW == QWEN05_PARITY_TOKENS  # test_draft_model_parity compares with the shared plain run
+assert MAX_NEW <= SMOLLM2_PARITY_TOKENS  # the context-drafting tests with a prefix of SmolLM2's
 # Budgets in SGLang's adaptive-config format: at batch 1 a plain step or the whole window,
 # from batch 4 a plain step or one draft token; SPECSOT's own keys under "specsot".
 CONFIG = {"1": {"candidate_steps": [0, 5]}, "4": {"candidate_steps": [0, 1]}, "specsot": {"decay": 0.3}}
@@ -42,8 +49,9 @@ def config_path(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def smollm2_plain(smollm2_path):
-    return plain_reference(smollm2_path, cpu_args(max_total_tokens=8192), MAX_NEW)
+def smollm2_plain(smollm2_parity):
+    prompts, ids = smollm2_parity  # plain decoding with CONTEXT_ARGS' server arguments, the same batches
+    return prompts, [i[:MAX_NEW] for i in ids]
 
 
 def _check(server, prompts, plain_ids, label: str) -> dict:

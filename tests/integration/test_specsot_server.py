@@ -11,14 +11,14 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from sglang_specsot.launch import ServerProcess
-from tests.integration.conftest import SPECSOT, cpu_args, leak_checked_server
-from tests.integration.parity import generate, mismatches, parity_prompts, run_batches
+from tests.integration.conftest import SMOLLM2_PARITY_TOKENS, SPECSOT, cpu_args, leak_checked_server
+from tests.integration.parity import generate, mismatches, run_batches
 
 pytestmark = pytest.mark.integration
 
 COMMON = cpu_args(max_total_tokens=8192)  # room for a batch of 8 parity prompts
 MAX_NEW = 32
+assert MAX_NEW == SMOLLM2_PARITY_TOKENS  # compared with the session's plain run
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +31,8 @@ def _chat(tokenizer, messages) -> str:
 
 
 @pytest.fixture(scope="module")
-def prompts(tokenizer) -> list[str]:
-    return parity_prompts(tokenizer)
+def prompts(smollm2_parity) -> list[str]:
+    return smollm2_parity[0]
 
 
 def _generate(server, texts, custom_params=None) -> list[dict]:
@@ -44,9 +44,8 @@ def _run(server, prompts) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def plain_ids(smollm2_path, prompts) -> list[list[int]]:
-    with ServerProcess(smollm2_path, COMMON) as server:
-        return [r["output_ids"] for r in _run(server, prompts)]
+def plain_ids(smollm2_parity) -> list[list[int]]:
+    return smollm2_parity[1]  # plain decoding with COMMON, the same batches
 
 
 @pytest.fixture(scope="module", params=["overlap", "no-overlap"])
