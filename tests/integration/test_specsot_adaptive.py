@@ -2,8 +2,9 @@
 
 Proves, for SoT-context drafting (SmolLM2-135M) and with a draft model (Qwen2.5-Coder-0.5B
 and a 12-layer cut of it), float32: greedy output token-identical to plain decoding on the
-parity prompts (50 for SmolLM2, 36 for Qwen) at batch sizes 1..8 with adaptive budgets (SPECSOT's own policy, and a
-config in SGLang's format that alternates plain and drafted steps), overlap on and off;
+parity prompts (50 for SmolLM2, 36 for Qwen) at batch sizes 1..8 with adaptive budgets
+(SPECSOT's own policy, and a config in SGLang's format that alternates plain and drafted
+steps), overlap on and off;
 /server_info shows the measured cost model, refreshed by real steps, and the last plan; each
 request's meta_info carries the draft tokens spent (spec_cap_length) beside its accept
 length; SGLang's strict idle memory check finds no leaked slot.

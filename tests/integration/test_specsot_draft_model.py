@@ -1,8 +1,8 @@
 """SPECSOT with a draft model on this CPU: Qwen2.5-Coder-0.5B (float32) and a draft cut from it.
 
 Proves: greedy output token-identical to plain decoding on 36 prompts (28 Vicuna questions, 8
-SoT branch prompts) at batch sizes 1..8 with the draft model's chain (overlap on and off) and its tree (top-k 2, overlap on), each
-merged with SoT-context nodes; drafts are accepted; SGLang's strict idle memory check finds
+SoT branch prompts) at batch sizes 1..8 with the draft model's chain (overlap on and off) and
+its tree (top-k 2, overlap on), each merged with SoT-context nodes; drafts are accepted; SGLang's strict idle memory check finds
 no leaked slot; a draft model with another vocabulary is refused at launch with the flag named.
 """
 
