@@ -46,8 +46,9 @@ def run_batches(server, prompts: list[str], max_new: int) -> list[dict]:
     return [r for chunk in chunks(prompts) for r in generate(server, chunk, max_new)]
 
 
-
-def plain_reference(model_path: str, args: list[str], max_new: int, questions: int = 42) -> tuple[list[str], list[list[int]]]:
+def plain_reference(
+    model_path: str, args: list[str], max_new: int, questions: int = 42
+) -> tuple[list[str], list[list[int]]]:
     """The parity prompts in `model_path`'s chat format, and a plain server's greedy ids for them."""
     from transformers import AutoTokenizer
 

@@ -2,8 +2,9 @@
 
 Proves: greedy output token-identical to plain decoding on 36 prompts (28 Vicuna questions, 8
 SoT branch prompts) at batch sizes 1..8 with the draft model's chain (overlap on and off) and
-its tree (top-k 2, overlap on), each merged with SoT-context nodes; drafts are accepted; SGLang's strict idle memory check finds
-no leaked slot; a draft model with another vocabulary is refused at launch with the flag named.
+its tree (top-k 2, overlap on), each merged with SoT-context nodes; drafts are accepted;
+SGLang's strict idle memory check finds no leaked slot; a draft model with another vocabulary
+is refused at launch with the flag named.
 """
 
 from __future__ import annotations

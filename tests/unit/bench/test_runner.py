@@ -3,6 +3,8 @@ rounds over question blocks; a server that does not start fails its cells with t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from sglang_specsot.bench import runner
@@ -169,12 +171,11 @@ def test_warm_up_asks_each_fresh_server_once_per_kind_untimed_and_unrecorded(tmp
         return CellResult(question.id, cfg.name, status, question.suitable, latency=1.0, answer="a", reason="x")
 
     monkeypatch.setattr(runner, "run_cell", run_cell)
-    base = plan(tmp_path, one_at_a_time=True, block=2)
-    runner.run(runner.RunPlan(**{**{f: getattr(base, f) for f in base.__dataclass_fields__}, "warm_up": True}))
+    runner.run(replace(plan(tmp_path, one_at_a_time=True, block=2), warm_up=True))
     cells = [e for e in log if e[0] in ("start", "cell")]
     warm = [e for e in cells if e[0] == "cell" and e[1] < 0]
-    # Two blocks x three servers; plain serves one kind of cell, specsot-ctx two (server-side
-    # SoT in modes on and auto: one kind), ngram one.
+    # Two blocks x three servers, one kind of cell each: specsot-ctx serves two configurations
+    # (SpecSoT-server and SpecSoT-router), both server-side SoT, so it is warmed once.
     assert len(warm) == 6
     for i, event in enumerate(cells):  # every start is followed by its warm-up, before any measured cell
         if event[0] == "start":
