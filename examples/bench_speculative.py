@@ -9,7 +9,9 @@ prompts, so machine drift hits every configuration alike. Two prompt sets:
 Configurations: plain decoding, NGRAM and SPECSOT-ctx (SoT-context drafting, no second model);
 with --draft also STANDALONE and SPECSOT with that draft model, both with a --steps chain
 (SPECSOT adds up to 3 SoT-context nodes to it). With --adaptive, each SPECSOT config also
-runs with --speculative-adaptive ("+ad": per-step budgets from the measured cost model).
+runs with --speculative-adaptive ("+ad": per-step budgets from the measured cost model);
+without it SPECSOT drafts its window or decodes plain, as its measured costs say. With --fixed,
+each also runs drafting its whole window every step ("-fixed", SGLANG_SPECSOT_FIXED_WINDOW=1).
 Prints accept length, draft tokens spent per verify (meta_info spec_cap_length), output
 tokens/s and the ratio to plain decoding for each, and the machine's load average; for
 SPECSOT, also how often a draft at each chain depth was accepted given its parent was,
@@ -36,6 +38,7 @@ from sglang_specsot.data import load_questions
 from sglang_specsot.launch import ServerProcess
 from sglang_specsot.models import fetch as fetch_model
 from sglang_specsot.sot import expansion_prompt
+from sglang_specsot.speculative.budget import FIXED_WINDOW_ENV
 from sglang_specsot.sot.runner import shared_prefix
 
 COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-tokens", "16384",
@@ -51,11 +54,13 @@ def fetch(name: str) -> str:
 
 
 def configs(
-    draft_path: str | None, num_draft: int, steps: int, topk: int, model_tree: int, adaptive: bool = False
-) -> dict[str, list[str]]:
+    draft_path: str | None, num_draft: int, steps: int, topk: int, model_tree: int, adaptive: bool = False,
+    fixed: bool = False,
+) -> dict[str, list[str]]:  # fmt: skip
     """Plain, NGRAM and SPECSOT from the SoT context alone; with a draft model also
     STANDALONE and SPECSOT, both drafting a `model_tree`-node tree (`steps` x `topk`) with it;
-    SPECSOT's verify window holds 3 SoT-context nodes more."""
+    SPECSOT's verify window holds 3 SoT-context nodes more. `fixed` adds a `-fixed` twin of
+    each SPECSOT config without --speculative-adaptive (its server gets `server_env`)."""
     out = {
         "plain": [],
         "NGRAM": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(num_draft)],
@@ -68,10 +73,19 @@ def configs(
                              "--speculative-num-draft-tokens", str(model_tree)]  # fmt: skip
         out["SPECSOT"] = ["--speculative-algorithm", "SPECSOT", *shape,
                           "--speculative-num-draft-tokens", str(model_tree + 3)]  # fmt: skip
+    plain_specsot = [n for n in out if n.startswith("SPECSOT")]
     if adaptive:
-        for name in [n for n in out if n.startswith("SPECSOT")]:
+        for name in plain_specsot:
             out[f"{name}+ad"] = out[name] + ["--speculative-adaptive"]
+    if fixed:
+        for name in plain_specsot:
+            out[f"{name}-fixed"] = list(out[name])
     return out
+
+
+def server_env(name: str) -> dict[str, str]:
+    """A `-fixed` config drafts its whole window every step; the others decide from costs."""
+    return {FIXED_WINDOW_ENV: "1"} if name.endswith("-fixed") else {}
 
 
 def workloads(tokenizer, n_questions: int, points: int = 4) -> dict[str, list[tuple[list[str], dict | None]]]:
@@ -125,6 +139,9 @@ def main() -> None:
     parser.add_argument("--only", default=None, help="comma-separated configs to run (default: all)")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--adaptive", action="store_true", help="also run each SPECSOT config with --speculative-adaptive")
+    parser.add_argument("--fixed", action="store_true",
+                        help="also run each SPECSOT config drafting its whole window every step "
+                             "(SGLANG_SPECSOT_FIXED_WINDOW=1)")  # fmt: skip
     parser.add_argument("--one-at-a-time", action="store_true",
                         help="one server alive at a time (a 1.5B target with a draft needs ~8 GB per server)")
     args = parser.parse_args()
@@ -140,9 +157,10 @@ def main() -> None:
     loads = {name: batches for name, batches in loads.items() if name in wanted}
     logs = Path(tempfile.mkdtemp(prefix="bench-speculative-"))
     servers = {name: ServerProcess(model, COMMON + ["--dtype", args.dtype] + extra,
-                                   log_path=logs / f"{name}.log")  # fmt: skip
+                                   env=server_env(name), log_path=logs / f"{name}.log")  # fmt: skip
                for name, extra in configs(draft, args.num_draft_tokens, args.steps, args.topk,
-                                     args.model_tree or 1 + args.steps * args.topk, args.adaptive).items()
+                                     args.model_tree or 1 + args.steps * args.topk, args.adaptive,
+                                     args.fixed).items()
                if args.only is None or name == "plain" or name in args.only.split(",")}
     stats = {(c, w): {"tokens": 0, "seconds": 0.0, "accept": [], "spent": [], "depth": {}} for c in servers for w in loads}
     print(f"load average at start: {os.getloadavg()}", flush=True)

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 
 import torch
 
 from sglang_specsot.speculative import adapter as sgl
 from sglang_specsot.speculative.budget import (
-    AcceptanceStats, AdaptiveConfig, DepthAcceptance, StepPlan, best_plan, candidate_plans, explore_every,
-    explore_plan, may_pay,
+    FIXED_WINDOW_ENV, AcceptanceStats, AdaptiveConfig, DepthAcceptance, StepPlan, best_plan, candidate_plans,
+    explore_every, explore_plan, may_pay,
 )  # fmt: skip
 from sglang_specsot.speculative.context_draft import ContextDrafter
 from sglang_specsot.speculative.cost_model import CostModel, StepCostTable
@@ -62,11 +63,12 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._warned: set[str] = set()
         self._loop_logged = False
         # The cost model is measured on every start-up (and shown in /server_info); the
-        # budget policy uses it only with --speculative-adaptive.
+        # budget policy uses it unless SGLANG_SPECSOT_FIXED_WINDOW=1.
         self.cost = CostModel(target=probe_forward_cost(self.model_runner.model))
         self.step_costs = StepCostTable()  # real step times, where the model prices them wrong
         # Wall-clock step times mean something only where the host waits for the forward.
         self._refresh_costs = torch.device(self.device).type == "cpu"
+        self.budget_mode = budget_mode(server_args)
         self.adaptive = adaptive_config(server_args, self.num_draft_tokens - 1)
         self.stats = AcceptanceStats(self.adaptive or AdaptiveConfig.default(self.num_draft_tokens - 1))
         self.shadows = ShadowDrafts()  # SoT-context trees proposed on plain steps, walked for free
@@ -107,7 +109,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         return {"specsot": {
             "cost_model": self.cost.info(),
             "measured_step_ms": self.step_costs.info(),
-            "adaptive": self.adaptive is not None,
+            "adaptive": self.budget_mode == ADAPTIVE,
+            "budget_mode": self.budget_mode,
             "acceptance_p": dict(list(self.stats.info().items())[-32:]),  # newest groups
             "last_plan": None if plan is None else {"width": plan.width, "budgets": list(plan.budgets)},
             "exploring_steps": self._explored,
@@ -239,8 +242,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         return self._verify_input(batch, [pad_tree(t, n, filler=t.tokens[0]) for t in trees])
 
     def _tree_sizes(self, batch) -> list[int]:
-        """Nodes (incl. the root) each request may draft this step: the full window, or
-        with --speculative-adaptive what the budget policy finds pays on this machine."""
+        """Nodes (incl. the root) each request may draft this step: what the budget policy
+        finds pays on this machine (the full window with SGLANG_SPECSOT_FIXED_WINDOW=1)."""
         if self.adaptive is None:
             return [self.num_draft_tokens] * len(batch.reqs)
         ps = self._last_ps = self._acceptance(batch.reqs)
@@ -333,8 +336,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         return None  # SoT-context drafts carry no confidence of their own
 
     def _plan(self, ps: list[float], firsts: list[float] | None = None) -> StepPlan:
-        """The budget policy's plan for a step of requests with acceptance `ps` (needs
-        --speculative-adaptive)."""
+        """The budget policy's plan for a step of requests with acceptance `ps` (not with
+        SGLANG_SPECSOT_FIXED_WINDOW=1)."""
         return best_plan(self._candidate_plans(ps, firsts))
 
     def _decide(self, ps: list[float], firsts: list[float] | None) -> StepPlan:
@@ -532,15 +535,31 @@ def steps_left(reqs, tokens_per_step: float) -> float:
     return sum(left) / len(left) / max(tokens_per_step, 1.0)
 
 
+ADAPTIVE, WINDOW_OR_PLAIN, FIXED = "adaptive", "window-or-plain", "fixed"
+
+
 def adaptive_config(server_args, max_budget: int) -> AdaptiveConfig | None:
-    """SPECSOT's reading of --speculative-adaptive / --speculative-adaptive-config, or None.
+    """SPECSOT's budget policy: its reading of --speculative-adaptive /
+    --speculative-adaptive-config, or None for a fixed window.
+
+    Without --speculative-adaptive SPECSOT still decides every step from measured costs and
+    acceptance whether the window pays (`AdaptiveConfig.window_or_plain`): a fixed window on a
+    batch of SoT branches was 0.7x plain decoding with the 0.5B draft of the 1.5B on CPU.
+    `SGLANG_SPECSOT_FIXED_WINDOW=1` in the server's environment drafts the window every step.
 
     SGLang turns its own (EAGLE-only) controller off for other algorithms during argument
     resolution and says so in a warning; the flag as the user gave it is still on the
     pristine server_args the worker receives.
     """
-    if not getattr(server_args, "speculative_adaptive", False):
+    mode = budget_mode(server_args)
+    if mode == FIXED:
+        logger.info("SPECSOT drafts the whole window every step (%s=1)", FIXED_WINDOW_ENV)
         return None
+    if mode == WINDOW_OR_PLAIN:
+        config = AdaptiveConfig.window_or_plain(max_budget)
+        logger.info("SPECSOT drafts its %d-token window where measured costs say it pays, else decodes plain "
+                    "(--speculative-adaptive also sizes each request's draft): %s", max_budget, config)  # fmt: skip
+        return config
     path = getattr(server_args, "speculative_adaptive_config", None)
     if path is None:
         config = AdaptiveConfig.default(max_budget)
@@ -549,6 +568,17 @@ def adaptive_config(server_args, max_budget: int) -> AdaptiveConfig | None:
             config = AdaptiveConfig.from_json(f.read(), max_budget)
     logger.info("SPECSOT adaptive draft budgets on (SPECSOT's own policy, not SGLang's EAGLE controller): %s", config)
     return config
+
+
+def budget_mode(server_args) -> str:
+    """ADAPTIVE (--speculative-adaptive), FIXED (SGLANG_SPECSOT_FIXED_WINDOW=1, without it)
+    or WINDOW_OR_PLAIN (the default)."""
+    if getattr(server_args, "speculative_adaptive", False):
+        return ADAPTIVE
+    value = os.environ.get(FIXED_WINDOW_ENV, "")
+    if value not in ("", "0", "1"):
+        raise ValueError(f"{FIXED_WINDOW_ENV}={value!r}: set it to 1 (draft the whole window every step) or 0 / unset")
+    return FIXED if value == "1" else WINDOW_OR_PLAIN
 
 
 def _host_links(trees: tuple[DraftTree, ...], n: int) -> tuple[torch.Tensor, torch.Tensor]:

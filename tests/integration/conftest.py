@@ -23,6 +23,9 @@ SPECSOT = ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens
 # SGLang's strict idle memory check (scheduler.py:5290-5310, in on_idle) raises on a leaked KV
 # slot or request row, which kills the scheduler, instead of logging a warning.
 STRICT_MEM_CHECK_ENV = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}
+# SPECSOT drafts its whole window every step (not only where its costs say it pays): the
+# parity tests that must see verify run on every step.
+FIXED_WINDOW_ENV = {"SGLANG_SPECSOT_FIXED_WINDOW": "1"}
 LEAK_NEEDLES = ("memory leak detected", "double free", "use-after-free")
 IDLE_CHECK_ROUNDS = 3  # fresh idle snapshots to see; the first may predate the idle loop
 IDLE_CHECK_DEADLINE = 120.0  # a hang guard: an idle scheduler publishes one about every second
@@ -111,10 +114,12 @@ def stream_events(server: ServerProcess, payload: dict) -> list[dict]:
 
 
 @contextmanager
-def leak_checked_server(model_path: str, args: list[str], log_path: Path) -> Iterator[ServerProcess]:
+def leak_checked_server(
+    model_path: str, args: list[str], log_path: Path, env: dict[str, str] | None = None
+) -> Iterator[ServerProcess]:
     """A server under SGLang's strict idle memory check; once the caller is done with it, this
     proves the check ran after the last request and found nothing, or fails."""
-    with ServerProcess(model_path, args, env=STRICT_MEM_CHECK_ENV, log_path=log_path) as server:
+    with ServerProcess(model_path, args, env={**STRICT_MEM_CHECK_ENV, **(env or {})}, log_path=log_path) as server:
         yield server
         assert_idle_memory_check_passed(server)
 

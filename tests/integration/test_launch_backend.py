@@ -1,6 +1,7 @@
 """A speculative CPU server launched without `--attention-backend specsot_cpu` (SmolLM2-135M).
 
-Proves: with no attention backend it serves speculative verifies, greedy output identical to
+Proves: with no attention backend it serves speculative verifies (SPECSOT drafting its whole
+window every step, SGLANG_SPECSOT_FIXED_WINDOW=1), greedy output identical to
 plain decoding, having said it chose specsot_cpu; with one that cannot verify it exits non-zero
 before "fired up", naming the flag to add. Before, both said "fired up" and the scheduler died
 on the first verify (torch_native_backend.py:101).
@@ -11,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_specsot.launch import ServerProcess
-from tests.integration.conftest import SMOLLM2_PARITY_TOKENS, SPECSOT, cpu_args
+from tests.integration.conftest import FIXED_WINDOW_ENV, SMOLLM2_PARITY_TOKENS, SPECSOT, cpu_args
 from tests.integration.parity import BATCH_SIZES, mismatches, run_batches
 
 pytestmark = pytest.mark.integration
@@ -42,7 +43,8 @@ def plain_ids(smollm2_parity) -> list[list[int]]:
 
 
 def test_no_backend_chosen_serves_verifies_with_specsot_cpu(smollm2_path, prompts, plain_ids, tmp_path):
-    with ServerProcess(smollm2_path, NO_BACKEND + SPECSOT, log_path=tmp_path / "server.log") as server:
+    server = ServerProcess(smollm2_path, NO_BACKEND + SPECSOT, env=FIXED_WINDOW_ENV, log_path=tmp_path / "server.log")
+    with server:
         results = run_batches(server, prompts, MAX_NEW)
         accept = server.get("/server_info")["internal_states"][0]["avg_spec_accept_length"]
         log = server.log_path.read_text()

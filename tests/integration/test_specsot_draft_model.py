@@ -2,7 +2,8 @@
 
 Proves: greedy output token-identical to plain decoding on 36 prompts (28 Vicuna questions, 8
 SoT branch prompts) at batch sizes 1..8 with the draft model's chain (overlap on and off) and
-its tree (top-k 2, overlap on), each merged with SoT-context nodes; drafts are accepted;
+its tree (top-k 2, overlap on), each merged with SoT-context nodes and drafted every step
+(SGLANG_SPECSOT_FIXED_WINDOW=1; the cost-aware default is tested in test_specsot_adaptive.py); drafts are accepted;
 SGLang's strict idle memory check finds no leaked slot; a draft model with another vocabulary
 is refused at launch with the flag named.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 from sglang_specsot.launch import ServerProcess
-from tests.integration.conftest import QWEN05_PARITY_TOKENS, cpu_args, leak_checked_server
+from tests.integration.conftest import FIXED_WINDOW_ENV, QWEN05_PARITY_TOKENS, cpu_args, leak_checked_server
 from tests.integration.parity import mismatches, run_batches
 
 pytestmark = pytest.mark.integration
@@ -50,7 +51,7 @@ def draft_server(request, qwen05_path, qwen05_draft_path, tmp_path_factory):
     log = tmp_path_factory.mktemp("specsot-draft") / "server.log"
     args = COMMON + ["--speculative-algorithm", "SPECSOT", "--speculative-draft-model-path", qwen05_draft_path]
     # Its teardown, after every test on this server, proves the idle memory check passed.
-    with leak_checked_server(qwen05_path, args + CONFIGS[request.param], log) as server:
+    with leak_checked_server(qwen05_path, args + CONFIGS[request.param], log, env=FIXED_WINDOW_ENV) as server:
         server.config = request.param
         yield server
 

@@ -1,4 +1,5 @@
-"""A real SPECSOT server on this CPU (SmolLM2-135M, float32, SoT-context drafting only).
+"""A real SPECSOT server on this CPU (SmolLM2-135M, float32, SoT-context drafting only), drafting
+its whole window every step (SGLANG_SPECSOT_FIXED_WINDOW=1), so that verify runs on every step.
 
 Proves: greedy output token-identical to plain decoding on 50 prompts at batch sizes 1..8,
 with the overlap scheduler on and off; the overlap event loop really drives the worker;
@@ -11,7 +12,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from tests.integration.conftest import SMOLLM2_PARITY_TOKENS, SPECSOT, cpu_args, leak_checked_server
+from tests.integration.conftest import FIXED_WINDOW_ENV, SMOLLM2_PARITY_TOKENS, SPECSOT, cpu_args, leak_checked_server
 from tests.integration.parity import generate, mismatches, run_batches
 
 pytestmark = pytest.mark.integration
@@ -53,7 +54,7 @@ def specsot_server(request, smollm2_path, tmp_path_factory):
     extra = [] if request.param == "overlap" else ["--disable-overlap-schedule"]
     log = tmp_path_factory.mktemp("specsot") / "server.log"
     # Its teardown, after every test on this server, proves the idle memory check passed.
-    with leak_checked_server(smollm2_path, COMMON + SPECSOT + extra, log) as server:
+    with leak_checked_server(smollm2_path, COMMON + SPECSOT + extra, log, env=FIXED_WINDOW_ENV) as server:
         server.mode = request.param
         yield server
 

@@ -12,7 +12,7 @@ from sglang_specsot.speculative.context_draft import ContextDrafter
 from sglang_specsot.speculative.cost_model import CostModel, ForwardCost, StepCostTable
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.shadow import ShadowDrafts
-from sglang_specsot.speculative.worker import SpecSoTWorker
+from sglang_specsot.speculative.worker import FIXED_WINDOW_ENV, SpecSoTWorker, adaptive_config, budget_mode
 
 
 def _worker(config: AdaptiveConfig) -> SpecSoTWorker:
@@ -20,7 +20,7 @@ def _worker(config: AdaptiveConfig) -> SpecSoTWorker:
     worker = SpecSoTWorker.__new__(SpecSoTWorker)
     # Rows cost in proportion (a verify of w rows costs w plain steps): drafts never pay.
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 200.0)))
-    worker.adaptive = config
+    worker.adaptive, worker.budget_mode = config, "adaptive"
     worker.stats = AcceptanceStats(config)
     worker._tags, worker._last_plan, worker._plain_steps, worker._explored, worker._hopeless, worker._unrepaid = {}, None, 0, 0, 0, 0
     worker._steps, worker._draft_source, worker.by_depth = 0, "context", {}
@@ -75,6 +75,35 @@ def test_no_exploring_where_drafting_could_not_pay_even_at_explore_p():
     assert worker._worth_exploring(2)  # null: on schedule, whatever the costs say
 
 
+def test_without_speculative_adaptive_a_step_drafts_the_window_or_nothing(monkeypatch):
+    args = SimpleNamespace(speculative_adaptive=False, speculative_adaptive_config=None)
+    monkeypatch.delenv(FIXED_WINDOW_ENV, raising=False)
+    config = adaptive_config(args, 5)
+    assert budget_mode(args) == "window-or-plain" and config.candidates(1) == config.candidates(64) == (0, 5)
+    worker, batch = _worker(config), _batch(2)
+    worker.budget_mode = budget_mode(args)
+    # Rows cost in proportion: the window never pays, so every step is a plain decode.
+    assert {max(worker._tree_sizes(batch)) for _ in range(8)} == {1}
+    # Rows free: the window's 5 drafts, each request's cut where its next draft is unlikely
+    # (p = 0.5 without evidence: 0.5^5 < min_token_prob 0.05, so 4 drafts and the root).
+    worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 64), probe_ms=(100.0, 100.0)))
+    assert worker._tree_sizes(batch) == [5, 5] and worker._last_plan.budgets == (4, 4)
+    report = worker.speculative_state_report()["specsot"]
+    assert report["budget_mode"] == "window-or-plain" and report["adaptive"] is False
+
+
+def test_the_fixed_window_is_asked_for_in_the_environment(monkeypatch):
+    args = SimpleNamespace(speculative_adaptive=False, speculative_adaptive_config=None)
+    monkeypatch.setenv(FIXED_WINDOW_ENV, "1")
+    assert budget_mode(args) == "fixed" and adaptive_config(args, 5) is None
+    # --speculative-adaptive wins over it: the flag is the user's explicit choice.
+    adaptive = SimpleNamespace(speculative_adaptive=True, speculative_adaptive_config=None)
+    assert budget_mode(adaptive) == "adaptive" and adaptive_config(adaptive, 5).candidates(1) == (0, 1, 2, 3, 4, 5)
+    monkeypatch.setenv(FIXED_WINDOW_ENV, "yes")
+    with pytest.raises(ValueError, match=r"SGLANG_SPECSOT_FIXED_WINDOW='yes': set it to 1"):
+        budget_mode(args)
+
+
 def test_acceptance_by_depth_is_split_by_where_the_chain_started():
     worker = _worker(AdaptiveConfig(buckets=((1, (0, 2, 4)),)))
     chain = DraftTree((7, 8, 9, 10), (-1, 0, 1, 2))  # root + a chain of 3 drafts
@@ -113,7 +142,7 @@ def _model_worker(config: AdaptiveConfig):
     # draft-extend of more than 64 rows grows 10 ms a row.
     target = ForwardCost(probe_rows=(1, 64), probe_ms=(100.0, 100.0))
     worker.cost = CostModel(target=target, draft=ForwardCost(probe_rows=(1, 64, 65), probe_ms=(40.0, 40.0, 50.0)))
-    worker.adaptive, worker.stats = config, AcceptanceStats(config)
+    worker.adaptive, worker.budget_mode, worker.stats = config, "adaptive", AcceptanceStats(config)
     worker._tags, worker._last_plan, worker._plain_steps, worker._explored, worker._hopeless, worker._unrepaid = {}, None, 0, 0, 0, 0
     worker._steps, worker._draft_source, worker.by_depth = 0, "context", {}
     worker.step_costs, worker._step_log, worker.drafter, worker._trace = StepCostTable(), None, ContextDrafter(), None
