@@ -52,9 +52,9 @@ class CellConfig:
         return self.subset == ALL or (self.subset == SUITABLE) == suitable
 
 
-# SPECSOT runs as we recommend it: with its measured cost model choosing each step's draft
-# budgets (--speculative-adaptive), since a fixed window is slower than plain decoding on SoT
-# branch batches here (README, adaptive draft budgets).
+# SPECSOT runs as we recommend it: with its measured cost model sizing each request's draft
+# every step (--speculative-adaptive). Without the flag it would choose only between its whole
+# window and a plain decode (README, adaptive draft budgets).
 SPECSOT_ADAPTIVE = ("--speculative-adaptive",)
 
 

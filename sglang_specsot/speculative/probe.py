@@ -42,24 +42,37 @@ def _sync(device: torch.device) -> None:
 
 
 @torch.inference_mode()
-def probe_forward_cost(model: torch.nn.Module, rows: tuple[int, ...] = PROBE_ROWS, reps: int = 2) -> ForwardCost:
-    """Time the model's matrix products at each row count (best of `reps`, after a warm-up)."""
+def probe_forward_cost(model: torch.nn.Module, rows: tuple[int, ...] = PROBE_ROWS, sweeps: int = 3) -> ForwardCost:
+    """Time the model's matrix products at each row count: the best of `sweeps` sweeps over
+    every row count, after one warm-up sweep.
+
+    Sweeps rather than repeats of one row count back to back: a disturbance lasting seconds
+    (another process starting beside the server) then spoils one sweep's time of a row count,
+    not every try of it. With repeats, one server here measured 8 rows at 539 ms (another,
+    the same model a minute later, 181 ms); the monotone fix below carried that to every larger
+    count, the window looked three times its cost, and the server never drafted."""
     weights = _weights(model)
     assert weights, f"{type(model).__name__} has no 2-D floating weights to probe"
     device, dtype = weights[0].device, weights[0].dtype
-    times = []
-    for n in rows:
-        inputs = {w.shape[1]: torch.randn(n, w.shape[1], device=device, dtype=dtype) for w in weights}
-        best = float("inf")
-        for _ in range(reps + 1):  # the first run warms caches and kernels
-            _sync(device)
-            start = time.perf_counter()
-            for w in weights:
-                torch.nn.functional.linear(inputs[w.shape[1]], w)
-            _sync(device)
-            best = min(best, (time.perf_counter() - start) * 1e3)
-        times.append(best)
+    inputs = {n: {w.shape[1]: torch.randn(n, w.shape[1], device=device, dtype=dtype) for w in weights} for n in rows}
+    best = {n: float("inf") for n in rows}
+    for sweep in range(sweeps + 1):
+        for n in rows:
+            ms = _time_products(weights, inputs[n], device)
+            if sweep > 0:  # the first sweep warms caches and kernels
+                best[n] = min(best[n], ms)
+    times = [best[n] for n in rows]
     # Noise can make a larger probe look cheaper; the model assumes cost never falls with rows.
     for i in range(1, len(times)):
         times[i] = max(times[i], times[i - 1])
     return ForwardCost(probe_rows=tuple(rows), probe_ms=tuple(times))
+
+
+def _time_products(weights: list[torch.Tensor], inputs: dict[int, torch.Tensor], device: torch.device) -> float:
+    """Milliseconds for one product of every weight with the input of its width."""
+    _sync(device)
+    start = time.perf_counter()
+    for w in weights:
+        torch.nn.functional.linear(inputs[w.shape[1]], w)
+    _sync(device)
+    return (time.perf_counter() - start) * 1e3

@@ -1,0 +1,44 @@
+"""The start-up probe: best of several sweeps over the row counts, so that a disturbance of a few
+seconds spoils one sweep's time of a row count, not the cost model of the server's life."""
+
+from __future__ import annotations
+
+import torch
+
+from sglang_specsot.speculative import probe
+
+
+class _Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 16, bias=False)
+        self.embed_tokens = torch.nn.Embedding(32, 8)  # not timed: an embedding is a lookup
+
+
+def test_the_probe_keeps_each_row_counts_best_sweep(monkeypatch):
+    # Scripted times: (warm-up sweep, then 3 sweeps) x rows (1, 8, 64); the first timed sweep
+    # is disturbed at 8 rows, the second at 64, as a process starting beside the server would.
+    scripted = iter([999.0, 999.0, 999.0,  10.0, 540.0, 60.0,  11.0, 20.0, 900.0,  10.5, 21.0, 61.0])
+    seen_rows = []
+
+    def fake_time(weights, inputs, device):
+        assert [w.shape for w in weights] == [(16, 8)]  # the projection, not the embedding
+        seen_rows.append(inputs[8].shape[0])
+        return next(scripted)
+
+    monkeypatch.setattr(probe, "_time_products", fake_time)
+    cost = probe.probe_forward_cost(_Tiny(), rows=(1, 8, 64), sweeps=3)
+    assert seen_rows == [1, 8, 64] * 4  # sweeps over every row count, not repeats of one
+    assert cost.probe_rows == (1, 8, 64) and cost.probe_ms == (10.0, 20.0, 60.0)
+
+
+def test_a_larger_row_count_never_costs_less(monkeypatch):
+    scripted = iter([1.0, 1.0, 5.0, 4.0, 5.0, 4.0])
+    monkeypatch.setattr(probe, "_time_products", lambda weights, inputs, device: next(scripted))
+    cost = probe.probe_forward_cost(_Tiny(), rows=(1, 8), sweeps=2)
+    assert cost.probe_ms == (5.0, 5.0)  # 8 rows measured 4 ms: raised to what 1 row cost
+
+
+def test_the_real_products_are_timed():
+    cost = probe.probe_forward_cost(_Tiny(), rows=(1, 4), sweeps=1)
+    assert len(cost.probe_ms) == 2 and 0.0 < cost.probe_ms[0] <= cost.probe_ms[1]
