@@ -9,9 +9,10 @@ prompts, so machine drift hits every configuration alike. Two prompt sets:
 Configurations: plain decoding, NGRAM and SPECSOT-ctx (SoT-context drafting, no second model);
 with --draft also STANDALONE and SPECSOT with that draft model, both with a --steps chain
 (SPECSOT adds up to 3 SoT-context nodes to it). With --adaptive, each SPECSOT config also
-runs with --speculative-adaptive ("+ad": per-step budgets from the measured cost model);
-without it SPECSOT drafts its window or decodes plain, as its measured costs say. With --fixed,
-each also runs drafting its whole window every step ("-fixed", SGLANG_SPECSOT_FIXED_WINDOW=1).
+runs with --speculative-adaptive ("+ad"); SPECSOT sizes its drafts from its
+measured cost model without the flag too, so "+ad" differs only where a config file is given.
+With --fixed, each also runs drafting its whole window every step ("-fixed",
+SGLANG_SPECSOT_FIXED_WINDOW=1: SPECSOT's default before).
 Prints accept length, draft tokens spent per verify (meta_info spec_cap_length), output
 tokens/s and the ratio to plain decoding for each, and the machine's load average; for
 SPECSOT, also how often a draft at each chain depth was accepted given its parent was,
@@ -84,7 +85,7 @@ def configs(
 
 
 def server_env(name: str) -> dict[str, str]:
-    """A `-fixed` config drafts its whole window every step; the others decide from costs."""
+    """A `-fixed` config drafts its whole window every step; the others size drafts from costs."""
     return {FIXED_WINDOW_ENV: "1"} if name.endswith("-fixed") else {}
 
 

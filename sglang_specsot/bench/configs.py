@@ -53,8 +53,8 @@ class CellConfig:
 
 
 # SPECSOT runs as we recommend it: with its measured cost model sizing each request's draft
-# every step (--speculative-adaptive). Without the flag it would choose only between its whole
-# window and a plain decode (README, adaptive draft budgets).
+# every step. That is also its default without the flag; the flag is kept so that runs read
+# the same as before and a config file can be added (README, adaptive draft budgets).
 SPECSOT_ADAPTIVE = ("--speculative-adaptive",)
 
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 # In a SPECSOT server's environment, "1": every step drafts the whole window whatever it costs,
 # as SGLang's own fixed-step algorithms do (parity tests that must exercise verify; studies of
-# what a fixed window does). Unset, SPECSOT drafts only where its measured costs say it pays.
+# what a fixed window does). Unset, SPECSOT sizes each step's drafts from its measured costs.
 FIXED_WINDOW_ENV = "SGLANG_SPECSOT_FIXED_WINDOW"
 
 
@@ -102,13 +102,6 @@ class AdaptiveConfig:
     def default(cls, max_budget: int) -> AdaptiveConfig:
         """Every budget from 0 (plain) to the verify window's, at every batch size."""
         return cls(buckets=((1, tuple(range(max_budget + 1))),))
-
-    @classmethod
-    def window_or_plain(cls, max_budget: int) -> AdaptiveConfig:
-        """The whole verify window or a plain decode, at every batch size: SPECSOT without
-        --speculative-adaptive keeps the window the flags set, as SGLang's fixed-step
-        algorithms do, but drafts it only where the measured costs say it pays."""
-        return cls(buckets=((1, (0, max_budget)),))
 
     @classmethod
     def from_json(cls, text: str, max_budget: int) -> AdaptiveConfig:

@@ -75,21 +75,27 @@ def test_no_exploring_where_drafting_could_not_pay_even_at_explore_p():
     assert worker._worth_exploring(2)  # null: on schedule, whatever the costs say
 
 
-def test_without_speculative_adaptive_a_step_drafts_the_window_or_nothing(monkeypatch):
-    args = SimpleNamespace(speculative_adaptive=False, speculative_adaptive_config=None)
+def test_without_speculative_adaptive_every_budget_is_weighed(monkeypatch, tmp_path):
     monkeypatch.delenv(FIXED_WINDOW_ENV, raising=False)
+    args = SimpleNamespace(speculative_adaptive=False, speculative_adaptive_config=None)
     config = adaptive_config(args, 5)
-    assert budget_mode(args) == "window-or-plain" and config.candidates(1) == config.candidates(64) == (0, 5)
+    assert budget_mode(args) == "adaptive" and config.candidates(1) == config.candidates(64) == (0, 1, 2, 3, 4, 5)
     worker, batch = _worker(config), _batch(2)
     worker.budget_mode = budget_mode(args)
-    # Rows cost in proportion: the window never pays, so every step is a plain decode.
+    # Rows cost in proportion: no draft pays, so every step is a plain decode.
     assert {max(worker._tree_sizes(batch)) for _ in range(8)} == {1}
-    # Rows free: the window's 5 drafts, each request's cut where its next draft is unlikely
-    # (p = 0.5 without evidence: 0.5^5 < min_token_prob 0.05, so 4 drafts and the root).
+    # Rows free: each request drafts until its next draft is unlikely (p = 0.5 without
+    # evidence: 0.5^5 < min_token_prob 0.05, so 4 drafts and the root).
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 64), probe_ms=(100.0, 100.0)))
     assert worker._tree_sizes(batch) == [5, 5] and worker._last_plan.budgets == (4, 4)
     report = worker.speculative_state_report()["specsot"]
-    assert report["budget_mode"] == "window-or-plain" and report["adaptive"] is False
+    assert report["budget_mode"] == "adaptive" and report["adaptive"] is True
+    # A config file is SGLang's: it is read with --speculative-adaptive, as SGLang reads it.
+    path = tmp_path / "adaptive.json"
+    path.write_text('{"1": {"candidate_steps": [0, 2]}}')
+    assert adaptive_config(SimpleNamespace(speculative_adaptive=False, speculative_adaptive_config=str(path)), 5) == config
+    with_flag = SimpleNamespace(speculative_adaptive=True, speculative_adaptive_config=str(path))
+    assert adaptive_config(with_flag, 5).candidates(8) == (0, 2)
 
 
 def test_the_fixed_window_is_asked_for_in_the_environment(monkeypatch):
