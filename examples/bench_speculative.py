@@ -10,7 +10,7 @@ Configurations: plain decoding, NGRAM and SPECSOT-ctx (SoT-context drafting, no 
 with --draft also STANDALONE and SPECSOT with that draft model, both with a --steps chain
 (SPECSOT adds up to 3 SoT-context nodes to it). With --adaptive, each SPECSOT config also
 runs with --speculative-adaptive ("+ad"); SPECSOT sizes its drafts from its
-measured cost model without the flag too, so "+ad" differs only where a config file is given.
+measured cost model without the flag too, so "+ad" runs the same policy (a config file would make it differ).
 With --fixed, each also runs drafting its whole window every step ("-fixed",
 SGLANG_SPECSOT_FIXED_WINDOW=1: SPECSOT's default before).
 Prints accept length, draft tokens spent per verify (meta_info spec_cap_length), output
