@@ -68,7 +68,6 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self.step_costs = StepCostTable()  # real step times, where the model prices them wrong
         # Wall-clock step times mean something only where the host waits for the forward.
         self._refresh_costs = torch.device(self.device).type == "cpu"
-        self.budget_mode = budget_mode(server_args)
         self.adaptive = adaptive_config(server_args, self.num_draft_tokens - 1)
         self.stats = AcceptanceStats(self.adaptive or AdaptiveConfig.default(self.num_draft_tokens - 1))
         self.shadows = ShadowDrafts()  # SoT-context trees proposed on plain steps, walked for free
@@ -110,7 +109,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             "cost_model": self.cost.info(),
             "measured_step_ms": self.step_costs.info(),
             "adaptive": self.adaptive is not None,
-            "budget_mode": self.budget_mode,
+            "budget_mode": FIXED if self.adaptive is None else ADAPTIVE,
             "acceptance_p": dict(list(self.stats.info().items())[-32:]),  # newest groups
             "last_plan": None if plan is None else {"width": plan.width, "budgets": list(plan.budgets)},
             "exploring_steps": self._explored,

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sglang_specsot.launch import ServerProcess
+from sglang_specsot.speculative import budget
 from tests.integration.parity import plain_reference
 
 # SGLang's context-only SPECSOT: no draft model, a 6-token verify window.
@@ -25,7 +26,7 @@ SPECSOT = ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens
 STRICT_MEM_CHECK_ENV = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}
 # SPECSOT drafts its whole window every step (not only where its costs say it pays): the
 # parity tests that must see verify run on every step.
-FIXED_WINDOW_ENV = {"SGLANG_SPECSOT_FIXED_WINDOW": "1"}
+FIXED_WINDOW_ENV = {budget.FIXED_WINDOW_ENV: "1"}
 LEAK_NEEDLES = ("memory leak detected", "double free", "use-after-free")
 IDLE_CHECK_ROUNDS = 3  # fresh idle snapshots to see; the first may predate the idle loop
 IDLE_CHECK_DEADLINE = 120.0  # a hang guard: an idle scheduler publishes one about every second

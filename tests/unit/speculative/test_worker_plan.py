@@ -20,7 +20,7 @@ def _worker(config: AdaptiveConfig) -> SpecSoTWorker:
     worker = SpecSoTWorker.__new__(SpecSoTWorker)
     # Rows cost in proportion (a verify of w rows costs w plain steps): drafts never pay.
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 200.0)))
-    worker.adaptive, worker.budget_mode = config, "adaptive"
+    worker.adaptive = config
     worker.stats = AcceptanceStats(config)
     worker._tags, worker._last_plan, worker._plain_steps, worker._explored, worker._hopeless, worker._unrepaid = {}, None, 0, 0, 0, 0
     worker._steps, worker._draft_source, worker.by_depth = 0, "context", {}
@@ -81,7 +81,6 @@ def test_without_speculative_adaptive_every_budget_is_weighed(monkeypatch, tmp_p
     config = adaptive_config(args, 5)
     assert budget_mode(args) == "adaptive" and config.candidates(1) == config.candidates(64) == (0, 1, 2, 3, 4, 5)
     worker, batch = _worker(config), _batch(2)
-    worker.budget_mode = budget_mode(args)
     # Rows cost in proportion: no draft pays, so every step is a plain decode.
     assert {max(worker._tree_sizes(batch)) for _ in range(8)} == {1}
     # Rows free: each request drafts until its next draft is unlikely (p = 0.5 without
@@ -148,7 +147,7 @@ def _model_worker(config: AdaptiveConfig):
     # draft-extend of more than 64 rows grows 10 ms a row.
     target = ForwardCost(probe_rows=(1, 64), probe_ms=(100.0, 100.0))
     worker.cost = CostModel(target=target, draft=ForwardCost(probe_rows=(1, 64, 65), probe_ms=(40.0, 40.0, 50.0)))
-    worker.adaptive, worker.budget_mode, worker.stats = config, "adaptive", AcceptanceStats(config)
+    worker.adaptive, worker.stats = config, AcceptanceStats(config)
     worker._tags, worker._last_plan, worker._plain_steps, worker._explored, worker._hopeless, worker._unrepaid = {}, None, 0, 0, 0, 0
     worker._steps, worker._draft_source, worker.by_depth = 0, "context", {}
     worker.step_costs, worker._step_log, worker.drafter, worker._trace = StepCostTable(), None, ContextDrafter(), None
