@@ -26,6 +26,37 @@ def range_slots(req_to_token: torch.Tensor, pool_indices: list[int], ranges: lis
     return torch.cat(parts).to(torch.int64) if parts else torch.empty(0, dtype=torch.int64)
 
 
+def shared_backlog(
+    req_to_token: torch.Tensor, pool_indices: list[int], ends: list[int], behind: list[int]
+) -> list[int]:
+    """Per request, how many leading positions of its backlog (positions [end - behind, end))
+    an earlier request of the same list also has behind, in the same KV slots.
+
+    SoT branches share their prompt's prefix through the radix cache: the same slots at the
+    same positions, and so the same tokens before them. When that prefix was prefilled
+    without the draft (a deferred prefill), every branch is behind from its start, and a
+    catch-up that extends each over its whole backlog writes the prefix's draft KV once per
+    branch (5 branches of a 161-token prompt: 805 rows of the 0.5B draft, 2.4 s, where 225
+    rows do). A request's shared positions are a prefix of its backlog (a slot shared at a
+    position means the whole prefix before it is shared); its last position is never counted
+    (a request's last committed token is its own slot, and every request extends at least
+    one row in a catch-up pass).
+    """
+    claimed = torch.empty(0, dtype=torch.int64, device=req_to_token.device)
+    shared = []
+    for row, end, lag in zip(pool_indices, ends, behind):
+        if lag == 0:
+            shared.append(0)
+            continue
+        slots = req_to_token[row, end - lag : end].to(torch.int64)
+        hit = torch.isin(slots[:-1], claimed)
+        missing = torch.nonzero(~hit)
+        n = int(hit.numel()) if missing.numel() == 0 else int(missing[0, 0])
+        shared.append(n)
+        claimed = torch.cat([claimed, slots[n:]])
+    return shared
+
+
 class DraftKVSlots:
     """One flag per KV slot: does the draft's KV there follow the text the target's holds?"""
 

@@ -51,6 +51,17 @@ def catch_up_passes(ends: Sequence[int], behind: Sequence[int], max_rows: int) -
     return passes
 
 
+def deduplicated(ends: Sequence[int], behind: Sequence[int], shared: Sequence[int], max_rows: int) -> list[int]:
+    """Each request's backlog less its `shared` leading positions, which an earlier request
+    of the same catch-up extends (draft_kv.shared_backlog), where that catch-up is one pass:
+    the pass writes every row's KV before any row attends, so a request may attend to slots
+    another request writes in it; across passes that order would not hold. `behind`
+    unchanged otherwise."""
+    assert all(0 <= s < max(b, 1) for s, b in zip(shared, behind)), f"shared {list(shared)} not within {list(behind)}"
+    lags = [b - s for b, s in zip(behind, shared)]
+    return lags if len(catch_up_passes(ends, lags, max_rows)) <= 1 else list(behind)
+
+
 class ExtendBacklog:
     """Per request, the committed tokens the draft model's KV does not hold yet."""
 
@@ -62,14 +73,18 @@ class ExtendBacklog:
         self.deferred_steps = 0  # steps whose draft-extend was deferred
         self.deferred_prefills = 0  # prefills (a chunked prompt: each chunk) the draft did not extend
         self.catch_ups = 0  # catch-up forwards run (a pass each)
+        self.shared_rows = 0  # backlog rows a catch-up left to another request (deduplicated)
 
     def lag(self, rids: Sequence[str]) -> list[int]:
         return [self._behind.get(rid, 0) for rid in rids]
 
-    def catch_up_rows(self, rids: Sequence[str], more: int = 0) -> int:
+    def catch_up_rows(self, rids: Sequence[str], more: int = 0, shared: Sequence[int] | None = None) -> int:
         """The rows of a catch-up for these requests (at least one each, see
-        catch_up_passes), after `more` further tokens each; 0 when all are current."""
+        catch_up_passes), after `more` further tokens each, less the `shared` positions an
+        earlier request extends for them (`deduplicated`); 0 when all are current."""
         lags = [b + more for b in self.lag(rids)]
+        if shared is not None:
+            lags = [b - s for b, s in zip(lags, shared)]
         return sum(max(1, b) for b in lags) if any(lags) else 0
 
     def current(self, rids: Sequence[str]) -> bool:
@@ -100,18 +115,22 @@ class ExtendBacklog:
         for rid in [r for r in self._behind if r not in live]:
             del self._behind[rid]
 
-    def may_defer(self, rids: Sequence[str], catch_up_ms: Callable[[int], float], limit_ms: float) -> bool:
+    def may_defer(
+        self, rids: Sequence[str], catch_up_ms: Callable[[int], float], limit_ms: float,
+        shared: Sequence[int] | None = None,
+    ) -> bool:  # fmt: skip
         """Whether this step's draft-extend may wait: the catch-up after one more plain step
         (`catch_up_ms(rows)`) would still cost at most `limit_ms` (the worker passes a
         one-token extend plus a plain step: the step that drafts again then costs at most one
         plain step more than a drafting step does; or no limit while no drafting is near
         paying: a backlog costs no memory, and a drafting plan must repay its catch-up)."""
-        return catch_up_ms(self.catch_up_rows(rids, more=1)) <= limit_ms
+        return catch_up_ms(self.catch_up_rows(rids, more=1, shared=shared)) <= limit_ms
 
     def info(self) -> dict:
         return {
             "deferred_steps": self.deferred_steps,
             "deferred_prefills": self.deferred_prefills,
             "catch_up_forwards": self.catch_ups,
+            "shared_rows": self.shared_rows,
             "requests_behind": sum(1 for b in self._behind.values() if b > 0),
         }

@@ -28,8 +28,8 @@ from sglang_specsot.speculative.budget import (
     AcceptanceStats, AdaptiveConfig, FirstDraftCalibration, best_plan, drafting_near, expected_drafts_accepted,
 )  # fmt: skip
 from sglang_specsot.speculative.draft_tree import DraftTree
-from sglang_specsot.speculative.draft_kv import DraftKVSlots
-from sglang_specsot.speculative.extend_backlog import ExtendBacklog, catch_up_passes
+from sglang_specsot.speculative.draft_kv import DraftKVSlots, shared_backlog
+from sglang_specsot.speculative.extend_backlog import ExtendBacklog, catch_up_passes, deduplicated
 from sglang_specsot.speculative.inputs import SoTDraftInput
 from sglang_specsot.speculative.model_draft import SoTDraftModel
 from sglang_specsot.speculative.probe import probe_forward_cost
@@ -366,11 +366,12 @@ class SpecSoTModelWorker(SpecSoTWorker):
             return self.backlog.may_defer(rids, self.cost.draft.ms, math.inf)
         bs = len(rids)
         limit = self.cost.draft.ms(bs) + self.cost.target.ms(bs)
-        if self.cost.draft.ms(self.backlog.catch_up_rows(rids)) > limit:
+        shared = self._shared(batch)
+        if self.cost.draft.ms(self.backlog.catch_up_rows(rids, shared=shared)) > limit:
             # A prompt behind (a deferred prefill): no flush keeps the next catch-up within
             # a plain step any more, so it waits until a drafting plan repays it.
             return True
-        return self.backlog.may_defer(rids, self.cost.draft.ms, limit)
+        return self.backlog.may_defer(rids, self.cost.draft.ms, limit, shared=shared)
 
     def _learns_from_shadows(self) -> bool:
         # The estimates here are the draft model's chains' acceptance: a SoT-context shadow
@@ -381,8 +382,33 @@ class SpecSoTModelWorker(SpecSoTWorker):
         # Drafting with the model needs a deferred backlog caught up first: a drafting plan
         # must repay it (_setup_repaid), and exploring counts it against explore_share, so
         # a long backlog is explored rarely.
-        rows = 0 if self.backlog is None else self.backlog.catch_up_rows(self._rids(batch))
+        if self.backlog is None:
+            return 0.0
+        rows = self.backlog.catch_up_rows(self._rids(batch), shared=self._shared(batch))
         return self.cost.draft.ms(rows) if rows else 0.0
+
+    def _shared(self, batch) -> list[int]:
+        """Per request, the leading positions of its backlog that an earlier request of the
+        batch extends in the same catch-up (a prefix the radix cache shares, as SoT branches
+        share their prompt: draft_kv.shared_backlog), where the catch-up is one pass; zeros
+        where it is not, or where the draft's attention backend is not ours (whose extend
+        writes every row's KV before any row attends: SpecSoTCpuAttnBackend.forward_extend)."""
+        rids = self._rids(batch)
+        lags = self.backlog.lag(rids)
+        if sum(1 for b in lags if b > 1) < 2 or not self._extend_writes_first:
+            return [0] * len(lags)
+        # Committed positions: the drafter's history holds one token more (the bonus token),
+        # at planning and after verify alike; a backlog's first position does not move.
+        ends = [len(self._history(req)) - 1 for req in batch.reqs]
+        req_to_token, pool_rows = batch.req_to_token_pool.req_to_token, batch.req_pool_indices.tolist()
+        deduped = deduplicated(ends, lags, shared_backlog(req_to_token, pool_rows, ends, lags), self.backlog.max_rows)
+        return [b - d for b, d in zip(lags, deduped)]
+
+    @functools.cached_property
+    def _extend_writes_first(self) -> bool:
+        from sglang_specsot.cpu.attention import SpecSoTCpuAttnBackend
+
+        return isinstance(self.draft_worker.draft_runner.attn_backend, SpecSoTCpuAttnBackend)
 
     def _mark_step(self, batch, result, valid: bool) -> None:
         """Record whether the draft's KV holds this step's committed tokens (positions
@@ -402,7 +428,9 @@ class SpecSoTModelWorker(SpecSoTWorker):
         )
         req_to_token, pool_rows = batch.req_to_token_pool.req_to_token, batch.req_pool_indices.tolist()
         topk = None
-        for ranges in catch_up_passes(ends, self.backlog.lag(rids), self.backlog.max_rows):
+        lags = [b - s for b, s in zip(self.backlog.lag(rids), self._shared(batch))]
+        self.backlog.shared_rows += sum(self.backlog.lag(rids)) - sum(lags)
+        for ranges in catch_up_passes(ends, lags, self.backlog.max_rows):
             tokens = [h[s : e + 1] for h, (s, e) in zip(histories, ranges)]
             extend_rows = sum(e - s for s, e in ranges)
             topk = self._timed_extend(extend_rows, self.draft_worker.extend_ranges, batch, ranges, tokens)

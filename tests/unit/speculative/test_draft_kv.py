@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import torch
 
 from sglang_specsot.speculative.budget import AdaptiveConfig
-from sglang_specsot.speculative.draft_kv import DraftKVSlots
+from sglang_specsot.speculative.draft_kv import DraftKVSlots, shared_backlog
 from sglang_specsot.speculative.extend_backlog import ExtendBacklog
 
 
@@ -96,3 +96,30 @@ def test_a_step_marks_its_committed_tokens_as_the_extend_went():
     assert worker.draft_kv.behind(table, 0, 5) == 2
     worker._mark_step(batch, SimpleNamespace(new_seq_lens=torch.tensor([5])), valid=True)  # extended
     assert worker.draft_kv.behind(table, 0, 5) == 0
+
+
+def test_branches_behind_over_a_shared_prefix_extend_it_once():
+    # Three SoT branches share a 6-token prefix (slots 10..15), prefilled without the draft,
+    # then 2 tokens each of their own. The first extends the prefix; the others only their own.
+    table = _pool({0: [*range(10, 16), 20, 21], 1: [*range(10, 16), 30, 31], 2: [*range(10, 16), 40, 41]})
+    assert shared_backlog(table, [0, 1, 2], [8, 8, 8], [8, 8, 8]) == [0, 6, 6]
+    # A request current up to its own tokens shares nothing; one behind only on its own
+    # tokens shares nothing either.
+    assert shared_backlog(table, [0, 1, 2], [8, 8, 8], [8, 0, 2]) == [0, 0, 0]
+    # The order of the batch decides who extends the prefix.
+    assert shared_backlog(table, [2, 0], [8, 8], [8, 8]) == [0, 6]
+
+
+def test_a_request_never_shares_its_last_position():
+    # Identical slots to the end (not a live SGLang layout, but the rule holds): every
+    # request still extends one row, the pass's top-k for it.
+    table = _pool({0: [1, 2, 3], 1: [1, 2, 3]})
+    assert shared_backlog(table, [0, 1], [3, 3], [3, 3]) == [0, 2]
+
+
+def test_only_a_leading_run_of_shared_slots_counts():
+    # Request 1 is behind from position 4, where its slots are its own: nothing shared, even
+    # though request 0's backlog also covers positions 0..3.
+    table = _pool({0: [1, 2, 3, 4, 5, 6], 1: [1, 2, 3, 4, 9, 10]})
+    assert shared_backlog(table, [0, 1], [6, 6], [6, 2]) == [0, 0]
+    assert shared_backlog(table, [0, 1], [6, 6], [6, 4]) == [0, 2]

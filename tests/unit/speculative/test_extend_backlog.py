@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from sglang_specsot.speculative.extend_backlog import ExtendBacklog, catch_up_passes
+from sglang_specsot.speculative.extend_backlog import ExtendBacklog, catch_up_passes, deduplicated
 
 
 def test_one_pass_when_the_backlog_fits():
@@ -115,3 +115,30 @@ def test_without_a_limit_the_backlog_waits_however_long_it_grows():
 def test_nothing_is_deferred_when_a_catch_up_would_cost_more_than_the_limit():
     backlog = ExtendBacklog()
     assert _defer_while_allowed(backlog, ["a", "b"], lambda rows: 20.0, 10.0) == 0
+
+
+def test_a_shared_prefix_is_left_to_one_request_when_the_catch_up_is_one_pass():
+    # 5 SoT branches of a 161-token prompt, 145 of them a prefix they share: 225 rows, not 805.
+    ends, behind, shared = [161] * 5, [161] * 5, [0, 145, 145, 145, 145]
+    lags = deduplicated(ends, behind, shared, max_rows=4096)
+    assert lags == [161, 16, 16, 16, 16]
+    assert catch_up_passes(ends, lags, 4096) == [[(0, 161)] + [(145, 161)] * 4]
+    backlog = ExtendBacklog()
+    for i in range(5):
+        backlog.start(f"b{i}", 161)
+    rids = [f"b{i}" for i in range(5)]
+    assert backlog.catch_up_rows(rids) == 805 and backlog.catch_up_rows(rids, shared=shared) == 225
+    assert backlog.catch_up_rows(rids, more=1, shared=shared) == 230
+
+
+def test_a_shared_prefix_is_extended_by_each_request_when_the_catch_up_takes_passes():
+    # Across passes a request would attend to slots another writes only in a later pass:
+    # then every request extends its whole backlog, as without sharing.
+    ends, behind, shared = [100, 100], [100, 100], [0, 90]
+    assert deduplicated(ends, behind, shared, max_rows=64) == [100, 100]  # 32 rows a request a pass
+    assert deduplicated(ends, behind, shared, max_rows=256) == [100, 10]
+
+
+def test_shared_positions_must_lie_within_the_backlog():
+    with pytest.raises(AssertionError):
+        deduplicated([10, 10], [5, 5], [0, 5], max_rows=64)  # a request keeps its last row
