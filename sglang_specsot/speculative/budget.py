@@ -134,10 +134,7 @@ class AcceptanceStats:
 
     A group's estimate outlives its members (its later branches start from it), so keys are
     kept least-recently-observed first and the oldest go beyond `max_keys`: the server's
-    memory must not grow with the number of answers it has served. A group without evidence
-    starts from the server's recent acceptance of its kind (a SoT role: a skeleton, a list of
-    short titles, is drafted far better than the branches that expand it), or over every
-    kind while its own has none.
+    memory must not grow with the number of answers it has served.
     """
 
     def __init__(self, config: AdaptiveConfig, max_keys: int = 4096):
@@ -145,25 +142,23 @@ class AcceptanceStats:
         self.max_keys = max_keys
         self._counts: OrderedDict[str, list[float]] = OrderedDict()  # key -> [accepted, early stops]
         self._server = [0.0, 0.0]  # the same counts over every drafted verify of the server
-        self._by_kind: dict[str, list[float]] = {}  # ... and over those of each kind
 
-    def prior(self, kind: str | None = None) -> float:
+    def prior(self) -> float:
         """What a group without evidence starts from (and drifts back to): the server's recent
-        acceptance of `kind` (over every kind while `kind` has none), itself starting from
-        prior_accepts / prior_misses. A new request then drafts as much as this drafter has
-        been earning here on its kind of text, not from a blind 0.5."""
-        acc, miss = self._by_kind.get(kind, self._server)
+        acceptance, itself starting from prior_accepts / prior_misses. A new request then
+        drafts as much as this draft model has been earning here, not from a blind 0.5."""
+        acc, miss = self._server
         c = self.config
         return (acc + c.prior_accepts) / (acc + miss + c.prior_accepts + c.prior_misses)
 
-    def p(self, key: str, kind: str | None = None) -> float:
+    def p(self, key: str) -> float:
         """Estimated chance a drafted token is accepted, given its parent was."""
         acc, miss = self._counts.get(key, (0.0, 0.0))
         c = self.config
         weight = c.prior_accepts + c.prior_misses
-        return (acc + weight * self.prior(kind)) / (acc + miss + weight)
+        return (acc + weight * self.prior()) / (acc + miss + weight)
 
-    def observe(self, key: str, budget: int, accepted: int, kind: str | None = None) -> None:
+    def observe(self, key: str, budget: int, accepted: int) -> None:
         """One verify of `budget` drafts of which the first `accepted` were right."""
         counts = self._counts.setdefault(key, [0.0, 0.0])
         self._counts.move_to_end(key)
@@ -176,14 +171,9 @@ class AcceptanceStats:
             miss = 1.0 if accepted < budget else 0.0
             counts[0] += accepted
             counts[1] += miss
-            servers = [self._server] if kind is None else [self._server, self._by_kind.setdefault(kind, [0.0, 0.0])]
-            for server in servers:
-                server[0] = server[0] * keep + accepted
-                server[1] = server[1] * keep + miss
-
-    def priors(self) -> dict[str, float]:
-        """The server's prior, over every kind ("all") and per kind seen."""
-        return {"all": round(self.prior(), 3), **{k: round(self.prior(k), 3) for k in self._by_kind}}
+            server = self._server
+            server[0] = server[0] * keep + accepted
+            server[1] = server[1] * keep + miss
 
     def forget(self, key: str) -> None:
         self._counts.pop(key, None)

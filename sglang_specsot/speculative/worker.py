@@ -36,7 +36,7 @@ from sglang_specsot.speculative.memory import PythonTrace, memory_report
 from sglang_specsot.speculative.probe import probe_forward_cost
 from sglang_specsot.speculative.shadow import ShadowDrafts
 from sglang_specsot.speculative.step_log import StepLog, StepRecord
-from sglang_specsot.sot.tag import PLAIN, PLAIN_TAG, SKELETON, SoTTag
+from sglang_specsot.sot.tag import PLAIN_TAG, SoTTag
 
 logger = logging.getLogger(__name__)
 _MAX_WARNED = 32  # distinct malformed-tag warnings logged; later ones are not
@@ -111,7 +111,6 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             "adaptive": self.adaptive is not None,
             "budget_mode": FIXED if self.adaptive is None else ADAPTIVE,
             "acceptance_p": dict(list(self.stats.info().items())[-32:]),  # newest groups
-            "acceptance_prior": self.stats.priors(),  # where a new group starts, by SoT role
             "last_plan": None if plan is None else {"width": plan.width, "budgets": list(plan.budgets)},
             "exploring_steps": self._explored,
             "exploring_skipped": self._hopeless,
@@ -328,7 +327,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
 
     def _acceptance(self, reqs) -> list[float]:
         """Each request's acceptance estimate (its SoT group's)."""
-        return [self.stats.p(self._stats_key(req.rid), self._stats_kind(req.rid)) for req in reqs]
+        return [self.stats.p(self._stats_key(req.rid)) for req in reqs]
 
     def _first_draft_acceptance(self, batch, ps: list[float]) -> list[float] | None:
         """Each request's chance its first draft is accepted, where known better than `ps`
@@ -370,18 +369,9 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         return 0  # context drafting may always fall back to a plain decode
 
     def _stats_key(self, rid: str) -> str:
-        # Branches of one SoT answer write alike: they share one acceptance estimate. Its
-        # skeleton (numbered titles) writes unlike them and keeps its own.
+        # Branches of one SoT answer write alike: they share one acceptance estimate.
         tag = self._tags.get(rid)
-        if tag is None or tag.group is None:
-            return rid
-        return f"{tag.group}/{SKELETON}" if tag.role == SKELETON else tag.group
-
-    def _stats_kind(self, rid: str) -> str:
-        """The kind of text a request writes, whose server-wide acceptance a new estimate
-        starts from: its SoT role (plain for requests without a tag)."""
-        tag = self._tags.get(rid)
-        return PLAIN if tag is None else tag.role
+        return tag.group if tag is not None and tag.group is not None else rid
 
     def _draft_trees(self, batch, sizes: list[int]) -> list[DraftTree]:
         return [self._context_tree(req, n) for req, n in zip(batch.reqs, sizes)]
@@ -527,7 +517,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     def _observe(self, rid: str, source: str, depth: int, accepted: int) -> None:
         """One tree of `depth` whose first `accepted` drafts were (or would have been) right:
         into its group's estimate, and into acceptance by depth under `source`."""
-        self.stats.observe(self._stats_key(rid), depth, accepted, self._stats_kind(rid))
+        self.stats.observe(self._stats_key(rid), depth, accepted)
         if depth > 0:
             self.by_depth.setdefault(source, DepthAcceptance()).observe(depth, accepted)
 

@@ -107,23 +107,6 @@ def test_acceptance_is_estimated_per_key_and_drifts_back_to_the_prior():
     assert stats.p("g") == stats.prior()
 
 
-def test_a_new_group_starts_from_the_recent_acceptance_of_its_kind():
-    # Skeletons (numbered titles) are drafted well, branches badly: a new answer's skeleton
-    # must not start from the branches' acceptance, nor its branches from the skeleton's.
-    stats = AcceptanceStats(AdaptiveConfig.default(7))
-    assert stats.prior("skeleton") == stats.prior() == 0.5
-    for _ in range(30):
-        stats.observe("a/skeleton", budget=3, accepted=3, kind="skeleton")
-    for _ in range(30):
-        stats.observe("a", budget=3, accepted=0, kind="branch")
-    assert stats.p("b/skeleton", "skeleton") > 0.9 and stats.p("b", "branch") < 0.1
-    assert stats.prior() < 0.3  # over every kind: mostly the branches' recent drafts
-    # A kind never drafted starts from every kind's.
-    assert stats.p("c", "plain") == stats.prior()
-    assert stats.priors() == {"all": round(stats.prior(), 3), "skeleton": round(stats.prior("skeleton"), 3),
-                              "branch": round(stats.prior("branch"), 3)}  # fmt: skip
-
-
 def test_the_prior_follows_the_servers_recent_drafts_only():
     stats = AcceptanceStats(AdaptiveConfig.default(7))
     stats.observe("a", budget=2, accepted=2)

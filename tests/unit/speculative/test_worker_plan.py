@@ -385,23 +385,3 @@ def test_a_drafting_plan_must_repay_the_catch_up_it_needs_in_the_steps_left():
     # One draft at p = 0.9: 1.9 tokens in 140 ms where plain takes 190 ms, 50 ms saved a step.
     assert first_width(max_new_tokens=100) == 2  # 95 tokens left, 50 steps: 2.5 s saved > 200 ms
     assert first_width(max_new_tokens=10) == 1  # 5 tokens left, 2.6 steps: 130 ms saved < 200 ms
-
-
-def test_a_skeleton_keeps_its_own_estimate_and_starts_from_other_skeletons():
-    from sglang_specsot.sot.tag import SoTTag
-
-    worker = _worker(AdaptiveConfig.default(4))
-    worker._tags = {
-        "s1": SoTTag("g1", "skeleton"), "b1": SoTTag("g1", "branch", 0, 2), "b2": SoTTag("g1", "branch", 1, 2),
-        "s2": SoTTag("g2", "skeleton"),
-    }  # fmt: skip
-    # Branches of one answer share an estimate; its skeleton keeps its own; untagged requests their own.
-    keys = {rid: worker._stats_key(rid) for rid in ("s1", "b1", "b2", "r")}
-    assert keys["b1"] == keys["b2"] == "g1" and keys["s1"] not in (keys["b1"], "s2") and keys["r"] == "r"
-    assert [worker._stats_kind(r) for r in ("s1", "b1", "r")] == ["skeleton", "branch", "plain"]
-    for _ in range(20):
-        worker._observe("s1", "extend", 3, 3)
-        worker._observe("b1", "extend", 3, 0)
-    # The next answer's skeleton starts from the last skeleton's acceptance, not the branches'.
-    ps = worker._acceptance([SimpleNamespace(rid="s2"), SimpleNamespace(rid="b2")])
-    assert ps[0] > 0.9 and ps[1] < 0.1
