@@ -41,6 +41,13 @@ def shared_backlog(
     position means the whole prefix before it is shared); its last position is never counted
     (a request's last committed token is its own slot, and every request extends at least
     one row in a catch-up pass).
+
+    One slot stays approximate, as it was before: SGLang's standalone draft reads its input
+    one token ahead (eagle_worker_v2.py:991), so the draft's KV at the last shared position
+    holds the next token, where the branches differ. The radix cache shares that slot all
+    the same (its keys are bigrams only for EAGLE, radix_cache.py:401), so one branch's value
+    stands there, here the first's; when every branch extended it in one pass, whichever
+    write landed last stood. The drafts it feeds stay lossless (verify decides).
     """
     claimed = torch.empty(0, dtype=torch.int64, device=req_to_token.device)
     shared = []
