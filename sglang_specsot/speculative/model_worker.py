@@ -428,8 +428,9 @@ class SpecSoTModelWorker(SpecSoTWorker):
         )
         req_to_token, pool_rows = batch.req_to_token_pool.req_to_token, batch.req_pool_indices.tolist()
         topk = None
-        lags = [b - s for b, s in zip(self.backlog.lag(rids), self._shared(batch))]
-        self.backlog.shared_rows += sum(self.backlog.lag(rids)) - sum(lags)
+        shared = self._shared(batch)
+        lags = [b - s for b, s in zip(self.backlog.lag(rids), shared)]
+        self.backlog.shared_rows += sum(shared)
         for ranges in catch_up_passes(ends, lags, self.backlog.max_rows):
             tokens = [h[s : e + 1] for h, (s, e) in zip(histories, ranges)]
             extend_rows = sum(e - s for s, e in ranges)
