@@ -151,6 +151,10 @@ class AcceptanceStats:
         c = self.config
         return (acc + c.prior_accepts) / (acc + miss + c.prior_accepts + c.prior_misses)
 
+    def has_evidence(self) -> bool:
+        """Whether the server has verified any drafts yet (each leaves an accept or a miss)."""
+        return any(self._server)
+
     def p(self, key: str) -> float:
         """Estimated chance a drafted token is accepted, given its parent was."""
         acc, miss = self._counts.get(key, (0.0, 0.0))

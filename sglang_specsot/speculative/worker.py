@@ -268,7 +268,9 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         explore_ms = explore.step_ms + self._setup_ms(batch)
         every = explore_every(plain.step_ms, explore_ms, self.adaptive.explore_share)
         self._plain_steps += 1
-        if every == 0 or explore.width == 1 or self._plain_steps < every:
+        if every == 0 or explore.width == 1:
+            return plain
+        if self._plain_steps < every and not self._cold(len(ps)):
             return plain
         self._plain_steps = 0
         if not self._worth_exploring(len(ps)):
@@ -277,6 +279,14 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._explored += 1
         self._exploring = True
         return explore
+
+    def _cold(self, bs: int) -> bool:
+        """Whether to explore now, off schedule: the server has never verified a draft, so it
+        knows nothing of its drafts' acceptance and plans from the blind prior (0.5), where
+        drafting seldom pays; it would decode plain until the schedule's first turn (31 steps
+        of a first answer with the 1.5B + 0.5B pair). What one exploring step learns sets
+        every later plan. Not where drafting could not pay even at `explore_p`."""
+        return not self.stats.has_evidence() and self._worth_exploring(bs)
 
     def _worth_exploring(self, bs: int) -> bool:
         """Whether drafting could pay for this batch size at the acceptance exploring hopes

@@ -45,6 +45,7 @@ def test_a_batch_that_stopped_drafting_explores_within_its_time_share():
     # at explore_p (0.8), so the batch explores.
     config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25, prior_accepts=0.1, prior_misses=0.9)
     worker, batch = _exploring_worker(config), _batch(2)
+    worker.stats.observe("earlier", 2, 0)  # the server has verified drafts before (not cold)
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))  # 20 ms a row more
     widths = [max(worker._tree_sizes(batch)) for _ in range(24)]
     # A plain step of 2 rows costs 120 ms, an exploring one (2 drafts, 3 rows per request)
@@ -56,6 +57,18 @@ def test_a_batch_that_stopped_drafting_explores_within_its_time_share():
     assert report["exploring_steps"] == worker._explored and report["memory"]["drafter"]["requests"] == 0
 
 
+def test_a_server_that_never_verified_a_draft_explores_at_once():
+    # The same batch on a cold server: its estimate is the blind prior, so the first plain
+    # step explores instead of waiting for the schedule (every third step).
+    config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25, prior_accepts=0.1, prior_misses=0.9)
+    worker, batch = _exploring_worker(config), _batch(2)
+    worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))
+    assert worker._tree_sizes(batch) == [3, 3] and worker._exploring and worker._explored == 1
+    worker.stats.observe("r0", 2, 0)  # verify saw both drafts miss: no longer cold
+    worker.stats.observe("r1", 2, 0)
+    assert [max(worker._tree_sizes(batch)) for _ in range(6)] == [1, 1, 3] * 2
+
+
 def test_no_exploring_where_drafting_could_not_pay_even_at_explore_p():
     # Rows cost in proportion (a verify of w rows costs w plain steps): no acceptance below
     # 1 makes a draft pay, so what exploring would learn could never change a plan.
@@ -63,6 +76,7 @@ def test_no_exploring_where_drafting_could_not_pay_even_at_explore_p():
     worker, batch = _exploring_worker(config), _batch(2)
     assert {max(worker._tree_sizes(batch)) for _ in range(24)} == {1}
     # Exploring was due every 8th step (400 ms extra against a 25% share of 200 ms steps).
+    # The server is cold throughout (it never drafts), yet only those turns count as skipped.
     assert worker._explored == 0 and worker._hopeless == 3
     assert worker.speculative_state_report()["specsot"]["exploring_skipped"] == 3
     # Where rows cost a fifth of a plain step, 2 drafts at p = 0.8 bring 2.44 tokens per
@@ -363,13 +377,19 @@ def test_exploring_counts_the_catch_up_it_needs_against_its_share():
 
     config = AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.25)
     current = _chain_worker(config)
+    current.stats.observe("earlier", 1, 0)  # not a cold server: exploring on schedule
     # An exploring step costs 40 ms more than a plain one: 40 / (0.25 x 100) -> every 2nd.
     assert plain_steps_per_explore(current) == 2
     behind = _chain_worker(config)
+    behind.stats.observe("earlier", 1, 0)
     behind.backlog.add(["r0"], [80])
     # Its catch-up over 80 tokens costs 200 ms more (50 ms at 65 rows, 10 ms a row on):
     # 240 / 25 -> every 10th.
     assert plain_steps_per_explore(behind) == 10
+    # A server that has never verified a draft explores at its first plain step, catch-up or not.
+    cold = _chain_worker(config)
+    cold.backlog.add(["r0"], [80])
+    assert plain_steps_per_explore(cold) == 1
 
 
 def test_a_drafting_plan_must_repay_the_catch_up_it_needs_in_the_steps_left():
