@@ -152,6 +152,38 @@ def kept_forward_logits(model_runner):
             del model_runner.forward
 
 
+@contextlib.contextmanager
+def stoppable_forwards(model_runner, go_on, seen):
+    """`model_runner.forward` inside the block: `seen(next_token_logits)` after every call
+    that runs; before every call after the first, `go_on()`, and once that says no, this
+    call and every later one return the last run's output again, without a forward.
+
+    SGLang's draft loop (eagle_worker_v2.py:816-897) runs every step of the chain and has no
+    way to stop; the tokens it takes from a repeated output lie past where the chain stops,
+    and are cut before verify. The runner's own `forward` is back when the block ends.
+    """
+    forward, own = model_runner.forward, "forward" in vars(model_runner)
+    last, stopped = None, False
+
+    def step(*args, **kwargs):
+        nonlocal last, stopped
+        if last is not None and (stopped or not go_on()):
+            stopped = True
+            return last
+        last = forward(*args, **kwargs)
+        seen(last.logits_output.next_token_logits)
+        return last
+
+    model_runner.forward = step
+    try:
+        yield
+    finally:
+        if own:
+            model_runner.forward = forward
+        else:
+            del model_runner.forward
+
+
 def uncached_processor_deserializer():
     """SGLang's deserializer of custom logit processors without its unbounded cache
     (custom_logit_processor.py:15-21: `_cache_from_str` is an `lru_cache(maxsize=None)`)."""

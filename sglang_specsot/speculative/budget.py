@@ -238,7 +238,8 @@ def useful_budget(p: float, cap: int, min_token_prob: float, first: float | None
 
 
 class FirstDraftCalibration:
-    """How often the draft model's first token is accepted, by the draft's own probability of it.
+    """How often the draft model's first token is accepted, by the draft's own probability of it
+    (and, where chains stop by confidence, `ChainStop`, every later token given its parent was).
 
     A draft model knows when it is unsure: its top-1 probability for the next token says how
     likely the target is to agree. The relayed top-k of the last draft-extend gives that
@@ -276,6 +277,69 @@ class FirstDraftCalibration:
             "accept_rate": [round(a / n, 3) if n else None for a, n in self._counts],
             "weight": [round(n, 1) for _, n in self._counts],
         }
+
+
+class ChainStop:
+    """How deep a draft model's chain goes, decided between its forwards from its confidence.
+
+    The plan sizes a chain before any draft forward runs, from each request's running
+    acceptance `p` and the calibrated confidence of its first draft (the top-1 probability
+    the last draft-extend left). Each further forward gives the draft's probability of the
+    token it drafts, so a chain can stop where the draft turns unsure and go on where it
+    stays sure. Between forwards, `go_on` weighs one more draft token for the batch: the
+    expected committed tokens of the step so far against its cost (`step_ms(depth)`: the
+    batch's step with `depth` drafts per request, as the plan prices it), and goes on while
+    the next token (accepted with `p` if every draft so far was) raises tokens per ms. A
+    token's chance to be accepted given its parent was is the calibration's rate at the
+    draft's probability of it (`FirstDraftCalibration`, which `observe`s every depth).
+
+    Requests whose plan drafts nothing (`ps` entry with budget 0) do not count. Plain Python.
+    """
+
+    def __init__(
+        self,
+        ps: Sequence[float],
+        first_q: Sequence[float | None],
+        calibration: FirstDraftCalibration,
+        step_ms: Callable[[int], float],
+        min_token_prob: float,
+    ) -> None:
+        assert len(ps) == len(first_q), f"{len(first_q)} first drafts for {len(ps)} requests"
+        self.ps, self.calibration, self.step_ms = list(ps), calibration, step_ms
+        self.min_token_prob = min_token_prob
+        self.qs: list[list[float]] = [[] if q is None else [q] for q in first_q]  # per request, by depth
+        self.reach = [0.0 if q is None else calibration.rate(q, p) for q, p in zip(first_q, ps)]
+        self.tokens = len(ps) + sum(self.reach)  # expected committed tokens of the step so far
+        self.depth = 1
+
+    def go_on(self) -> bool:
+        """Whether a draft token more per request raises the step's expected tokens per ms."""
+        more = sum(r * p for r, p in zip(self.reach, self.ps))
+        return (self.tokens + more) * self.step_ms(self.depth) > self.tokens * self.step_ms(self.depth + 1)
+
+    def observe(self, qs: Sequence[float]) -> None:
+        """The draft's probability of the tokens it drafted at the next depth, per request."""
+        assert len(qs) == len(self.reach), f"{len(qs)} probabilities for {len(self.reach)} requests"
+        self.depth += 1
+        for i, (q, p) in enumerate(zip(qs, self.ps)):
+            if self.qs[i]:  # a request that drafts
+                self.qs[i].append(q)
+                self.reach[i] *= self.calibration.rate(q, p)
+                self.tokens += self.reach[i]
+
+    def depths(self) -> list[int]:
+        """Draft tokens each request keeps: its chain up to the last token still accepted with
+        at least `min_token_prob` (at least its first; 0 for requests that draft nothing)."""
+        out = []
+        for q_by_depth, p in zip(self.qs, self.ps):
+            reach, keep = 1.0, 0
+            for d, q in enumerate(q_by_depth, start=1):
+                reach *= self.calibration.rate(q, p)
+                if d > 1 and reach < self.min_token_prob:
+                    break
+                keep = d
+            out.append(keep)
+        return out
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import contextlib
 import torch
 
 from sglang_specsot.speculative import adapter as sgl
+from sglang_specsot.speculative.budget import ChainStop
 from sglang_specsot.speculative.draft_tree import DraftTree, TreeBuilder
 from sglang_specsot.speculative.draft_kv import range_slots
 
@@ -106,14 +107,23 @@ class SoTDraftModel(sgl.DraftModelWorker):
         eager otherwise). Without graphs (CPU) a step's window may be narrower."""
         return self.cuda_graph_runner_for_draft_extend is not None
 
-    def draft_trees(self, batch, steps: int | None = None) -> list[DraftTree]:
+    def draft_trees(self, batch, steps: int | None = None, stop: ChainStop | None = None) -> list[DraftTree]:
         """Run `steps` (default: all) draft-model steps from `batch.spec_info` (top-k of the
-        last extend); step one reads that top-k, so each further step is one forward."""
+        last extend); step one reads that top-k, so each further step is one forward.
+
+        With `stop` (a top-1 chain run eagerly), each forward's top-1 probabilities go to
+        `stop.observe`, and from the second forward on, one runs only if `stop.go_on()`: the
+        chains past that depth are padding, for the caller to cut (`stop.depths()`)."""
         steps = self.max_steps if steps is None else steps
         assert 1 <= steps <= self.max_steps, f"{steps} draft steps outside 1..{self.max_steps}"
         assert steps == self.max_steps or self.variable_steps, "this draft backend drafts full chains only"
+        assert stop is None or (self.topk == 1 and self.variable_steps), "chains stop early on our eager CPU path only"
         size = model_tree_size(steps, self.topk, self.verify_width)
-        with self._steps(steps), self._width(size), sgl.draft_model_context(self.parallel_layout):
+        stoppable = (
+            contextlib.nullcontext() if stop is None
+            else sgl.stoppable_forwards(self.draft_runner, stop.go_on, lambda logits: stop.observe(_top1_probs(logits)))
+        )  # fmt: skip
+        with self._steps(steps), self._width(size), sgl.draft_model_context(self.parallel_layout), stoppable:
             verify_input = self.draft(batch)
         bs = len(batch.reqs)
         return trees_from_links(
@@ -194,6 +204,11 @@ class SoTDraftModel(sgl.DraftModelWorker):
         assert 1 <= width <= self.verify_width, f"verify window {width} outside [1, {self.verify_width}]"
         with self._width(width), sgl.draft_model_context(self.parallel_layout):
             self._draft_extend(batch, result)
+
+
+def _top1_probs(logits: torch.Tensor) -> list[float]:
+    """The draft's probability of its argmax token, per row (one row per request: top-1)."""
+    return torch.softmax(logits.float(), dim=-1).amax(dim=-1).tolist()
 
 
 def trees_from_links(

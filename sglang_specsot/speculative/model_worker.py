@@ -25,7 +25,8 @@ import torch
 
 from sglang_specsot.speculative import adapter as sgl
 from sglang_specsot.speculative.budget import (
-    AcceptanceStats, AdaptiveConfig, FirstDraftCalibration, best_plan, drafting_near, expected_drafts_accepted,
+    AcceptanceStats, AdaptiveConfig, ChainStop, FirstDraftCalibration, best_plan, drafting_near,
+    expected_drafts_accepted,
 )  # fmt: skip
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.draft_kv import DraftKVSlots, shared_backlog
@@ -62,9 +63,12 @@ class SpecSoTModelWorker(SpecSoTWorker):
         # Long-match context chains: their measured acceptance, and the steps they drafted alone.
         self.long_match_stats = AcceptanceStats(self.adaptive or AdaptiveConfig.default(self.num_draft_tokens - 1))
         self.draft_model_skips = 0
+        # Steps whose chains stopped by the draft's confidence, by how deep the batch drafted.
+        self.chain_depths = [0] * self.draft_worker.max_steps
         self._shadow: list[list[int] | None] | None = None
-        self._step_q1: list[tuple[float, int] | None] | None = None  # this step's first drafts
-        self._last_q1: list[tuple[float, int] | None] | None = None  # the last step's, for the step log
+        # This step's model drafts per request, (probability, token) by depth, for calibration.
+        self._step_drafts: list[list[tuple[float, int]] | None] | None = None
+        self._last_drafts: list[list[tuple[float, int]] | None] | None = None  # the last step's, for the step log
         logger.info("SPECSOT cost model measured at start-up (draft, ms by rows): %s", self.cost.draft.info())
         logger.info(
             "SPECSOT drafts with %s: %d-node %s per request, up to %d SoT-context nodes more",
@@ -130,10 +134,11 @@ class SpecSoTModelWorker(SpecSoTWorker):
     # -- draft / draft-extend --------------------------------------------------------------
 
     def _draft_trees(self, batch, sizes: list[int]) -> list[DraftTree]:
-        self._draft_source, self._step_q1 = "context", None
+        self._draft_source, self._step_drafts = "context", None
         seeds: list[DraftTree | None] = [None] * len(sizes)
         self._shadow = self._long_match_chains(batch)
         drafts = self._chain_steps(max(sizes)) > 0
+        stop = None
         if drafts and self._context_pays(sizes):
             self.draft_model_skips += 1  # the SoT context alone drafts this step
         elif drafts:
@@ -142,25 +147,49 @@ class SpecSoTModelWorker(SpecSoTWorker):
                 batch.spec_info.topk_p, batch.spec_info.topk_index = self._catch_up(batch, batch.seq_lens)
                 sizes = self._replan(batch, sizes)  # the draft's confidence is known only now
             self._draft_source = self._topk_source
-            seeds = self._draft_model_trees(batch, self._chain_steps(max(sizes)))
+            stop = self._chain_stop(batch, sizes)
+            steps = self._chain_steps(max(sizes))
+            if stop is not None and steps > 0:
+                steps = self.draft_worker.max_steps if stop.go_on() else 1
+            seeds = self._draft_model_trees(batch, steps, stop)
+            if stop is not None:  # the chains end where the draft's confidence said
+                sizes = [1 + d for d in stop.depths()]
+                self.chain_depths[stop.depth - 1] += 1
         if self._chain_adaptive:
             seeds = [_chain_prefix(seed, n - 1) for seed, n in zip(seeds, sizes)]
-            self._note_first_drafts(batch, seeds)
+            self._note_drafts(batch, seeds, stop)
         # The model's tree goes in whole; SoT-context nodes fill the request's budget.
         return [
             self._context_tree(req, max(n, seed.size if seed else 1), seed)
             for req, seed, n in zip(batch.reqs, seeds, sizes)
         ]
 
-    def _draft_model_trees(self, batch, steps: int) -> list[DraftTree | None]:
+    def _draft_model_trees(self, batch, steps: int, stop: ChainStop | None = None) -> list[DraftTree | None]:
         if steps == 0:
             return [None] * len(batch.reqs)
         start = time.perf_counter()
-        seeds = self.draft_worker.draft_trees(batch, steps)
-        if self._refresh_costs and steps > 1:  # step one reads the relayed top-k: no forward
-            per_forward = (time.perf_counter() - start) * 1e3 / (steps - 1)
+        seeds = self.draft_worker.draft_trees(batch, steps, stop)
+        forwards = steps - 1 if stop is None else stop.depth - 1  # step one reads the relayed top-k
+        if self._refresh_costs and forwards > 0:
+            per_forward = (time.perf_counter() - start) * 1e3 / forwards
             self.cost.draft.observe(len(batch.reqs) * self.draft_worker.topk, per_forward)
         return seeds
+
+    def _chain_stop(self, batch, sizes: list[int]) -> ChainStop | None:
+        """Where the chains of this step may stop by the draft's confidence (`ChainStop`):
+        an adaptive chain whose draft-extends keep the draft's probabilities, from a current
+        top-k, on a step that drafts because it pays (an exploring step drafts to learn)."""
+        if not (self._chain_adaptive and self.draft_worker.keeps_confidence) or self._exploring:
+            return None
+        if max(sizes) <= 1 or (self.backlog is not None and not self.backlog.current(self._rids(batch))):
+            return None
+        q1 = batch.spec_info.topk_p[:, 0].tolist()
+        first_q = [q if n > 1 else None for q, n in zip(q1, sizes)]
+        bs = len(sizes)
+        return ChainStop(
+            self._last_ps, first_q, self.first_calibration, lambda depth: self._step_ms(bs, depth + 1),
+            self.adaptive.min_token_prob,
+        )  # fmt: skip
 
     # -- skipping the draft model where the SoT context matches long ---------------------
 
@@ -229,29 +258,35 @@ class SpecSoTModelWorker(SpecSoTWorker):
         plan = self._last_plan = self._decide(self._last_ps, self._first_draft_acceptance(batch, self._last_ps))
         return [b + 1 for b in plan.budgets]
 
-    def _note_first_drafts(self, batch, seeds: list[DraftTree | None]) -> None:
-        """(probability, token) of each request's first model draft in this step's verify
-        tree (None where it drafted none), for `_observe_first_drafts`."""
+    def _note_drafts(self, batch, seeds: list[DraftTree | None], stop: ChainStop | None) -> None:
+        """Per request, (probability, token) of each model draft of its chain in this step's
+        verify tree, by depth (None where it drafted none), for `_observe_drafts`: the first
+        one's probability is the last extend's; deeper ones are known where the chain
+        stopped by confidence (`stop`)."""
         if not any(seeds):
             return
-        q = batch.spec_info.topk_p[:, 0].tolist()
-        tokens = batch.spec_info.topk_index[:, 0].tolist()
-        self._step_q1 = [(qi, ti) if seed is not None else None for qi, ti, seed in zip(q, tokens, seeds)]
+        q1 = batch.spec_info.topk_p[:, 0].tolist()
+        self._step_drafts = []
+        for i, seed in enumerate(seeds):
+            qs = [q1[i]] if stop is None else stop.qs[i]
+            self._step_drafts.append(None if seed is None else list(zip(qs, seed.tokens[1:])))
 
-    def _observe_first_drafts(self, result) -> None:
-        """Calibrate: was the draft's first token the target's next token?"""
-        self._last_q1, entries, self._step_q1 = self._step_q1, self._step_q1, None
+    def _observe_drafts(self, result) -> None:
+        """Calibrate: was each draft the target's token, given the drafts before it were?"""
+        self._last_drafts, entries, self._step_drafts = self._step_drafts, self._step_drafts, None
         if entries is None:
             return
         n = result.speculative_num_draft_tokens
-        committed = result.next_token_ids.view(-1, n)[:, 0].tolist()  # the target's token at the root
-        for entry, token in zip(entries, committed):
-            if entry is not None:
-                self.first_calibration.observe(entry[0], token == entry[1])
+        committed = result.next_token_ids.view(-1, n).tolist()  # from the root: the target's tokens
+        for chain, row, k in zip(entries, committed, result.accept_lens.tolist()):
+            for (q, token), target in zip(chain or [], row[:k]):
+                self.first_calibration.observe(q, token == target)
+                if token != target:
+                    break
 
     def _first_draft_q(self) -> list[float] | None:
-        entries = self._last_q1
-        return None if entries is None else [None if e is None else round(e[0], 4) for e in entries]
+        entries = self._last_drafts
+        return None if entries is None else [round(e[0][0], 4) if e else None for e in entries]
 
     @functools.cached_property
     def backlog(self) -> ExtendBacklog | None:
@@ -313,6 +348,7 @@ class SpecSoTModelWorker(SpecSoTWorker):
             report["specsot"]["draft_extend"] = self.backlog.info()
         if self._chain_adaptive:
             report["specsot"]["first_draft_calibration"] = self.first_calibration.info()
+            report["specsot"]["chain_depths"] = list(self.chain_depths)
             report["specsot"]["long_match"] = {
                 "p": round(self.long_match_stats.p(_LONG_MATCH), 3), "draft_model_skips": self.draft_model_skips,
             }  # fmt: skip
@@ -326,7 +362,7 @@ class SpecSoTModelWorker(SpecSoTWorker):
 
     def draft_extend(self, batch, result) -> None:
         super().draft_extend(batch, result)  # the context history first (host side)
-        self._observe_first_drafts(result)
+        self._observe_drafts(result)
         self._observe_long_match_chains(result)
         rids = self._rids(batch)
         if self.backlog is not None:

@@ -9,6 +9,7 @@ import pytest
 from sglang_specsot.speculative.budget import (
     AcceptanceStats,
     AdaptiveConfig,
+    ChainStop,
     DepthAcceptance,
     FirstDraftCalibration,
     StepPlan,
@@ -260,3 +261,44 @@ def test_the_ceiling_is_the_best_budgets_gain_under_the_measured_costs():
     # 6 (7 rows: 248.4 + 3/4 of the way to 317.0 ms) bring 1 + 4 (1 - 0.8^6) tokens.
     gain, budget = speedup_ceiling(CostModel(target=target), 1, [0.8] * 6, draft_model=False)
     assert budget == 6 and gain == pytest.approx((1 + 4 * (1 - 0.8**6)) * 195.6 / (248.4 + 68.6 * 3 / 4), rel=1e-3)
+
+
+def _sure_when_confident() -> FirstDraftCalibration:
+    calibration = FirstDraftCalibration()
+    for _ in range(200):  # a draft model that is right when sure and wrong when not
+        calibration.observe(0.97, accepted=True)
+        calibration.observe(0.2, accepted=False)
+    return calibration
+
+
+def test_a_chain_goes_on_while_the_draft_is_sure_and_stops_where_it_is_not():
+    # A step drafting d tokens costs 200 + 100 d ms (a plain step 200): a draft token pays
+    # when it is accepted more often than about 0.6 given the step's tokens so far.
+    step_ms = lambda depth: 200.0 + 100.0 * depth  # noqa: E731
+    stop = ChainStop([0.9], [0.97], _sure_when_confident(), step_ms, min_token_prob=0.05)
+    for _ in range(3):
+        assert stop.go_on()
+        stop.observe([0.97])
+    assert stop.depth == 4 and stop.depths() == [4]
+    stop.observe([0.2])  # the draft turns unsure: its 5th token is as good as lost
+    assert not stop.go_on() and stop.depths() == [4]  # and it is cut (reach under 0.05)
+
+
+def test_a_chain_weighs_the_step_cost_against_the_tokens_it_expects():
+    calibration = FirstDraftCalibration()  # uninformative: every probability is worth p
+    # At p = 0.6 the second draft is reached 0.6 of the time and accepted 0.36: it costs a
+    # third of the step (300 -> 400 ms) for a fifth more tokens (1.6 -> 1.96): stop.
+    stop = ChainStop([0.6], [0.5], calibration, lambda depth: 200.0 + 100.0 * depth, 0.05)
+    assert not stop.go_on()
+    # Where a draft row costs a tenth of a step, it goes on.
+    cheap = ChainStop([0.6], [0.5], calibration, lambda depth: 200.0 + 20.0 * depth, 0.05)
+    assert cheap.go_on()
+
+
+def test_requests_that_draft_nothing_do_not_count_in_the_chain():
+    calibration = _sure_when_confident()
+    alone = ChainStop([0.9], [0.2], calibration, lambda depth: 200.0 + 100.0 * depth, 0.05)
+    batch = ChainStop([0.9, 0.9], [0.2, None], calibration, lambda depth: 200.0 + 100.0 * depth, 0.05)
+    assert not alone.go_on() and not batch.go_on()
+    batch.observe([0.97, 0.97])
+    assert batch.qs == [[0.2, 0.97], []] and batch.depths() == [1, 0]

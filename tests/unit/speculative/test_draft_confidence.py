@@ -31,6 +31,30 @@ def test_kept_forward_logits_sees_each_forward_and_restores_the_runner():
     assert "forward" not in vars(runner)
 
 
+def test_stoppable_forwards_skips_every_forward_after_go_on_says_no():
+    calls, asked, seen = [], [], []
+
+    class Counting(_Runner):
+        def forward(self, batch):
+            calls.append(batch)
+            return SimpleNamespace(logits_output=SimpleNamespace(next_token_logits=torch.full((1, 3), float(batch))))
+
+    runner = Counting(None)
+    answers = iter([True, False])
+
+    def go_on():
+        asked.append(len(calls))
+        return next(answers)
+
+    with adapter.stoppable_forwards(runner, go_on, seen.append):
+        outs = [runner.forward(i) for i in range(5)]
+    # The first forward runs unasked; the second is asked for (yes), the third refused, and
+    # nothing is asked or run after that: the last real output comes back instead.
+    assert calls == [0, 1] and asked == [1, 2]
+    assert [o.logits_output.next_token_logits[0, 0].item() for o in outs] == [0.0, 1.0, 1.0, 1.0, 1.0]
+    assert len(seen) == 2 and "forward" not in vars(runner)
+
+
 class _Draft(SoTDraftModel):
     """SoTDraftModel's confidence path over a fake SGLang draft-extend."""
 

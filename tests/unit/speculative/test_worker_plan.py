@@ -222,7 +222,7 @@ def _confident_worker():
     for i in range(200):  # this draft model is right when sure and wrong when not
         worker.first_calibration.observe(0.97, accepted=True)
         worker.first_calibration.observe(0.2, accepted=False)
-    worker._step_q1 = worker._last_q1 = None
+    worker._step_drafts = worker._last_drafts = None
     worker._step_log, worker._exploring, worker.drafter = None, False, ContextDrafter()
     batch = _batch(2)
     batch.spec_info = SimpleNamespace(topk_p=torch.tensor([[0.97], [0.2]]), topk_index=torch.tensor([[11], [22]]))
@@ -246,19 +246,38 @@ def test_after_a_catch_up_the_plan_is_made_again_with_the_fresh_confidence():
     assert worker._replan(batch, [2, 2]) == [2, 2]  # an exploring step keeps its plan
 
 
-def test_verify_tells_the_calibration_whether_the_first_draft_was_the_targets_token():
+def test_verify_tells_the_calibration_whether_each_draft_was_the_targets_token():
     import torch
+
+    from sglang_specsot.speculative.budget import ChainStop
 
     worker, batch = _confident_worker()
     worker.first_calibration = type(worker.first_calibration)()
     chain = DraftTree((5, 11), (-1, 0))
-    worker._note_first_drafts(batch, [chain, None])  # the second request drafted nothing
-    assert worker._step_q1 == [(pytest.approx(0.97), 11), None]
-    result = SimpleNamespace(next_token_ids=torch.tensor([11, 7, 9, 9]), speculative_num_draft_tokens=2)
-    worker._observe_first_drafts(result)
+    worker._note_drafts(batch, [chain, None], None)  # the second request drafted nothing
+    assert worker._step_drafts == [[(pytest.approx(0.97), 11)], None]
+    result = SimpleNamespace(
+        next_token_ids=torch.tensor([11, 7, 9, 9]), accept_lens=torch.tensor([2, 1]), speculative_num_draft_tokens=2
+    )
+    worker._observe_drafts(result)
     assert worker.first_calibration.info()["weight"][-1] == 1.0
     assert worker.first_calibration.rate(0.97, prior=0.0) == pytest.approx(1 / 5)  # 1 accepted, prior weight 4
-    assert worker._step_q1 is None and worker._first_draft_q() == [0.97, None]
+    assert worker._step_drafts is None and worker._first_draft_q() == [0.97, None]
+    # A chain that stopped by the draft's confidence: each depth verify reached is observed
+    # with the draft's probability of it, up to the first miss (0.6 right, 0.3 wrong, 0.1 unseen).
+    stop = ChainStop([0.9, 0.9], [0.97, None], worker.first_calibration, lambda depth: 100.0 + 50 * depth, 0.0)
+    stop.observe([0.6, 0.5])
+    stop.observe([0.3, 0.5])
+    stop.observe([0.1, 0.5])
+    chain = DraftTree((5, 11, 12, 13, 14), (-1, 0, 1, 2, 3))
+    worker._note_drafts(batch, [chain, None], stop)
+    row = [11, 12, 99, 0, 0]
+    worker._observe_drafts(SimpleNamespace(
+        next_token_ids=torch.tensor(row + [7, 0, 0, 0, 0]), accept_lens=torch.tensor([3, 1]), speculative_num_draft_tokens=5,
+    ))  # fmt: skip
+    info = worker.first_calibration.info()
+    assert info["weight"] == [0.0, 1.0, 1.0, 0.0, 0.0, 2.0]  # 0.97 again (decayed 1.99), 0.3, 0.6
+    assert info["accept_rate"][1:3] == [0.0, 1.0]
 
 
 def test_measured_step_times_override_the_model_where_it_prices_a_width_wrong():
