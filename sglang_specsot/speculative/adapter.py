@@ -125,6 +125,21 @@ def draft_model_context(parallel_layout):
 
 
 @contextlib.contextmanager
+def _forward_replaced(model_runner, wrap):
+    """`model_runner.forward` replaced by `wrap(forward)` inside the block; the runner's own
+    `forward` (an instance attribute, or the class method) is back when the block ends."""
+    forward, own = model_runner.forward, "forward" in vars(model_runner)
+    model_runner.forward = wrap(forward)
+    try:
+        yield
+    finally:
+        if own:
+            model_runner.forward = forward
+        else:
+            del model_runner.forward
+
+
+@contextlib.contextmanager
 def kept_forward_logits(model_runner):
     """The `logits_output` of every `model_runner.forward` call inside the block, in a list.
 
@@ -132,24 +147,20 @@ def kept_forward_logits(model_runner):
     chain it takes the argmax and leaves `topk_p = 1.0` (a chain needs no scores), so the draft
     model's confidence is lost. Its eager path replaces `next_token_logits` on the same object
     with the rows it selected (:1233), so the object kept here holds one row per request
-    after the call. The runner's own `forward` is back when the block ends.
+    after the call.
     """
-    kept, forward = [], model_runner.forward
-    own = "forward" in vars(model_runner)
+    kept = []
 
-    def keep(*args, **kwargs):
-        out = forward(*args, **kwargs)
-        kept.append(out.logits_output)
-        return out
+    def wrap(forward):
+        def keep(*args, **kwargs):
+            out = forward(*args, **kwargs)
+            kept.append(out.logits_output)
+            return out
 
-    model_runner.forward = keep
-    try:
+        return keep
+
+    with _forward_replaced(model_runner, wrap):
         yield kept
-    finally:
-        if own:
-            model_runner.forward = forward
-        else:
-            del model_runner.forward
 
 
 @contextlib.contextmanager
@@ -160,28 +171,24 @@ def stoppable_forwards(model_runner, go_on, seen):
 
     SGLang's draft loop (eagle_worker_v2.py:816-897) runs every step of the chain and has no
     way to stop; the tokens it takes from a repeated output lie past where the chain stops,
-    and are cut before verify. The runner's own `forward` is back when the block ends.
+    and are cut before verify.
     """
-    forward, own = model_runner.forward, "forward" in vars(model_runner)
     last, stopped = None, False
 
-    def step(*args, **kwargs):
-        nonlocal last, stopped
-        if last is not None and (stopped or not go_on()):
-            stopped = True
+    def wrap(forward):
+        def step(*args, **kwargs):
+            nonlocal last, stopped
+            if last is not None and (stopped or not go_on()):
+                stopped = True
+                return last
+            last = forward(*args, **kwargs)
+            seen(last.logits_output.next_token_logits)
             return last
-        last = forward(*args, **kwargs)
-        seen(last.logits_output.next_token_logits)
-        return last
 
-    model_runner.forward = step
-    try:
+        return step
+
+    with _forward_replaced(model_runner, wrap):
         yield
-    finally:
-        if own:
-            model_runner.forward = forward
-        else:
-            del model_runner.forward
 
 
 def uncached_processor_deserializer():

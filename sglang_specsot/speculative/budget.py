@@ -308,37 +308,33 @@ class ChainStop:
         self.ps, self.calibration, self.step_ms = list(ps), calibration, step_ms
         self.min_token_prob = min_token_prob
         self.qs: list[list[float]] = [[] if q is None else [q] for q in first_q]  # per request, by depth
-        self.reach = [0.0 if q is None else calibration.rate(q, p) for q, p in zip(first_q, ps)]
-        self.tokens = len(ps) + sum(self.reach)  # expected committed tokens of the step so far
+        # Per request, by depth: the chance every draft up to that depth is accepted.
+        self.reach: list[list[float]] = [[] if q is None else [calibration.rate(q, p)] for q, p in zip(first_q, ps)]
+        self.tokens = len(ps) + sum(r[-1] for r in self.reach if r)  # expected committed tokens so far
         self.depth = 1
 
     def go_on(self) -> bool:
         """Whether a draft token more per request raises the step's expected tokens per ms."""
-        more = sum(r * p for r, p in zip(self.reach, self.ps))
+        more = sum(r[-1] * p for r, p in zip(self.reach, self.ps) if r)
         return (self.tokens + more) * self.step_ms(self.depth) > self.tokens * self.step_ms(self.depth + 1)
 
     def observe(self, qs: Sequence[float]) -> None:
         """The draft's probability of the tokens it drafted at the next depth, per request."""
         assert len(qs) == len(self.reach), f"{len(qs)} probabilities for {len(self.reach)} requests"
         self.depth += 1
-        for i, (q, p) in enumerate(zip(qs, self.ps)):
-            if self.qs[i]:  # a request that drafts
-                self.qs[i].append(q)
-                self.reach[i] *= self.calibration.rate(q, p)
-                self.tokens += self.reach[i]
+        for q_by_depth, reach, q, p in zip(self.qs, self.reach, qs, self.ps):
+            if reach:  # a request that drafts
+                q_by_depth.append(q)
+                reach.append(reach[-1] * self.calibration.rate(q, p))
+                self.tokens += reach[-1]
 
     def depths(self) -> list[int]:
         """Draft tokens each request keeps: its chain up to the last token still accepted with
         at least `min_token_prob` (at least its first; 0 for requests that draft nothing)."""
         out = []
-        for q_by_depth, p in zip(self.qs, self.ps):
-            reach, keep = 1.0, 0
-            for d, q in enumerate(q_by_depth, start=1):
-                reach *= self.calibration.rate(q, p)
-                if d > 1 and reach < self.min_token_prob:
-                    break
-                keep = d
-            out.append(keep)
+        for reach in self.reach:
+            kept = sum(1 for x in reach if x >= self.min_token_prob)  # reach only falls with depth
+            out.append(min(len(reach), max(1, kept)))
         return out
 
 

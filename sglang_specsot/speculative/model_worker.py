@@ -142,14 +142,14 @@ class SpecSoTModelWorker(SpecSoTWorker):
         if drafts and self._context_pays(sizes):
             self.draft_model_skips += 1  # the SoT context alone drafts this step
         elif drafts:
-            if self.backlog is not None and not self.backlog.current(self._rids(batch)):
+            if self._topk_stale(batch):
                 # Step one reads the top-k of the draft's last extend: bring it up to date.
                 batch.spec_info.topk_p, batch.spec_info.topk_index = self._catch_up(batch, batch.seq_lens)
                 sizes = self._replan(batch, sizes)  # the draft's confidence is known only now
             self._draft_source = self._topk_source
             stop = self._chain_stop(batch, sizes)
             steps = self._chain_steps(max(sizes))
-            if stop is not None and steps > 0:
+            if stop is not None:
                 steps = self.draft_worker.max_steps if stop.go_on() else 1
             seeds = self._draft_model_trees(batch, steps, stop)
             if stop is not None:  # the chains end where the draft's confidence said
@@ -177,11 +177,12 @@ class SpecSoTModelWorker(SpecSoTWorker):
 
     def _chain_stop(self, batch, sizes: list[int]) -> ChainStop | None:
         """Where the chains of this step may stop by the draft's confidence (`ChainStop`):
-        an adaptive chain whose draft-extends keep the draft's probabilities, from a current
-        top-k, on a step that drafts because it pays (an exploring step drafts to learn)."""
+        an adaptive chain whose draft-extends keep the draft's probabilities, on a step that
+        drafts because it pays (an exploring step drafts to learn). Asked after the catch-up,
+        so the top-k it reads is current."""
         if not (self._chain_adaptive and self.draft_worker.keeps_confidence) or self._exploring:
             return None
-        if max(sizes) <= 1 or (self.backlog is not None and not self.backlog.current(self._rids(batch))):
+        if max(sizes) <= 1:
             return None
         q1 = batch.spec_info.topk_p[:, 0].tolist()
         first_q = [q if n > 1 else None for q, n in zip(q1, sizes)]
@@ -243,7 +244,7 @@ class SpecSoTModelWorker(SpecSoTWorker):
         """Each request's calibrated chance that the draft's first token is accepted, read
         from the top-k its last draft-extend left (no forward); None where that top-k is
         stale (a deferred extend) or the chain is not adaptive."""
-        if not self._chain_adaptive or (self.backlog is not None and not self.backlog.current(self._rids(batch))):
+        if not self._chain_adaptive or self._topk_stale(batch):
             return None
         topk_p = getattr(batch.spec_info, "topk_p", None)
         if topk_p is None or topk_p.shape[0] != len(ps):
@@ -287,6 +288,10 @@ class SpecSoTModelWorker(SpecSoTWorker):
     def _first_draft_q(self) -> list[float] | None:
         entries = self._last_drafts
         return None if entries is None else [round(e[0][0], 4) if e else None for e in entries]
+
+    def _topk_stale(self, batch) -> bool:
+        """Whether the relayed top-k is a deferred extend's placeholder (`_stale_topk`)."""
+        return self.backlog is not None and not self.backlog.current(self._rids(batch))
 
     @functools.cached_property
     def backlog(self) -> ExtendBacklog | None:
