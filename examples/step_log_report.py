@@ -7,7 +7,8 @@ batch size, and what those steps really cost and brought.
 Per batch-size bucket: steps, share of plain steps (verify width 1) and of exploring steps,
 committed tokens per step, real ms per plain and per drafting step against what the cost model
 expected for them, real tokens/s against the plain steps' own, acceptance of the drafts, the
-mean acceptance estimate on plain and on drafting steps, and how long runs of plain steps last.
+mean acceptance estimate on plain and on drafting steps, how long runs of plain steps last,
+and (logs that have them) the mean time of each phase of a plain and of a drafting step.
 """
 
 from __future__ import annotations
@@ -67,7 +68,15 @@ def _summary(rs: list[dict]) -> dict:
         "mean_p_drafting": _mean(statistics.fmean(r["ps"]) for r in drafting if r["ps"]),
         "plain_run_lengths": _runs([r["width"] == 1 for r in rs]),
         "overheads_last": rs[-1]["cost"],
+        "plain_phase_ms": _phases(plain),
+        "drafting_phase_ms": _phases(drafting),
     }
+
+
+def _phases(rs: list[dict]) -> dict | None:
+    """Mean ms of each step phase (draft, verify, target_forward, draft_extend), where logged."""
+    logged = [r["phase_ms"] for r in rs if r.get("phase_ms")]
+    return {k: _mean(p[k] for p in logged) for k in logged[0]} if logged else None
 
 
 def _runs(flags: list[bool]) -> dict:

@@ -4,7 +4,8 @@ With `SGLANG_SPECSOT_STEP_LOG=/path/steps.jsonl` in the server's environment, ev
 step appends one JSON line: the batch size, each request's acceptance estimate, the plan
 (verify width, budgets, expected tokens and ms), whether it explored, where the first draft
 token came from, what verify accepted, the step's wall-clock time, and the cost model's
-learned overheads and the draft model's deferred-extend counters at that point, and every
+learned overheads and the draft model's deferred-extend counters at that point, the time of
+each phase (draft, verify, the target's forward, draft-extend), and every
 candidate width's expected tokens and ms, so a choice can be checked against what the steps
 really cost (`examples/step_log_report.py` summarises a log). Off by default: with it on, each step reads the accept
 lengths back to the host.
@@ -40,6 +41,9 @@ class StepRecord:
     first_draft_q: list[float] | None  # the draft model's top-1 probability of its first draft
     cost: dict  # the cost model's learned overheads at this step (ms)
     draft_extend: dict | None  # the deferred-extend counters (draft model, adaptive chains)
+    # Wall clock of the step's phases (ms): draft, verify (of which target_forward: the
+    # target's forward alone) and draft_extend, to see where a step's time went.
+    phase_ms: dict
 
 
 class StepLog:

@@ -129,21 +129,26 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             return self._forward_prefill(batch, on_publish, pp_proxy_tensors)
         start, explored, catch_ups = time.perf_counter(), self._explored, self._catch_ups()
         verify_input = self.draft(batch)
+        drafted = time.perf_counter()
         result = self.verify(batch, verify_input, pp_proxy_tensors)
         if on_publish is not None:
             on_publish(result.new_seq_lens)  # before draft-extend: the fence is at verify end
+        verified = time.perf_counter()
         self.draft_extend(batch, result)
-        ms = (time.perf_counter() - start) * 1e3
+        end = time.perf_counter()
+        ms = (end - start) * 1e3
         if self._refresh_costs and self._catch_ups() == catch_ups:
             self.step_costs.observe(len(batch.reqs), result.speculative_num_draft_tokens, ms)
         if self._step_log is not None:
-            self._step_log.write(self._step_record(result, ms, self._explored > explored))
+            phases = {"draft": drafted - start, "verify": verified - drafted, "draft_extend": end - verified}
+            phases = {k: round(v * 1e3, 3) for k, v in phases.items()} | {"target_forward": round(self._target_ms, 3)}
+            self._step_log.write(self._step_record(result, ms, self._explored > explored, phases))
         return result
 
     def _catch_ups(self) -> int:
         return 0  # deferred draft-extends' catch-ups so far (a draft model's)
 
-    def _step_record(self, result, ms: float, explored: bool) -> StepRecord:
+    def _step_record(self, result, ms: float, explored: bool, phase_ms: dict) -> StepRecord:
         plan, trees = self._last_plan if self.adaptive is not None else None, self._step_trees
         accepted = [min(k - 1, t.height) for k, t in zip(result.accept_lens.tolist(), trees)]
         return StepRecord(
@@ -156,7 +161,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             explored=explored, draft_source=self._draft_source, step_ms=round(ms, 3),
             candidates=None if plan is None else self._last_candidates,
             first_draft_q=self._first_draft_q(),
-            cost=self._overheads(), draft_extend=self._draft_extend_counters(),
+            cost=self._overheads(), draft_extend=self._draft_extend_counters(), phase_ms=phase_ms,
         )  # fmt: skip
 
     def _overheads(self) -> dict:
@@ -442,8 +447,9 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         batch.spec_info = verify_input
         start = time.perf_counter()
         target = self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors, is_verify=True)
+        self._target_ms = (time.perf_counter() - start) * 1e3
         if self._refresh_costs:
-            self.cost.target.observe(bs * n, (time.perf_counter() - start) * 1e3)
+            self.cost.target.observe(bs * n, self._target_ms)
         logits_output = target.logits_output
         if batch.sampling_info.has_custom_logit_processor:
             # SGLang's EAGLE verify skips custom processors; here each tree node's row gets

@@ -36,6 +36,18 @@ def test_summary_splits_plain_from_drafting_steps_per_batch_size():
     assert one["mean_p_plain"] == 0.3 and one["mean_p_drafting"] == 0.8
     assert one["plain_run_lengths"] == {"runs": 2, "median": 1.5, "max": 2}
     assert out["2-4"]["accepted_per_draft"] == round(2 / 3, 3)
+    assert one["plain_phase_ms"] is None  # an older log without phase times
+
+
+def test_summary_averages_each_phase_of_plain_and_drafting_steps():
+    plain = [_step(2, 1, [0, 0], 100.0), _step(2, 1, [0, 0], 120.0)]
+    plain[0]["phase_ms"] = {"draft": 2.0, "verify": 90.0, "target_forward": 80.0, "draft_extend": 8.0}
+    plain[1]["phase_ms"] = {"draft": 4.0, "verify": 110.0, "target_forward": 100.0, "draft_extend": 6.0}
+    drafting = _step(2, 3, [1, 2], 300.0)
+    drafting["phase_ms"] = {"draft": 50.0, "verify": 150.0, "target_forward": 140.0, "draft_extend": 100.0}
+    out = report.summarise([*plain, drafting])["2-4"]
+    assert out["plain_phase_ms"] == {"draft": 3.0, "verify": 100.0, "target_forward": 90.0, "draft_extend": 7.0}
+    assert out["drafting_phase_ms"]["draft_extend"] == 100.0
 
 
 def test_main_reads_a_log_and_refuses_an_empty_one(tmp_path, capsys):

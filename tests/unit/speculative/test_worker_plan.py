@@ -193,7 +193,8 @@ def test_the_step_log_records_what_the_policy_chose_and_what_verify_accepted(tmp
     sizes = worker._tree_sizes(batch)
     worker._step_trees = tuple(DraftTree(tuple(range(n)), tuple(range(-1, n - 1))) for n in sizes)
     result = SimpleNamespace(accept_lens=torch.tensor([3, 1]), speculative_num_draft_tokens=max(sizes))
-    worker._step_log.write(worker._step_record(result, 123.4, explored=False))
+    phases = {"draft": 1.0, "verify": 100.0, "draft_extend": 22.4, "target_forward": 95.0}
+    worker._step_log.write(worker._step_record(result, 123.4, explored=False, phase_ms=phases))
     (line,) = (tmp_path / "steps.jsonl").read_text().splitlines()
     record = json.loads(line)
     assert record["bs"] == 2 and record["ps"] == [0.5, 0.5] and record["width"] == max(sizes) > 1
@@ -201,6 +202,7 @@ def test_the_step_log_records_what_the_policy_chose_and_what_verify_accepted(tmp
     assert record["accepted"] == [2, 0] and record["step_ms"] == 123.4 and record["explored"] is False
     assert record["expected_ms"] == 100.0 and record["cost"] == {"target_overhead_ms": 0.0}
     assert record["draft_extend"] is None and record["candidates"]["1"] == [2.0, 100.0]
+    assert record["phase_ms"] == phases
 
 
 def test_no_step_log_without_its_environment_variable(monkeypatch):
