@@ -25,11 +25,13 @@ def _e2e(args) -> int:
     from sglang_specsot.bench.runner import run
 
     plan = plan_from_args(args)
-    record_invocation(plan.out)
+    # Ratios between configurations are measured side by side only with every server up;
+    # one server at a time, they span the machine's drift between blocks.
+    schedule = f"one server at a time, blocks of {plan.block}" if plan.one_at_a_time else "all servers up, interleaved per question"
+    record_invocation(plan.out, servers=schedule)
     todo = plan.pending()
     print(f"{len(plan.questions)} questions x {len(plan.configs)} configurations; {len(todo)} cells to run "
-          f"({'one server at a time, blocks of ' + str(plan.block) if plan.one_at_a_time else 'all servers up'}); "
-          f"results in {plan.out}", flush=True)  # fmt: skip
+          f"({schedule}); results in {plan.out}", flush=True)  # fmt: skip
     run(plan)
     if not args.no_report:
         print(build_report(plan.out, quality=not args.no_quality)["table"])
@@ -84,7 +86,7 @@ def _add_e2e(sub) -> None:
                    help="a system message before every question, normal and SoT alike (SoT plans and "
                         "writes under it)")  # fmt: skip
     p.add_argument("--one-at-a-time", choices=("auto", "yes", "no"), default="auto",
-                   help="one server at a time in rounds over question blocks (auto: if weights > 700 MiB)")
+                   help="one server at a time in rounds over question blocks (auto: unless every server fits in memory at once)")
     p.add_argument("--block", type=int, default=6, help="questions per round when one server runs at a time")
     p.add_argument("--out", default=None, help="run directory (default benchmarks/e2e-TARGET[-DRAFT])")
     p.add_argument("--no-report", action="store_true")

@@ -34,6 +34,11 @@ class ServerSpec:
         flag = "--speculative-algorithm"
         return args[args.index(flag) + 1] if flag in args else None
 
+    @property
+    def has_draft(self) -> bool:
+        """Whether it loads a draft model beside the target."""
+        return "--speculative-draft-model-path" in self.args
+
 
 @dataclass(frozen=True, slots=True)
 class CellConfig:

@@ -11,7 +11,13 @@ from sglang_specsot.bench.configs import matrix, select, servers
 from sglang_specsot.bench.runner import RunPlan
 from sglang_specsot.bench.store import CELLS_FILE, RUN_FILE, check_run_settings, load
 
-BIG_WEIGHTS = 700 * 2**20  # above this (target + draft) one server runs at a time
+# `--one-at-a-time auto` keeps every server up (each question then runs on every server in
+# turn, so machine drift hits all configurations alike) when their weights, plus what a CPU
+# server holds beyond its weights, fit in this share of the memory available at the start.
+# Beyond weights: ~3 GiB seen here per server (scheduler, tokenizer manager and detokenizer,
+# a 1.5B bf16 server's processes less its weights, shared pages counted once), KV included.
+SERVER_RUNTIME_BYTES = 3 * 2**30
+MEMORY_SHARE = 0.85
 
 
 def resolve_model(name: str, what: str) -> str:
@@ -46,6 +52,28 @@ def weights_bytes(path: str) -> int:
     return sum(f.stat().st_size for f in Path(path).glob("*.safetensors"))
 
 
+def servers_fit(specs, target_bytes: int, draft_bytes: int, available: int | None) -> bool:
+    """Whether every server in `specs` fits in memory at once: each holds the target's
+    weights, a server with a draft model the draft's too, and SERVER_RUNTIME_BYTES beyond
+    them, within MEMORY_SHARE of `available` (None: unknown, so one at a time)."""
+    if available is None:
+        return False
+    need = sum(target_bytes + (draft_bytes if s.has_draft else 0) + SERVER_RUNTIME_BYTES for s in specs)
+    return need <= MEMORY_SHARE * available
+
+
+def available_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux), None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 def plan_from_args(args) -> RunPlan:
     from sglang_specsot.data import load_questions
 
@@ -60,8 +88,12 @@ def plan_from_args(args) -> RunPlan:
         SoTConfig(**sot_config)  # validate now, not in every cell
     if args.system_prompt is not None and not args.system_prompt.strip():
         raise ValueError("--system-prompt is empty; give the system message's text, or leave the flag out")
-    big = weights_bytes(target) + (weights_bytes(draft) if draft else 0) > BIG_WEIGHTS
-    one = {"auto": big, "yes": True, "no": False}[args.one_at_a_time]
+    specs = servers(draft)
+    if args.one_at_a_time == "auto":
+        needed = {specs[c.server] for c in configs}
+        one = not servers_fit(needed, weights_bytes(target), weights_bytes(draft) if draft else 0, available_bytes())
+    else:
+        one = args.one_at_a_time == "yes"
     out = Path(args.out or f"benchmarks/e2e-{Path(args.target).name}" + (f"-{Path(args.draft).name}" if args.draft else ""))
     settings = Settings(args.max_tokens, args.timeout, sot_config, args.warm_prefixes, args.system_prompt)
     check_run_settings(out, {"target": args.target, "draft": args.draft, "dtype": args.dtype,
@@ -71,7 +103,7 @@ def plan_from_args(args) -> RunPlan:
                              "warm_prefixes": args.warm_prefixes or None,
                              "warm_up": args.warm_up or None,
                              "system_prompt": args.system_prompt})  # fmt: skip
-    return RunPlan(target, args.dtype, servers(draft), tuple(configs), tuple(questions), out, settings,
+    return RunPlan(target, args.dtype, specs, tuple(configs), tuple(questions), out, settings,
                    one, args.block, warm_up=args.warm_up)  # fmt: skip
 
 

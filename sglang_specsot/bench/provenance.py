@@ -30,13 +30,14 @@ def machine() -> dict:
             "os": platform.platform(), "python": platform.python_version()}  # fmt: skip
 
 
-def record_invocation(out: Path, argv: list[str] | None = None) -> dict:
-    """Append this invocation (command line, commit, machine, start time) to OUT's record."""
+def record_invocation(out: Path, argv: list[str] | None = None, **extra) -> dict:
+    """Append this invocation (command line, commit, machine, start time, and `extra`, such
+    as how its servers were scheduled) to OUT's record."""
     from sglang_specsot.bench.cells import code_commit
 
     argv = sys.argv if argv is None else argv
     entry = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": shlex.join(["python", "-m", "sglang_specsot.bench", *argv[1:]]),
-             "commit": code_commit(), "machine": machine()}  # fmt: skip
+             "commit": code_commit(), "machine": machine(), **extra}  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     with (out / INVOCATIONS_FILE).open("a") as f:
         f.write(json.dumps(entry) + "\n")

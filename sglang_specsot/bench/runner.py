@@ -29,8 +29,11 @@ COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-
           "--sleep-on-idle", "--enable-custom-logit-processor"]  # fmt: skip
 # On CPU SGLang sizes its pools from the memory free at start-up, which other processes on a
 # shared machine change; the KV pool is capped by --max-total-tokens anyway (8192 tokens of the
-# 1.5B are ~235 MB), so a server that runs alone may claim most of what is free.
-SOLO_MEM_FRACTION, SHARED_MEM_FRACTION = "0.9", "0.25"
+# 1.5B are ~235 MB), so every server may claim most of what is free when it starts, whether it
+# runs alone or beside others (e2e.servers_fit decides whether they all fit). A smaller share
+# for servers beside others (0.25, before) refused the 1.5B + 0.5B pair's server: its weights
+# alone are 0.34 of what the first server leaves free.
+MEM_FRACTION = "0.9"
 START_RETRIES, RETRY_PAUSE = 1, 30
 SERVER_ORDER = ("plain", "specsot", "specsot-ctx", "ngram", "standalone")
 # `warm_up`: asked of every fresh server, untimed, its answers thrown away. No question set
@@ -177,7 +180,7 @@ def _start(plan: RunPlan, name: str):
     machine comes and goes), then the error goes up to become the cells' reason."""
     from sglang_specsot.launch import ServerProcess
 
-    memory = ["--mem-fraction-static", SOLO_MEM_FRACTION if plan.one_at_a_time else SHARED_MEM_FRACTION]
+    memory = ["--mem-fraction-static", MEM_FRACTION]
     args = COMMON + memory + ["--dtype", plan.dtype] + list(plan.servers[name].args)
     for attempt in range(1 + START_RETRIES):
         logger.info("starting server %s: %s", name, " ".join(args))

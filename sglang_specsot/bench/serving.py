@@ -111,7 +111,7 @@ def merge(rows: list[dict]) -> str:
 
 def main(args) -> int:
     from sglang_specsot.bench.e2e import pick_questions, resolve_model
-    from sglang_specsot.bench.runner import COMMON, SOLO_MEM_FRACTION
+    from sglang_specsot.bench.runner import COMMON, MEM_FRACTION
     from sglang_specsot.data import load_questions
     from sglang_specsot.launch import ServerProcess
 
@@ -135,7 +135,7 @@ def main(args) -> int:
             continue  # resumed: measured in an earlier run of this command
         server_name, body = CONFIGS[name]
         server_name = server_name if server_name in specs else "specsot-ctx"  # no draft: context drafting
-        args_ = COMMON + ["--mem-fraction-static", SOLO_MEM_FRACTION, "--dtype", args.dtype] + list(specs[server_name].args)
+        args_ = COMMON + ["--mem-fraction-static", MEM_FRACTION, "--dtype", args.dtype] + list(specs[server_name].args)
         try:
             env = dict(specs[server_name].env)
             with ServerProcess(target, args_, env, log_path=out / "logs" / f"serving-{name}.log") as server:

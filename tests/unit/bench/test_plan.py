@@ -135,3 +135,17 @@ def test_the_system_prompt_is_a_run_setting(tmp_path, smollm2_path):
     assert plan_of(tmp_path / "none").settings.system_prompt is None
     with pytest.raises(ValueError, match="--system-prompt is empty"):
         plan_of(tmp_path / "empty", "--system-prompt", " ")
+
+
+def test_auto_keeps_every_server_up_only_when_all_fit_in_memory():
+    from sglang_specsot.bench.e2e import SERVER_RUNTIME_BYTES, servers_fit
+
+    specs = servers("/draft")
+    gib = 2**30
+    two = [specs["plain"], specs["specsot"]]  # SoT-server and SpecSoT-server: the #11 comparison
+    need = (3 * gib + SERVER_RUNTIME_BYTES) + (3 * gib + 1 * gib + SERVER_RUNTIME_BYTES)
+    assert specs["specsot"].has_draft and not specs["plain"].has_draft
+    assert servers_fit(two, 3 * gib, 1 * gib, available=24 * gib)
+    assert not servers_fit(two, 3 * gib, 1 * gib, available=need)  # no headroom left
+    assert not servers_fit(list(specs.values()), 3 * gib, 1 * gib, available=24 * gib)  # five 1.5B servers
+    assert not servers_fit(two, 3 * gib, 1 * gib, available=None)  # memory unknown: one at a time

@@ -111,7 +111,7 @@ def test_a_server_that_fails_to_start_is_tried_once_more(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "RETRY_PAUSE", 0)
     server = runner._start(plan(tmp_path, one_at_a_time=True), "plain")
     assert len(attempts) == 2 and isinstance(server, FlakyServer)
-    assert attempts[0][attempts[0].index("--mem-fraction-static") + 1] == runner.SOLO_MEM_FRACTION
+    assert attempts[0][attempts[0].index("--mem-fraction-static") + 1] == runner.MEM_FRACTION
     # The plain server delays sampling, so SoT on it gets the skeleton constraint too.
     assert envs[0] == {"SGLANG_ENABLE_DELAY_SAMPLE": "1"} and "--enable-custom-logit-processor" in attempts[0]
 

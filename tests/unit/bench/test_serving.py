@@ -62,8 +62,9 @@ def test_failed_runs_show_in_the_table_until_a_later_run_succeeds(tmp_path):
 
 def test_each_invocation_is_recorded_with_its_command_commit_and_machine(tmp_path):
     first = record_invocation(tmp_path, ["bench", "serving", "--target", "qwen2.5-coder-1.5b"])
-    record_invocation(tmp_path, ["bench", "serving", "--target", "qwen2.5-coder-1.5b"])
+    record_invocation(tmp_path, ["bench", "e2e", "--target", "qwen2.5-coder-1.5b"], servers="all servers up")
     lines = [json.loads(line) for line in (tmp_path / INVOCATIONS_FILE).read_text().splitlines()]
     assert len(lines) == 2 and lines[0] == first
     assert first["command"] == "python -m sglang_specsot.bench serving --target qwen2.5-coder-1.5b"
     assert first["machine"]["cores"] >= 1 and first["machine"]["cpu"] and len(first["commit"]) >= 7
+    assert "servers" not in first and lines[1]["servers"] == "all servers up"
