@@ -338,6 +338,52 @@ class ChainStop:
         return out
 
 
+class DraftingRuns:
+    """How many steps a batch goes on drafting once its plan starts drafting, by batch size.
+
+    A drafting plan after plain steps must repay its setup (a deferred draft-extend's
+    catch-up) in the steps it drafts before the policy turns plain again. The steps the batch
+    has left were that horizon; on batches of 5 SoT branches (1.5B + 0.5B) drafting ran 1-7
+    steps where ~50 were left, so catch-ups of ~2 plain steps' time were started for gains of
+    ~0.05 plain steps a step, and the batch ran 0.97x plain decoding. So the horizon is also
+    capped by the runs measured at this batch size (their mean over the last `window`
+    completed runs, once `min_runs` have been seen). Runs begun by an exploring step are not
+    counted: exploring drafts to learn, and its run says nothing of how long drafting pays.
+    """
+
+    def __init__(self, window: int = 8, min_runs: int = 3, max_keys: int = 64):
+        assert window >= 1 and 1 <= min_runs <= window, f"window {window}, min_runs {min_runs}"
+        self.window, self.min_runs, self.max_keys = window, min_runs, max_keys
+        self._runs: OrderedDict[int, list[int]] = OrderedDict()  # batch size -> completed runs
+        self._length = 0  # steps of the run under way
+        self._bs = 0  # its batch size when it began
+        self._counted = False  # whether it began on a plan (not exploring)
+
+    def step(self, bs: int, drafted: bool, exploring: bool = False) -> None:
+        """One decode step of `bs` requests, which drafted or not."""
+        if drafted:
+            if self._length == 0:
+                self._bs, self._counted = bs, not exploring
+            self._length += 1
+            return
+        if self._length and self._counted:
+            runs = self._runs.setdefault(self._bs, [])
+            self._runs.move_to_end(self._bs)
+            runs.append(self._length)
+            del runs[: -self.window]
+            while len(self._runs) > self.max_keys:
+                self._runs.popitem(last=False)
+        self._length = 0
+
+    def expected(self, bs: int) -> float | None:
+        """Mean length of the last runs begun at batch size `bs`; None while too few."""
+        runs = self._runs.get(bs, [])
+        return sum(runs) / len(runs) if len(runs) >= self.min_runs else None
+
+    def info(self) -> dict[str, float]:
+        return {str(bs): round(sum(r) / len(r), 2) for bs, r in self._runs.items() if len(r) >= self.min_runs}
+
+
 @dataclass(frozen=True)
 class StepPlan:
     """What one step drafts and verifies."""

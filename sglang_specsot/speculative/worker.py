@@ -25,7 +25,7 @@ import torch
 
 from sglang_specsot.speculative import adapter as sgl
 from sglang_specsot.speculative.budget import (
-    FIXED_WINDOW_ENV, AcceptanceStats, AdaptiveConfig, DepthAcceptance, StepPlan, best_plan, candidate_plans,
+    FIXED_WINDOW_ENV, AcceptanceStats, AdaptiveConfig, DepthAcceptance, DraftingRuns, StepPlan, best_plan, candidate_plans,
     explore_every, explore_plan, may_pay,
 )  # fmt: skip
 from sglang_specsot.speculative.context_draft import ContextDrafter
@@ -77,6 +77,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._explored = 0
         self._hopeless = 0  # exploring steps skipped: drafting could not pay even at explore_p
         self._unrepaid = 0  # drafting plans turned plain: their setup would not be repaid in time
+        self.drafting_runs = DraftingRuns()  # how long drafting lasts once begun, by batch size
         self._steps = 0
         # Where each step's first draft token came from (the model worker's catch-ups differ).
         self._draft_source = "context"
@@ -116,6 +117,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             "exploring_skipped": self._hopeless,
             "shadow_drafts": self.shadows.proposed,
             "drafting_not_repaid": self._unrepaid,
+            "drafting_runs": self.drafting_runs.info(),
             "acceptance_by_depth": {source: d.info() for source, d in self.by_depth.items()},
             "memory": memory_report(self.drafter, self._trace),
         }}  # fmt: skip
@@ -135,6 +137,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             on_publish(result.new_seq_lens)  # before draft-extend: the fence is at verify end
         verified = time.perf_counter()
         self.draft_extend(batch, result)
+        if self.adaptive is not None:
+            self.drafting_runs.step(len(batch.reqs), verify_input.draft_token_num > 1, self._exploring)
         end = time.perf_counter()
         ms = (end - start) * 1e3
         if self._refresh_costs and self._catch_ups() == catch_ups:
@@ -328,17 +332,23 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         return StepPlan(1, (0,) * bs, float(bs), self._step_ms(bs, 1))
 
     def _setup_repaid(self, batch, plan: StepPlan) -> bool:
-        """Whether drafting as `plan` does, for as many steps as the batch has left, saves
-        more than the setup it needs first (`_setup_ms`: a deferred draft-extend's catch-up).
-        A catch-up after a long run of plain steps costs one draft row per token behind, and
-        at batch 8 on this CPU that was seconds, more than a few drafting steps save."""
+        """Whether drafting as `plan` does saves more than the setup it needs first
+        (`_setup_ms`: a deferred draft-extend's catch-up) in the steps it will draft: as many
+        as the batch has left, or fewer where drafting runs at this batch size have measured
+        shorter (`DraftingRuns`). A catch-up after a long run of plain steps costs one draft
+        row per token behind, and at batch 8 on this CPU that was seconds, more than a few
+        drafting steps save."""
         setup = self._setup_ms(batch)
         if setup <= 0.0:
             return True
         bs = len(batch.reqs)
         plain = self._plain_plan(bs)
         saved = plan.expected_tokens / plain.rate - plan.step_ms  # ms a step saves against plain
-        return saved > 0.0 and saved * steps_left(batch.reqs, plan.expected_tokens / bs) > setup
+        horizon = steps_left(batch.reqs, plan.expected_tokens / bs)
+        runs = self.drafting_runs.expected(bs)
+        if runs is not None:
+            horizon = min(horizon, runs)
+        return saved > 0.0 and saved * horizon > setup
 
     def _acceptance(self, reqs) -> list[float]:
         """Each request's acceptance estimate (its SoT group's)."""

@@ -302,3 +302,25 @@ def test_requests_that_draft_nothing_do_not_count_in_the_chain():
     assert not alone.go_on() and not batch.go_on()
     batch.observe([0.97, 0.97])
     assert batch.qs == [[0.2, 0.97], []] and batch.depths() == [1, 0]
+
+
+def test_drafting_runs_are_measured_by_the_batch_size_they_began_at():
+    from sglang_specsot.speculative.budget import DraftingRuns
+
+    runs = DraftingRuns(window=3, min_runs=2)
+
+    def run(bs: int, n: int, exploring: bool = False) -> None:
+        for i in range(n):
+            runs.step(bs if i == 0 else bs - 1, drafted=True, exploring=exploring and i == 0)
+        runs.step(bs, drafted=False)
+
+    run(5, 2)
+    assert runs.expected(5) is None  # one run is not enough
+    run(5, 4)  # a request finished mid-run: still a run begun at 5
+    assert runs.expected(5) == 3.0 and runs.expected(4) is None
+    run(5, 9, exploring=True)  # begun by exploring: says nothing of how long drafting pays
+    assert runs.expected(5) == 3.0
+    run(5, 6), run(5, 8)  # the window keeps the last 3: 4, 6, 8
+    assert runs.expected(5) == 6.0 and runs.info() == {"5": 6.0}
+    runs.step(1, drafted=False)  # plain steps alone are no run
+    assert runs.expected(1) is None

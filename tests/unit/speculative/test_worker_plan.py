@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_specsot.speculative.budget import AcceptanceStats, AdaptiveConfig
+from sglang_specsot.speculative.budget import AcceptanceStats, AdaptiveConfig, DraftingRuns
 from sglang_specsot.speculative.context_draft import ContextDrafter
 from sglang_specsot.speculative.cost_model import CostModel, ForwardCost, StepCostTable
 from sglang_specsot.speculative.draft_tree import DraftTree
@@ -25,7 +25,7 @@ def _worker(config: AdaptiveConfig) -> SpecSoTWorker:
     worker._tags, worker._last_plan, worker._plain_steps, worker._explored, worker._hopeless, worker._unrepaid = {}, None, 0, 0, 0, 0
     worker._steps, worker._draft_source, worker.by_depth = 0, "context", {}
     worker._step_log, worker.drafter, worker.step_costs, worker._trace = None, ContextDrafter(), StepCostTable(), None
-    worker.shadows = ShadowDrafts()
+    worker.shadows, worker.drafting_runs = ShadowDrafts(), DraftingRuns()
     return worker
 
 
@@ -166,6 +166,7 @@ def _model_worker(config: AdaptiveConfig):
     worker._steps, worker._draft_source, worker.by_depth = 0, "context", {}
     worker.step_costs, worker._step_log, worker.drafter, worker._trace = StepCostTable(), None, ContextDrafter(), None
     worker.__dict__["backlog"] = ExtendBacklog()  # what the cached property gives on a CPU chain
+    worker.drafting_runs = DraftingRuns()
     worker._chain_steps = lambda width: width - 1  # a chain as long as the budget
     worker._min_budget = lambda: 0  # an adaptive chain may be cut to nothing
     return worker
@@ -426,3 +427,22 @@ def test_a_drafting_plan_must_repay_the_catch_up_it_needs_in_the_steps_left():
     # One draft at p = 0.9: 1.9 tokens in 140 ms where plain takes 190 ms, 50 ms saved a step.
     assert first_width(max_new_tokens=100) == 2  # 95 tokens left, 50 steps: 2.5 s saved > 200 ms
     assert first_width(max_new_tokens=10) == 1  # 5 tokens left, 2.6 steps: 130 ms saved < 200 ms
+
+
+def test_the_catch_up_must_be_repaid_within_the_drafting_runs_measured_at_this_batch_size():
+    def first_width(runs: list[int], bs_of_runs: int = 1) -> int:
+        worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
+        worker._acceptance = lambda reqs: [0.9] * len(reqs)
+        for n in runs:  # earlier runs of n drafting steps, each followed by a plain step
+            for _ in range(n):
+                worker.drafting_runs.step(bs_of_runs, drafted=True)
+            worker.drafting_runs.step(bs_of_runs, drafted=False)
+        worker.backlog.add(["r0"], [80])  # its catch-up costs 200 ms
+        req = SimpleNamespace(rid="r0", output_ids=[1] * 5, sampling_params=SimpleNamespace(max_new_tokens=100))
+        return max(worker._tree_sizes(SimpleNamespace(reqs=[req])))
+
+    # 50 ms saved a step (above), 50 steps left: drafts while runs here last 5 steps or more.
+    assert first_width([]) == 2  # no runs measured: the steps left are the horizon
+    assert first_width([5, 6, 7]) == 2  # 6 steps x 50 ms = 300 ms > 200 ms
+    assert first_width([2, 3, 4]) == 1  # 3 steps x 50 ms = 150 ms < 200 ms: stays plain
+    assert first_width([2, 3, 4], bs_of_runs=5) == 2  # runs of another batch size say nothing
