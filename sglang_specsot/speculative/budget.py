@@ -23,7 +23,7 @@ import bisect
 import dataclasses
 import json
 import math
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -354,7 +354,7 @@ class DraftingRuns:
     def __init__(self, window: int = 8, min_runs: int = 3, max_keys: int = 64):
         assert window >= 1 and 1 <= min_runs <= window, f"window {window}, min_runs {min_runs}"
         self.window, self.min_runs, self.max_keys = window, min_runs, max_keys
-        self._runs: OrderedDict[int, list[int]] = OrderedDict()  # batch size -> completed runs
+        self._runs: OrderedDict[int, deque[int]] = OrderedDict()  # batch size -> last completed runs
         self._length = 0  # steps of the run under way
         self._bs = 0  # its batch size when it began
         self._counted = False  # whether it began on a plan (not exploring)
@@ -367,17 +367,15 @@ class DraftingRuns:
             self._length += 1
             return
         if self._length and self._counted:
-            runs = self._runs.setdefault(self._bs, [])
+            self._runs.setdefault(self._bs, deque(maxlen=self.window)).append(self._length)
             self._runs.move_to_end(self._bs)
-            runs.append(self._length)
-            del runs[: -self.window]
             while len(self._runs) > self.max_keys:
                 self._runs.popitem(last=False)
         self._length = 0
 
     def expected(self, bs: int) -> float | None:
         """Mean length of the last runs begun at batch size `bs`; None while too few."""
-        runs = self._runs.get(bs, [])
+        runs = self._runs.get(bs, ())
         return sum(runs) / len(runs) if len(runs) >= self.min_runs else None
 
     def info(self) -> dict[str, float]:
