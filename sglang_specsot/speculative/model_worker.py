@@ -69,6 +69,7 @@ class SpecSoTModelWorker(SpecSoTWorker):
         # This step's model drafts per request, (probability, token) by depth, for calibration.
         self._step_drafts: list[list[tuple[float, int]] | None] | None = None
         self._last_drafts: list[list[tuple[float, int]] | None] | None = None  # the last step's, for the step log
+        self._extended = False  # whether the last step's draft-extend ran (not deferred)
         logger.info("SPECSOT cost model measured at start-up (draft, ms by rows): %s", self.cost.draft.info())
         logger.info(
             "SPECSOT drafts with %s: %d-node %s per request, up to %d SoT-context nodes more",
@@ -370,12 +371,14 @@ class SpecSoTModelWorker(SpecSoTWorker):
         self._observe_drafts(result)
         self._observe_long_match_chains(result)
         rids = self._rids(batch)
+        self._extended = True  # unless deferred just below
         if self.backlog is not None:
             self.backlog.keep(rids)
             was_current = self.backlog.current(rids)
             self.backlog.add(rids, result.accept_lens.tolist())
             draft_input = result.next_draft_input
             if self._defer_extend(batch, rids):
+                self._extended = False
                 self.backlog.deferred_steps += 1
                 self._mark_step(batch, result, valid=False)
                 draft_input.topk_p, draft_input.topk_index = self._stale_topk(len(rids))
@@ -403,9 +406,11 @@ class SpecSoTModelWorker(SpecSoTWorker):
         best = best_plan(plans)
         if best.width > 1 and self._setup_repaid(batch, best):
             return False  # the next step drafts: extend now, where the step layout has it
-        if best.width > 1 or not drafting_near(plans, best):  # drafting would not repay a catch-up
-            return self.backlog.may_defer(rids, self.cost.draft.ms, math.inf)
         bs = len(rids)
+        if best.width > 1 or not drafting_near(plans, best) or self.drafting_runs.pays(bs) is False:
+            # Drafting would not repay a catch-up (or runs here have measured it does not):
+            # a flush would ready a run that is not coming.
+            return self.backlog.may_defer(rids, self.cost.draft.ms, math.inf)
         limit = self.cost.draft.ms(bs) + self.cost.target.ms(bs)
         shared = self._shared(batch)
         if self.cost.draft.ms(self.backlog.catch_up_rows(rids, shared=shared)) > limit:
@@ -413,6 +418,11 @@ class SpecSoTModelWorker(SpecSoTWorker):
             # a plain step any more, so it waits until a drafting plan repays it.
             return True
         return self.backlog.may_defer(rids, self.cost.draft.ms, limit, shared=shared)
+
+    def _extended_on_plain_step(self) -> bool:
+        # Read after the step's draft_extend: a plain step that did not defer flushed the
+        # backlog (without one, every step extends and a plain step's time includes it).
+        return self.backlog is not None and self._extended
 
     def _learns_from_shadows(self) -> bool:
         # The estimates here are the draft model's chains' acceptance: a SoT-context shadow

@@ -77,7 +77,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._explored = 0
         self._hopeless = 0  # exploring steps skipped: drafting could not pay even at explore_p
         self._unrepaid = 0  # drafting plans turned plain: their setup would not be repaid in time
-        self.drafting_runs = DraftingRuns()  # how long drafting lasts once begun, by batch size
+        self.drafting_runs = DraftingRuns()  # how long drafting lasts once begun, and what it saves
+        self._step_tokens = 0  # tokens the last step committed
         self._steps = 0
         # Where each step's first draft token came from (the model worker's catch-ups differ).
         self._draft_source = "context"
@@ -137,10 +138,12 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             on_publish(result.new_seq_lens)  # before draft-extend: the fence is at verify end
         verified = time.perf_counter()
         self.draft_extend(batch, result)
-        if self.adaptive is not None:
-            self.drafting_runs.step(len(batch.reqs), verify_input.draft_token_num > 1, self._exploring)
         end = time.perf_counter()
         ms = (end - start) * 1e3
+        if self.adaptive is not None:
+            drafted = verify_input.draft_token_num > 1
+            saved = self._saved_ms(len(batch.reqs), ms, drafted)
+            self.drafting_runs.step(len(batch.reqs), drafted, self._exploring, saved)
         if self._refresh_costs and self._catch_ups() == catch_ups:
             self.step_costs.observe(len(batch.reqs), result.speculative_num_draft_tokens, ms)
         if self._step_log is not None:
@@ -151,6 +154,19 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
 
     def _catch_ups(self) -> int:
         return 0  # deferred draft-extends' catch-ups so far (a draft model's)
+
+    def _saved_ms(self, bs: int, ms: float, drafted: bool) -> float:
+        """What this step saved against plain decoding (DraftingRuns): a drafting step's
+        committed tokens at a plain step's time per token, less its time; a plain step that
+        extended the draft (a flush, readying the next run) its time beyond a plain step's;
+        any other plain step nothing (its time is plain decoding's, noise aside)."""
+        plain_ms = self._step_ms(bs, 1)
+        if drafted:
+            return self._step_tokens * plain_ms / bs - ms
+        return min(0.0, plain_ms - ms) if self._extended_on_plain_step() else 0.0
+
+    def _extended_on_plain_step(self) -> bool:
+        return False  # without a draft model nothing is extended
 
     def _step_record(self, result, ms: float, explored: bool, phase_ms: dict) -> StepRecord:
         plan, trees = self._last_plan if self.adaptive is not None else None, self._step_trees
@@ -335,13 +351,16 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         """Whether drafting as `plan` does saves more than the setup it needs first
         (`_setup_ms`: a deferred draft-extend's catch-up) in the steps it will draft: as many
         as the batch has left, or fewer where drafting runs at this batch size have measured
-        shorter (`DraftingRuns`). A catch-up after a long run of plain steps costs one draft
+        shorter (`DraftingRuns`); never where the runs measured at this batch size saved
+        nothing on average, setup included (`DraftingRuns.pays`). A catch-up after a long run of plain steps costs one draft
         row per token behind, and at batch 8 on this CPU that was seconds, more than a few
         drafting steps save."""
         setup = self._setup_ms(batch)
         if setup <= 0.0:
             return True
         bs = len(batch.reqs)
+        if self.drafting_runs.pays(bs) is False:
+            return False  # the runs begun here lately cost more than they saved, setup included
         plain = self._plain_plan(bs)
         saved = plan.expected_tokens / plain.rate - plan.step_ms  # ms a step saves against plain
         horizon = steps_left(batch.reqs, plan.expected_tokens / bs)
@@ -519,6 +538,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             rids=tuple(req.rid for req in batch.reqs),
         )
         lens = extend.num_accept_tokens.tolist()
+        self._step_tokens = sum(lens)  # committed this step (DraftingRuns' savings)
         for rid, row, k in zip(extend.rids, extend.accept_tokens_cpu.tolist(), lens):
             if self.drafter.has(rid):
                 self.drafter.append(rid, row[:k])

@@ -321,6 +321,46 @@ def test_drafting_runs_are_measured_by_the_batch_size_they_began_at():
     run(5, 9, exploring=True)  # begun by exploring: says nothing of how long drafting pays
     assert runs.expected(5) == 3.0
     run(5, 6), run(5, 8)  # the window keeps the last 3: 4, 6, 8
-    assert runs.expected(5) == 6.0 and runs.info() == {"5": 6.0}
+    assert runs.expected(5) == 6.0 and runs.info() == {"5": {"steps": 6.0, "saved_ms": 0.0}}
     runs.step(1, drafted=False)  # plain steps alone are no run
     assert runs.expected(1) is None
+
+
+def test_drafting_runs_measure_what_they_saved_setup_and_flushes_included():
+    from sglang_specsot.speculative.budget import DraftingRuns
+
+    runs = DraftingRuns(window=3, min_runs=2)
+    runs.step(4, drafted=False, saved_ms=-150.0)  # a plain step that flushed: owed by the next run
+    runs.step(4, drafted=False)  # a plain step that deferred its extend: nothing
+    for saved in (-400.0, 60.0, 60.0):  # a catch-up step, then two steps that gained
+        runs.step(4, drafted=True, saved_ms=saved)
+    runs.step(4, drafted=False)
+    assert runs.pays(4) is None  # one run is not a verdict
+    for saved in (-300.0, 50.0):
+        runs.step(4, drafted=True, saved_ms=saved)
+    runs.step(4, drafted=False)
+    assert runs.pays(4) is False  # -430 and -250 ms: these runs cost more than they saved
+    assert runs.info()["4"] == {"steps": 2.5, "saved_ms": -340.0}
+    for _ in range(2):  # two runs that repay their catch-ups bring the mean of the last 3 above 0
+        runs.step(4, drafted=True, saved_ms=-100.0)
+        runs.step(4, drafted=True, saved_ms=400.0)
+        runs.step(4, drafted=False)
+    assert runs.pays(4) is True  # -250, +300, +300
+    runs.step(3, drafted=True, exploring=True, saved_ms=-900.0)  # exploring: not a verdict
+    runs.step(3, drafted=False)
+    assert runs.pays(3) is None and runs.expected(3) is None
+
+
+def test_a_batch_sizes_runs_are_forgotten_once_stale():
+    from sglang_specsot.speculative.budget import DraftingRuns
+
+    runs = DraftingRuns(window=3, min_runs=2, fresh_steps=10)
+    for _ in range(2):
+        runs.step(5, drafted=True, saved_ms=-200.0)
+        runs.step(5, drafted=False)
+    assert runs.pays(5) is False and runs.expected(5) == 1.0
+    for _ in range(10):  # the last run ended 10 steps ago: still fresh
+        runs.step(2, drafted=False)
+    assert runs.pays(5) is False
+    runs.step(2, drafted=False)  # 11: measured again from scratch
+    assert runs.pays(5) is None and runs.expected(5) is None and runs.info() == {}

@@ -433,9 +433,9 @@ def test_the_catch_up_must_be_repaid_within_the_drafting_runs_measured_at_this_b
     def first_width(runs: list[int], bs_of_runs: int = 1) -> int:
         worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
         worker._acceptance = lambda reqs: [0.9] * len(reqs)
-        for n in runs:  # earlier runs of n drafting steps, each followed by a plain step
+        for n in runs:  # earlier runs of n drafting steps that paid, each followed by a plain step
             for _ in range(n):
-                worker.drafting_runs.step(bs_of_runs, drafted=True)
+                worker.drafting_runs.step(bs_of_runs, drafted=True, saved_ms=10.0)
             worker.drafting_runs.step(bs_of_runs, drafted=False)
         worker.backlog.add(["r0"], [80])  # its catch-up costs 200 ms
         req = SimpleNamespace(rid="r0", output_ids=[1] * 5, sampling_params=SimpleNamespace(max_new_tokens=100))
@@ -446,3 +446,51 @@ def test_the_catch_up_must_be_repaid_within_the_drafting_runs_measured_at_this_b
     assert first_width([5, 6, 7]) == 2  # 6 steps x 50 ms = 300 ms > 200 ms
     assert first_width([2, 3, 4]) == 1  # 3 steps x 50 ms = 150 ms < 200 ms: stays plain
     assert first_width([2, 3, 4], bs_of_runs=5) == 2  # runs of another batch size say nothing
+
+
+def test_no_catch_up_where_the_runs_begun_at_this_batch_size_cost_more_than_they_saved():
+    def first_width(saved_by_run: list[float], bs_of_runs: int = 1) -> int:
+        worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
+        worker._acceptance = lambda reqs: [0.9] * len(reqs)
+        for saved in saved_by_run:  # earlier runs of 6 drafting steps (long enough to repay, by the plan)
+            for i in range(6):
+                worker.drafting_runs.step(bs_of_runs, drafted=True, saved_ms=saved if i == 0 else 0.0)
+            worker.drafting_runs.step(bs_of_runs, drafted=False)
+        worker.backlog.add(["r0"], [80])  # its catch-up costs 200 ms
+        req = SimpleNamespace(rid="r0", output_ids=[1] * 5, sampling_params=SimpleNamespace(max_new_tokens=100))
+        return max(worker._tree_sizes(SimpleNamespace(reqs=[req])))
+
+    assert first_width([]) == 2  # nothing measured: the plan's 300 ms saved > 200 ms decides
+    assert first_width([50.0, -20.0, 10.0]) == 2  # the runs here saved 13 ms each on average
+    assert first_width([-150.0, -20.0, 10.0]) == 1  # they cost 53 ms each: stays plain
+    assert first_width([-150.0, -20.0, 10.0], bs_of_runs=5) == 2  # runs of another batch size say nothing
+    # Without a setup to repay the plan alone decides, as before (the runs' verdict includes setups).
+    worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
+    worker._acceptance = lambda reqs: [0.9] * len(reqs)
+    for _ in range(3):
+        worker.drafting_runs.step(1, drafted=True, saved_ms=-500.0)
+        worker.drafting_runs.step(1, drafted=False)
+    plan = worker._plan([0.9])
+    assert plan.width == 2 and worker._setup_repaid(_batch(1), plan)  # the backlog is empty
+
+
+def test_no_flush_readies_a_run_that_the_measured_runs_say_would_not_pay():
+    near = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
+    assert _deferred_steps(near, 0.3) == 73  # near paying: flushed to keep the catch-up short
+    losing = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
+    for _ in range(3):
+        losing.drafting_runs.step(1, drafted=True, saved_ms=-100.0)
+        losing.drafting_runs.step(1, drafted=False)
+    assert _deferred_steps(losing, 0.3) == 1000
+
+
+def test_a_steps_saving_against_plain_decoding():
+    worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
+    worker._extended = False
+    # A plain step of 2 requests costs 100 ms: 50 ms a token.
+    worker._step_tokens = 5
+    assert worker._saved_ms(2, 180.0, drafted=True) == 5 * 50.0 - 180.0  # 70 ms saved
+    assert worker._saved_ms(2, 130.0, drafted=False) == 0.0  # a plain step that deferred: plain decoding
+    worker._extended = True
+    assert worker._saved_ms(2, 130.0, drafted=False) == -30.0  # it flushed: 30 ms more than plain
+    assert worker._saved_ms(2, 90.0, drafted=False) == 0.0  # faster than the estimate: no credit
