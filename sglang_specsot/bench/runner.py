@@ -10,6 +10,7 @@ that gap bounded.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -35,6 +36,7 @@ COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-
 # alone are 0.34 of what the first server leaves free.
 MEM_FRACTION = "0.9"
 START_RETRIES, RETRY_PAUSE = 1, 30
+STATE_FILE = "server_state.jsonl"  # each SPECSOT server's /server_info "specsot" part, as it stopped
 SERVER_ORDER = ("plain", "specsot", "specsot-ctx", "ngram", "standalone")
 # `warm_up`: asked of every fresh server, untimed, its answers thrown away. No question set
 # holds this text or a negative id.
@@ -144,8 +146,26 @@ class _Pool:
         return self.broken.get(name)
 
     def stop(self) -> None:
-        for server in self.servers.values():
+        for name, server in self.servers.items():
+            _keep_state(self.plan, name, server)
             server.stop()
+
+
+def _keep_state(plan: RunPlan, name: str, server) -> None:
+    """Append what a SPECSOT server's `/server_info` says of its policy (measured costs,
+    acceptance, drafting runs and what they saved, catch-ups) to `STATE_FILE`, as it stands
+    when the server stops: the choices behind a run's speeds, kept beside them. Other
+    servers have no such state; a server that does not answer is noted in the log only."""
+    try:
+        states = server.get("/server_info", timeout=30.0).get("internal_states") or [{}]
+    except (OSError, ValueError) as exc:  # URLError and timeouts are OSErrors; bad JSON a ValueError
+        logger.warning("server %s: no /server_info at stop (%s)", name, exc)
+        return
+    specsot = states[0].get("specsot")
+    if specsot is not None:
+        line = {"server": name, "stopped": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "specsot": specsot}
+        with open(plan.out / STATE_FILE, "a") as f:
+            f.write(json.dumps(line) + "\n")
 
 
 def _warm_up(plan: RunPlan, name: str, target: Target) -> None:

@@ -31,6 +31,12 @@ class FakeServer:
     def stop(self):
         self.stopped = True
 
+    def get(self, path, timeout=60.0):
+        assert path == "/server_info" and not self.stopped
+        if self.name == "ngram":
+            raise OSError("connection refused")  # a server that does not answer: no state, no failure
+        return {"internal_states": [{"specsot": {"drafting_runs": {"5": {"steps": 2.0}}}} if "specsot" in self.name else {}]}
+
 
 @pytest.fixture
 def fake_world(monkeypatch):
@@ -184,3 +190,13 @@ def test_warm_up_asks_each_fresh_server_once_per_kind_untimed_and_unrecorded(tmp
     assert all(tokens == 16 for qid, tokens in settings_seen if qid >= 0)
     recorded = load(tmp_path / "cells.jsonl")
     assert {q for q, _ in recorded} == {1, 2, 3} and all(c.status == OK for c in recorded.values())
+
+
+def test_each_specsot_servers_policy_state_is_kept_as_it_stops(tmp_path, fake_world):
+    import json
+
+    runner.run(plan(tmp_path, one_at_a_time=False))
+    lines = [json.loads(x) for x in (tmp_path / runner.STATE_FILE).read_text().splitlines()]
+    # plain has no SPECSOT state and ngram did not answer: the SPECSOT context server's is kept.
+    assert [x["server"] for x in lines] == ["specsot-ctx"]
+    assert lines[0]["specsot"] == {"drafting_runs": {"5": {"steps": 2.0}}} and lines[0]["stopped"]
