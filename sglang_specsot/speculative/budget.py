@@ -60,6 +60,7 @@ class AdaptiveConfig:
     # again: its estimates learn only from drafted steps, so a batch that stopped drafting
     # drafts one step (the smallest candidate budget) every `explore_every` plain steps.
     # 0 = never. (SoT-context drafts learn from shadow drafts, shadow.py, and never explore.)
+    # Exploring is also funded by what drafting saved (`ExploreFund`): the same share of it.
     explore_share: float = 0.05
     # The acceptance exploring hopes to find: a batch explores only where, at this `p` for
     # every request, some budget would beat plain decoding by more than `explore_share` (what
@@ -67,7 +68,7 @@ class AdaptiveConfig:
     # of a 1.5B target), exploring is pure cost. A 0.5B Qwen draft of the 1.5B measured 0.65
     # to 0.83 per chain depth here; SoT-context chains that copy a sibling or the corpus, more.
     # null: explore on schedule whatever the costs say (to measure acceptance where drafting
-    # does not pay: studies, tests).
+    # does not pay: studies, tests), funded or not (`ExploreFund`).
     explore_p: float | None = 0.8
     # With a draft model: a step whose every request's recent tokens match its SoT context
     # (own text, siblings, corpus) over at least this many tokens weighs drafting from the
@@ -396,6 +397,11 @@ class DraftingRuns:
         self._length = 0
         self._owed -= saved_ms
 
+    @property
+    def exploring_run(self) -> bool:
+        """Whether the last step drafted in a run begun by an exploring step."""
+        return self._length > 0 and not self._counted
+
     def _fresh(self, bs: int) -> Sequence[tuple[int, float]]:
         """The last runs begun at `bs`, or none where too few or too old."""
         runs = self._runs.get(bs, ())
@@ -425,6 +431,43 @@ class DraftingRuns:
                     "saved_ms": round(sum(saved for _, saved in runs) / len(runs), 1),
                 }
         return out
+
+
+class ExploreFund:
+    """What exploring may still spend: a share of the time drafting has saved, measured.
+
+    Exploring drafts where the plan would not, to learn whether drafting pays again; its
+    schedule spends `explore_share` of plain steps' time on it. Where drafting never pays,
+    that share is a tax on every answer: end to end (SoT, 1.5B + 0.5B, 8 held-out questions)
+    the SPECSOT server explored 24 times, each step first catching the draft up over the
+    batch's backlog, and ran 0.94x the SoT-only server. So exploring is funded by what it may
+    find: the balance earns `share` of every step's measured saving against plain decoding
+    (a drafting step's; a flush's, negative), is charged the whole measured saving (mostly a
+    cost) of every exploring step and of the drafting run it begins, and exploring waits while
+    the balance is negative. It starts at 0, so a server explores once before it has earned
+    anything (a cold server's first exploring step), and one whose drafting never pays then
+    decodes as plain decoding does. Plain Python.
+    """
+
+    def __init__(self, share: float):
+        assert 0.0 <= share < 1.0, f"share {share} outside [0, 1)"
+        self.share = share
+        self.balance_ms = 0.0
+        self.unfunded = 0  # exploring steps the schedule wanted and the balance refused
+
+    def earn(self, saved_ms: float) -> None:
+        """A step not begun by exploring saved `saved_ms` against plain decoding."""
+        self.balance_ms += self.share * saved_ms
+
+    def charge(self, saved_ms: float) -> None:
+        """An exploring step, or a step of the run it began, saved `saved_ms` (negative: cost)."""
+        self.balance_ms += saved_ms
+
+    def allows(self) -> bool:
+        return self.balance_ms >= 0.0
+
+    def info(self) -> dict[str, float]:
+        return {"balance_ms": round(self.balance_ms, 1), "unfunded": self.unfunded}
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import torch
 
 from sglang_specsot.speculative import adapter as sgl
 from sglang_specsot.speculative.budget import (
-    FIXED_WINDOW_ENV, AcceptanceStats, AdaptiveConfig, DepthAcceptance, DraftingRuns, StepPlan, best_plan, candidate_plans,
+    FIXED_WINDOW_ENV, AcceptanceStats, AdaptiveConfig, DepthAcceptance, DraftingRuns, ExploreFund, StepPlan, best_plan, candidate_plans,
     explore_every, explore_plan, may_pay,
 )  # fmt: skip
 from sglang_specsot.speculative.context_draft import ContextDrafter
@@ -79,6 +79,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._unrepaid = 0  # drafting plans turned plain: their setup would not be repaid in time
         self.drafting_runs = DraftingRuns()  # how long drafting lasts once begun, and what it saves
         self._step_tokens = 0  # tokens the last step committed
+        self.explore_fund = ExploreFund(self.stats.config.explore_share)  # exploring spends what drafting saved
         self._steps = 0
         # Where each step's first draft token came from (the model worker's catch-ups differ).
         self._draft_source = "context"
@@ -116,6 +117,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             "last_plan": None if plan is None else {"width": plan.width, "budgets": list(plan.budgets)},
             "exploring_steps": self._explored,
             "exploring_skipped": self._hopeless,
+            "explore_fund": self.explore_fund.info(),
             "shadow_drafts": self.shadows.proposed,
             "drafting_not_repaid": self._unrepaid,
             "drafting_runs": self.drafting_runs.info(),
@@ -144,6 +146,10 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             drafted = verify_input.draft_token_num > 1
             saved = self._saved_ms(len(batch.reqs), ms, drafted)
             self.drafting_runs.step(len(batch.reqs), drafted, self._exploring, saved)
+            if self.drafting_runs.exploring_run:
+                self.explore_fund.charge(saved)
+            else:
+                self.explore_fund.earn(saved)
         if self._refresh_costs and self._catch_ups() == catch_ups:
             self.step_costs.observe(len(batch.reqs), result.speculative_num_draft_tokens, ms)
         if self._step_log is not None:
@@ -300,6 +306,9 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._plain_steps = 0
         if not self._worth_exploring(len(ps)):
             self._hopeless += 1
+            return plain
+        if self.adaptive.explore_p is not None and not self.explore_fund.allows():
+            self.explore_fund.unfunded += 1  # exploring has spent more than drafting earned
             return plain
         self._explored += 1
         self._exploring = True

@@ -364,3 +364,31 @@ def test_a_batch_sizes_runs_are_forgotten_once_stale():
     assert runs.pays(5) is False
     runs.step(2, drafted=False)  # 11: measured again from scratch
     assert runs.pays(5) is None and runs.expected(5) is None and runs.info() == {}
+
+
+def test_exploring_is_funded_by_a_share_of_what_drafting_saved():
+    from sglang_specsot.speculative.budget import ExploreFund
+
+    fund = ExploreFund(share=0.1)
+    assert fund.allows()  # a server explores once before it has earned anything
+    fund.charge(-300.0)  # an exploring step's catch-up and verify: 300 ms more than plain
+    assert not fund.allows()
+    fund.earn(2000.0)  # drafting runs saved 2 s: 200 ms of it may go to exploring
+    assert not fund.allows() and fund.balance_ms == -100.0
+    fund.earn(-500.0)  # a flush that readied a run: it costs exploring's share too
+    fund.charge(250.0)  # the run an exploring step began paid: exploring earned it back whole
+    assert fund.allows() and fund.info() == {"balance_ms": 100.0, "unfunded": 0}
+
+
+def test_a_run_begun_by_exploring_is_known_while_it_lasts():
+    from sglang_specsot.speculative.budget import DraftingRuns
+
+    runs = DraftingRuns()
+    runs.step(2, drafted=True, exploring=True)
+    assert runs.exploring_run
+    runs.step(2, drafted=True)  # its next step drafts by the plan, in the run exploring began
+    assert runs.exploring_run
+    runs.step(2, drafted=False)
+    assert not runs.exploring_run
+    runs.step(2, drafted=True)  # a run the plan began
+    assert not runs.exploring_run

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_specsot.speculative.budget import AcceptanceStats, AdaptiveConfig, DraftingRuns
+from sglang_specsot.speculative.budget import AcceptanceStats, AdaptiveConfig, DraftingRuns, ExploreFund
 from sglang_specsot.speculative.context_draft import ContextDrafter
 from sglang_specsot.speculative.cost_model import CostModel, ForwardCost, StepCostTable
 from sglang_specsot.speculative.draft_tree import DraftTree
@@ -26,6 +26,7 @@ def _worker(config: AdaptiveConfig) -> SpecSoTWorker:
     worker._steps, worker._draft_source, worker.by_depth = 0, "context", {}
     worker._step_log, worker.drafter, worker.step_costs, worker._trace = None, ContextDrafter(), StepCostTable(), None
     worker.shadows, worker.drafting_runs = ShadowDrafts(), DraftingRuns()
+    worker.explore_fund = ExploreFund(config.explore_share)
     return worker
 
 
@@ -166,7 +167,7 @@ def _model_worker(config: AdaptiveConfig):
     worker._steps, worker._draft_source, worker.by_depth = 0, "context", {}
     worker.step_costs, worker._step_log, worker.drafter, worker._trace = StepCostTable(), None, ContextDrafter(), None
     worker.__dict__["backlog"] = ExtendBacklog()  # what the cached property gives on a CPU chain
-    worker.drafting_runs = DraftingRuns()
+    worker.drafting_runs, worker.explore_fund = DraftingRuns(), ExploreFund(config.explore_share)
     worker._chain_steps = lambda width: width - 1  # a chain as long as the budget
     worker._min_budget = lambda: 0  # an adaptive chain may be cut to nothing
     return worker
@@ -494,3 +495,27 @@ def test_a_steps_saving_against_plain_decoding():
     worker._extended = True
     assert worker._saved_ms(2, 130.0, drafted=False) == -30.0  # it flushed: 30 ms more than plain
     assert worker._saved_ms(2, 90.0, drafted=False) == 0.0  # faster than the estimate: no credit
+
+
+def test_exploring_waits_while_it_has_spent_more_than_drafting_saved():
+    # As in the first test: p = 0.1, drafting pays only at explore_p; one step in 3 explores.
+    config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25, prior_accepts=0.1, prior_misses=0.9)
+    worker, batch = _exploring_worker(config), _batch(2)
+    worker.stats.observe("earlier", 2, 0)
+    worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))
+    worker.explore_fund.charge(-80.0)  # an exploring step that cost 80 ms more than plain decoding
+    widths = [max(worker._tree_sizes(batch)) for _ in range(9)]
+    assert widths == [1] * 9 and worker._explored == 0 and worker.explore_fund.unfunded == 3
+    worker.explore_fund.earn(400.0)  # drafting saved 400 ms: a quarter of it, 100 ms, is exploring's
+    widths = [max(worker._tree_sizes(batch)) for _ in range(3)]
+    assert widths == [1, 1, 3] and worker._explored == 1
+    assert worker.speculative_state_report()["specsot"]["explore_fund"] == {"balance_ms": 20.0, "unfunded": 3}
+
+
+def test_exploring_on_schedule_whatever_the_costs_is_not_funded_either():
+    config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25, explore_p=None)
+    worker, batch = _exploring_worker(config), _batch(2)
+    worker.stats.observe("earlier", 2, 0)
+    worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))
+    worker.explore_fund.charge(-1000.0)
+    assert [max(worker._tree_sizes(batch)) for _ in range(3)] == [1, 1, 3] and worker.explore_fund.unfunded == 0
