@@ -453,7 +453,7 @@ class ExploreFund:
         assert 0.0 <= share < 1.0, f"share {share} outside [0, 1)"
         self.share = share
         self.balance_ms = 0.0
-        self.unfunded = 0  # exploring steps the schedule wanted and the balance refused
+        self.unfunded = 0  # plain steps on which exploring waited for the balance
 
     def earn(self, saved_ms: float) -> None:
         """A step not begun by exploring saved `saved_ms` against plain decoding."""

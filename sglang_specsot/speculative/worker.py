@@ -295,6 +295,12 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         shadow drafts where those are free (then a batch never explores)."""
         if self._learns_from_shadows():
             return plain
+        if self.adaptive.explore_p is not None and not self.explore_fund.allows():
+            # Exploring has spent more than drafting earned (ExploreFund). Asked first: the
+            # schedule's pricing (a backlog's catch-up over req_to_token) is host time on
+            # every plain step, and while unfunded the schedule does not advance.
+            self.explore_fund.unfunded += 1
+            return plain
         explore = explore_plan(ps, self._candidate_budgets(len(ps)), self._step_ms)
         explore_ms = explore.step_ms + self._setup_ms(batch)
         every = explore_every(plain.step_ms, explore_ms, self.adaptive.explore_share)
@@ -306,9 +312,6 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._plain_steps = 0
         if not self._worth_exploring(len(ps)):
             self._hopeless += 1
-            return plain
-        if self.adaptive.explore_p is not None and not self.explore_fund.allows():
-            self.explore_fund.unfunded += 1  # exploring has spent more than drafting earned
             return plain
         self._explored += 1
         self._exploring = True

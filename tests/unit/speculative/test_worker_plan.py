@@ -505,11 +505,13 @@ def test_exploring_waits_while_it_has_spent_more_than_drafting_saved():
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))
     worker.explore_fund.charge(-80.0)  # an exploring step that cost 80 ms more than plain decoding
     widths = [max(worker._tree_sizes(batch)) for _ in range(9)]
-    assert widths == [1] * 9 and worker._explored == 0 and worker.explore_fund.unfunded == 3
+    # Every plain step waited, and the schedule did not advance meanwhile.
+    assert widths == [1] * 9 and worker._explored == 0 and worker.explore_fund.unfunded == 9
+    assert worker._plain_steps == 0
     worker.explore_fund.earn(400.0)  # drafting saved 400 ms: a quarter of it, 100 ms, is exploring's
     widths = [max(worker._tree_sizes(batch)) for _ in range(3)]
     assert widths == [1, 1, 3] and worker._explored == 1
-    assert worker.speculative_state_report()["specsot"]["explore_fund"] == {"balance_ms": 20.0, "unfunded": 3}
+    assert worker.speculative_state_report()["specsot"]["explore_fund"] == {"balance_ms": 20.0, "unfunded": 9}
 
 
 def test_exploring_on_schedule_whatever_the_costs_is_not_funded_either():
