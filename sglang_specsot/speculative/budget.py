@@ -417,9 +417,12 @@ class DraftingRuns:
 
     def pays(self, bs: int) -> bool | None:
         """Whether the last runs begun at `bs` saved time on average, setup included; None
-        while too few have been measured."""
+        while too few have been measured, or where nothing was (every saving exactly 0: a
+        worker that does not time its steps)."""
         runs = self._fresh(bs)
-        return sum(saved for _, saved in runs) > 0.0 if runs else None
+        if not runs or not any(saved for _, saved in runs):
+            return None
+        return sum(saved for _, saved in runs) > 0.0
 
     def info(self) -> dict[str, dict[str, float]]:
         out = {}

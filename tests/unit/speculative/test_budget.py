@@ -392,3 +392,13 @@ def test_a_run_begun_by_exploring_is_known_while_it_lasts():
     assert not runs.exploring_run
     runs.step(2, drafted=True)  # a run the plan began
     assert not runs.exploring_run
+
+
+def test_runs_without_measured_savings_give_no_verdict():
+    from sglang_specsot.speculative.budget import DraftingRuns
+
+    runs = DraftingRuns(window=3, min_runs=2)
+    for _ in range(3):  # a worker that does not time its steps (a GPU under overlap) passes 0
+        runs.step(4, drafted=True)
+        runs.step(4, drafted=False)
+    assert runs.pays(4) is None and runs.expected(4) == 1.0
