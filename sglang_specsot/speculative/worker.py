@@ -153,7 +153,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
                 self.explore_fund.charge(saved)
             else:
                 self.explore_fund.earn(saved)
-        if self._refresh_costs and self._catch_ups() == catch_ups:
+        if self._measures_step_cost(catch_ups, result.speculative_num_draft_tokens):
             self.step_costs.observe(len(batch.reqs), result.speculative_num_draft_tokens, ms)
         if self._step_log is not None:
             phases = {"draft": drafted - start, "verify": verified - drafted, "draft_extend": end - verified}
@@ -163,6 +163,16 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
 
     def _catch_ups(self) -> int:
         return 0  # deferred draft-extends' catch-ups so far (a draft model's)
+
+    def _measures_step_cost(self, catch_ups_before: int, width: int) -> bool:
+        """Whether this step's time is what a step of its batch size and width costs: not
+        where a catch-up ran (owed whatever the step is), nor a plain step that flushed the
+        backlog (plans price a plain step as deferring its extend). Flushes counted as plain
+        steps priced a plain step of 4 branches at 371-400 ms where 5 took 266-292, and then
+        every drafting step there looked like seconds saved (DraftingRuns, ExploreFund)."""
+        if not self._refresh_costs or self._catch_ups() != catch_ups_before:
+            return False
+        return width > 1 or not self._extended_on_plain_step()
 
     def _saved_ms(self, bs: int, ms: float, drafted: bool) -> float:
         """What this step saved against plain decoding (DraftingRuns): a drafting step's

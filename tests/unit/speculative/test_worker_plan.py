@@ -521,3 +521,16 @@ def test_exploring_on_schedule_whatever_the_costs_is_not_funded_either():
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))
     worker.explore_fund.charge(-1000.0)
     assert [max(worker._tree_sizes(batch)) for _ in range(3)] == [1, 1, 3] and worker.explore_fund.unfunded == 0
+
+
+def test_a_plain_step_that_flushed_is_not_what_a_plain_step_costs():
+    worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
+    worker._refresh_costs, worker._extended = True, True
+    assert not worker._measures_step_cost(0, width=1)  # a flush: the plan prices plain steps as deferring
+    assert worker._measures_step_cost(0, width=2)  # a drafting step extends as its price says
+    worker._extended = False
+    assert worker._measures_step_cost(0, width=1)  # a plain step that deferred
+    worker.backlog.catch_ups = 1
+    assert not worker._measures_step_cost(0, width=2)  # a catch-up ran: owed whatever the step
+    worker._refresh_costs = False
+    assert not worker._measures_step_cost(1, width=1)  # wall-clock means nothing here (a GPU)
