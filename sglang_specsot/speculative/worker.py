@@ -143,12 +143,12 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         end = time.perf_counter()
         ms = (end - start) * 1e3
         if self.adaptive is not None:
-            drafted = verify_input.draft_token_num > 1
+            drafts = verify_input.draft_token_num > 1  # (`drafted` is the draft phase's end time)
             # Measured only where the host waits for the forward (as step_costs): on a GPU
             # under overlap a step's wall-clock is its launches, and nothing is measured
             # (no verdicts; the fund stays at 0 and exploring keeps its schedule).
-            saved = self._saved_ms(len(batch.reqs), ms, drafted) if self._refresh_costs else 0.0
-            self.drafting_runs.step(len(batch.reqs), drafted, self._exploring, saved)
+            saved = self._saved_ms(len(batch.reqs), ms, drafts) if self._refresh_costs else 0.0
+            self.drafting_runs.step(len(batch.reqs), drafts, self._exploring, saved)
             if self.drafting_runs.exploring_run:
                 self.explore_fund.charge(saved)
             else:

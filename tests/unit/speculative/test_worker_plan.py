@@ -534,3 +534,43 @@ def test_a_plain_step_that_flushed_is_not_what_a_plain_step_costs():
     assert not worker._measures_step_cost(0, width=2)  # a catch-up ran: owed whatever the step
     worker._refresh_costs = False
     assert not worker._measures_step_cost(1, width=1)  # wall-clock means nothing here (a GPU)
+
+
+def test_a_decode_steps_phase_times_in_the_step_log_are_its_own(tmp_path, monkeypatch):
+    # forward_batch_generation with the phases stubbed: each takes a known time, and the step
+    # log's phase_ms must show those times (a name reused for the step's "drafted" flag once
+    # turned the draft phase's end time into a bool: draft phases of -7.6e6 ms).
+    import json
+    import time
+
+    import torch
+
+    from sglang_specsot.speculative import step_log
+
+    monkeypatch.setenv(step_log.ENV, str(tmp_path / "steps.jsonl"))
+    worker = _worker(AdaptiveConfig(buckets=((1, (0, 1)),)))
+    worker._step_log, worker._loop_logged, worker._awaiting_decode = step_log.StepLog.from_env(), True, {}
+    worker._refresh_costs, worker._exploring, worker._target_ms, worker._last_ps = True, False, 10.0, [0.5]
+    batch = SimpleNamespace(reqs=[SimpleNamespace(rid="r0")], forward_mode=SimpleNamespace(is_decode=lambda: True))
+    result = SimpleNamespace(accept_lens=torch.tensor([2]), speculative_num_draft_tokens=2, new_seq_lens=None)
+
+    def draft(batch):
+        time.sleep(0.02)
+        worker._step_trees, worker._last_plan = (DraftTree((0, 1), (-1, 0)),), worker._plain_plan(1)
+        worker._last_candidates = {}
+        return SimpleNamespace(draft_token_num=2)
+
+    def verify(batch, verify_input, pp_proxy_tensors=None):
+        time.sleep(0.04)
+        return result
+
+    def draft_extend(batch, result):
+        worker._step_tokens = 2
+
+    worker.draft, worker.verify, worker.draft_extend = draft, verify, draft_extend
+    assert worker.forward_batch_generation(batch) is result
+    (line,) = (tmp_path / "steps.jsonl").read_text().splitlines()
+    phases = json.loads(line)["phase_ms"]
+    assert 20.0 <= phases["draft"] < phases["verify"] and 40.0 <= phases["verify"] < 1000.0, phases
+    assert 0.0 <= phases["draft_extend"] < phases["draft"] and phases["target_forward"] == 10.0, phases
+    assert worker.drafting_runs._length == 1  # the step counted as drafting (a window of 2)
