@@ -24,7 +24,7 @@ import dataclasses
 import json
 import math
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -341,7 +341,8 @@ class ChainStop:
 
 class DraftingRuns:
     """How many steps a batch goes on drafting once its plan starts drafting, and what such a
-    run saved against plain decoding, by the batch size it began at.
+    run saved against plain decoding, by the batch it began at (the worker's `runs_key`: its
+    size and the SoT roles in it).
 
     A drafting plan after plain steps must repay its setup (a deferred draft-extend's
     catch-up) in the steps it drafts before the policy turns plain again. The steps the batch
@@ -358,40 +359,46 @@ class DraftingRuns:
     average, no run there should start behind a setup (`pays`): end to end, SoT with the
     1.5B + 0.5B pair ran 0.94-0.95x SoT alone while every plan predicted a gain.
 
+    A batch's size alone does not say what its runs save: a SoT skeleton at batch 1 is a short
+    plan behind a long prompt to catch up, a normal answer at batch 1 a long text where the
+    draft's chains pay (1.2x plain on Vicuna with the 1.5B + 0.5B pair). Keyed by size alone,
+    skeletons' losing runs kept normal answers from drafting, and normal answers' gains sent
+    skeletons into catch-ups; so the key is the batch's size and roles.
+
     Runs begun by an exploring step are not counted: exploring drafts to learn, and its run
-    says nothing of how long, or whether, drafting pays. A batch size whose last run ended
-    more than `fresh_steps` steps ago is forgotten, so a verdict is measured again when the
-    text or the load has changed (at most `min_runs` runs every `fresh_steps` steps).
+    says nothing of how long, or whether, drafting pays. A key whose last run ended more than
+    `fresh_steps` steps ago is forgotten, so a verdict is measured again when the text or the
+    load has changed (at most `min_runs` runs every `fresh_steps` steps).
     """
 
     def __init__(self, window: int = 8, min_runs: int = 3, max_keys: int = 64, fresh_steps: int = 500):
         assert window >= 1 and 1 <= min_runs <= window, f"window {window}, min_runs {min_runs}"
         self.window, self.min_runs, self.max_keys, self.fresh_steps = window, min_runs, max_keys, fresh_steps
-        # batch size -> last completed runs, (steps, ms saved against plain decoding)
-        self._runs: OrderedDict[int, deque[tuple[int, float]]] = OrderedDict()
-        self._last: dict[int, int] = {}  # batch size -> step its last run ended at
+        # key -> last completed runs, (steps, ms saved against plain decoding)
+        self._runs: OrderedDict[Hashable, deque[tuple[int, float]]] = OrderedDict()
+        self._last: dict[Hashable, int] = {}  # key -> step its last run ended at
         self._steps = 0
         self._length = 0  # steps of the run under way
         self._saved = 0.0  # ms it saved so far
         self._owed = 0.0  # ms plain steps spent since the last run readying the next one
-        self._bs = 0  # its batch size when it began
+        self._key: Hashable = None  # the batch it began at
         self._counted = False  # whether it began on a plan (not exploring)
 
-    def step(self, bs: int, drafted: bool, exploring: bool = False, saved_ms: float = 0.0) -> None:
-        """One decode step of `bs` requests, which drafted or not, and saved `saved_ms`
-        against plain decoding (negative: it cost more; a plain step's extend)."""
+    def step(self, key: Hashable, drafted: bool, exploring: bool = False, saved_ms: float = 0.0) -> None:
+        """One decode step of the batch `key` names, which drafted or not, and saved
+        `saved_ms` against plain decoding (negative: it cost more; a plain step's extend)."""
         self._steps += 1
         if drafted:
             if self._length == 0:
-                self._bs, self._counted = bs, not exploring
+                self._key, self._counted = key, not exploring
                 self._saved, self._owed = -self._owed if self._counted else 0.0, 0.0
             self._length += 1
             self._saved += saved_ms
             return
         if self._length and self._counted:
-            self._runs.setdefault(self._bs, deque(maxlen=self.window)).append((self._length, self._saved))
-            self._runs.move_to_end(self._bs)
-            self._last[self._bs] = self._steps
+            self._runs.setdefault(self._key, deque(maxlen=self.window)).append((self._length, self._saved))
+            self._runs.move_to_end(self._key)
+            self._last[self._key] = self._steps
             while len(self._runs) > self.max_keys:
                 del self._last[self._runs.popitem(last=False)[0]]
         self._length = 0
@@ -402,34 +409,34 @@ class DraftingRuns:
         """Whether the last step drafted in a run begun by an exploring step."""
         return self._length > 0 and not self._counted
 
-    def _fresh(self, bs: int) -> Sequence[tuple[int, float]]:
-        """The last runs begun at `bs`, or none where too few or too old."""
-        runs = self._runs.get(bs, ())
-        if runs and self._steps - self._last[bs] > self.fresh_steps:
-            del self._runs[bs], self._last[bs]
+    def _fresh(self, key: Hashable) -> Sequence[tuple[int, float]]:
+        """The last runs begun at `key`, or none where too few or too old."""
+        runs = self._runs.get(key, ())
+        if runs and self._steps - self._last[key] > self.fresh_steps:
+            del self._runs[key], self._last[key]
             return ()
         return runs if len(runs) >= self.min_runs else ()
 
-    def expected(self, bs: int) -> float | None:
-        """Mean length of the last runs begun at batch size `bs`; None while too few."""
-        runs = self._fresh(bs)
+    def expected(self, key: Hashable) -> float | None:
+        """Mean length of the last runs begun at `key`; None while too few."""
+        runs = self._fresh(key)
         return sum(n for n, _ in runs) / len(runs) if runs else None
 
-    def pays(self, bs: int) -> bool | None:
-        """Whether the last runs begun at `bs` saved time on average, setup included; None
+    def pays(self, key: Hashable) -> bool | None:
+        """Whether the last runs begun at `key` saved time on average, setup included; None
         while too few have been measured, or where nothing was (every saving exactly 0: a
         worker that does not time its steps)."""
-        runs = self._fresh(bs)
+        runs = self._fresh(key)
         if not runs or not any(saved for _, saved in runs):
             return None
         return sum(saved for _, saved in runs) > 0.0
 
     def info(self) -> dict[str, dict[str, float]]:
         out = {}
-        for bs in list(self._runs):
-            runs = self._fresh(bs)
+        for key in list(self._runs):
+            runs = self._fresh(key)
             if runs:
-                out[str(bs)] = {
+                out[str(key)] = {
                     "steps": round(sum(n for n, _ in runs) / len(runs), 2),
                     "saved_ms": round(sum(saved for _, saved in runs) / len(runs), 1),
                 }

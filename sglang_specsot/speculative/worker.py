@@ -148,7 +148,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             # under overlap a step's wall-clock is its launches, and nothing is measured
             # (no verdicts; the fund stays at 0 and exploring keeps its schedule).
             saved = self._saved_ms(len(batch.reqs), ms, drafts) if self._refresh_costs else 0.0
-            self.drafting_runs.step(len(batch.reqs), drafts, self._exploring, saved)
+            self.drafting_runs.step(self._runs_key(batch.reqs), drafts, self._exploring, saved)
             if self.drafting_runs.exploring_run:
                 self.explore_fund.charge(saved)
             else:
@@ -375,24 +375,30 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     def _setup_repaid(self, batch, plan: StepPlan) -> bool:
         """Whether drafting as `plan` does saves more than the setup it needs first
         (`_setup_ms`: a deferred draft-extend's catch-up) in the steps it will draft: as many
-        as the batch has left, or fewer where drafting runs at this batch size have measured
-        shorter (`DraftingRuns`); never where the runs measured at this batch size saved
-        nothing on average, setup included (`DraftingRuns.pays`). A catch-up after a long run of plain steps costs one draft
-        row per token behind, and at batch 8 on this CPU that was seconds, more than a few
-        drafting steps save."""
+        as the batch has left, or fewer where drafting runs begun at a batch of this size and
+        these roles (`_runs_key`) have measured shorter (`DraftingRuns`); never where the runs
+        measured there saved nothing on average, setup included (`DraftingRuns.pays`). A
+        catch-up after a long run of plain steps costs one draft row per token behind, and at
+        batch 8 on this CPU that was seconds, more than a few drafting steps save."""
         setup = self._setup_ms(batch)
         if setup <= 0.0:
             return True
-        bs = len(batch.reqs)
-        if self.drafting_runs.pays(bs) is False:
+        bs, key = len(batch.reqs), self._runs_key(batch.reqs)
+        if self.drafting_runs.pays(key) is False:
             return False  # the runs begun here lately cost more than they saved, setup included
         plain = self._plain_plan(bs)
         saved = plan.expected_tokens / plain.rate - plan.step_ms  # ms a step saves against plain
         horizon = steps_left(batch.reqs, plan.expected_tokens / bs)
-        runs = self.drafting_runs.expected(bs)
+        runs = self.drafting_runs.expected(key)
         if runs is not None:
             horizon = min(horizon, runs)
         return saved > 0.0 and saved * horizon > setup
+
+    def _runs_key(self, reqs) -> str:
+        """The batch as DraftingRuns keys its runs: its size and the SoT roles in it, e.g.
+        "1 skeleton", "5 branch", "2 plain+skeleton" (a request without a tag is plain)."""
+        roles = sorted({self._tags.get(req.rid, PLAIN_TAG).role for req in reqs})
+        return f"{len(reqs)} {'+'.join(roles)}"
 
     def _acceptance(self, reqs) -> list[float]:
         """Each request's acceptance estimate (its SoT group's)."""

@@ -431,13 +431,13 @@ def test_a_drafting_plan_must_repay_the_catch_up_it_needs_in_the_steps_left():
 
 
 def test_the_catch_up_must_be_repaid_within_the_drafting_runs_measured_at_this_batch_size():
-    def first_width(runs: list[int], bs_of_runs: int = 1) -> int:
+    def first_width(runs: list[int], runs_at: str = "1 plain") -> int:
         worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
         worker._acceptance = lambda reqs: [0.9] * len(reqs)
         for n in runs:  # earlier runs of n drafting steps that paid, each followed by a plain step
             for _ in range(n):
-                worker.drafting_runs.step(bs_of_runs, drafted=True, saved_ms=10.0)
-            worker.drafting_runs.step(bs_of_runs, drafted=False)
+                worker.drafting_runs.step(runs_at, drafted=True, saved_ms=10.0)
+            worker.drafting_runs.step(runs_at, drafted=False)
         worker.backlog.add(["r0"], [80])  # its catch-up costs 200 ms
         req = SimpleNamespace(rid="r0", output_ids=[1] * 5, sampling_params=SimpleNamespace(max_new_tokens=100))
         return max(worker._tree_sizes(SimpleNamespace(reqs=[req])))
@@ -446,17 +446,18 @@ def test_the_catch_up_must_be_repaid_within_the_drafting_runs_measured_at_this_b
     assert first_width([]) == 2  # no runs measured: the steps left are the horizon
     assert first_width([5, 6, 7]) == 2  # 6 steps x 50 ms = 300 ms > 200 ms
     assert first_width([2, 3, 4]) == 1  # 3 steps x 50 ms = 150 ms < 200 ms: stays plain
-    assert first_width([2, 3, 4], bs_of_runs=5) == 2  # runs of another batch size say nothing
+    assert first_width([2, 3, 4], runs_at="5 plain") == 2  # runs of another batch size say nothing
+    assert first_width([2, 3, 4], runs_at="1 skeleton") == 2  # nor runs of skeletons
 
 
 def test_no_catch_up_where_the_runs_begun_at_this_batch_size_cost_more_than_they_saved():
-    def first_width(saved_by_run: list[float], bs_of_runs: int = 1) -> int:
+    def first_width(saved_by_run: list[float], runs_at: str = "1 plain") -> int:
         worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
         worker._acceptance = lambda reqs: [0.9] * len(reqs)
         for saved in saved_by_run:  # earlier runs of 6 drafting steps (long enough to repay, by the plan)
             for i in range(6):
-                worker.drafting_runs.step(bs_of_runs, drafted=True, saved_ms=saved if i == 0 else 0.0)
-            worker.drafting_runs.step(bs_of_runs, drafted=False)
+                worker.drafting_runs.step(runs_at, drafted=True, saved_ms=saved if i == 0 else 0.0)
+            worker.drafting_runs.step(runs_at, drafted=False)
         worker.backlog.add(["r0"], [80])  # its catch-up costs 200 ms
         req = SimpleNamespace(rid="r0", output_ids=[1] * 5, sampling_params=SimpleNamespace(max_new_tokens=100))
         return max(worker._tree_sizes(SimpleNamespace(reqs=[req])))
@@ -464,15 +465,40 @@ def test_no_catch_up_where_the_runs_begun_at_this_batch_size_cost_more_than_they
     assert first_width([]) == 2  # nothing measured: the plan's 300 ms saved > 200 ms decides
     assert first_width([50.0, -20.0, 10.0]) == 2  # the runs here saved 13 ms each on average
     assert first_width([-150.0, -20.0, 10.0]) == 1  # they cost 53 ms each: stays plain
-    assert first_width([-150.0, -20.0, 10.0], bs_of_runs=5) == 2  # runs of another batch size say nothing
+    assert first_width([-150.0, -20.0, 10.0], runs_at="5 plain") == 2  # runs of another batch size say nothing
     # Without a setup to repay the plan alone decides, as before (the runs' verdict includes setups).
     worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
     worker._acceptance = lambda reqs: [0.9] * len(reqs)
     for _ in range(3):
-        worker.drafting_runs.step(1, drafted=True, saved_ms=-500.0)
-        worker.drafting_runs.step(1, drafted=False)
+        worker.drafting_runs.step("1 plain", drafted=True, saved_ms=-500.0)
+        worker.drafting_runs.step("1 plain", drafted=False)
     plan = worker._plan([0.9])
     assert plan.width == 2 and worker._setup_repaid(_batch(1), plan)  # the backlog is empty
+
+
+def test_skeletons_runs_and_normal_answers_runs_are_judged_apart():
+    # At batch 1 a SoT skeleton (a short plan behind a long prompt) and a normal answer (a
+    # long text) save differently from drafting: the verdict of one says nothing of the other.
+    from sglang_specsot.sot.tag import SoTTag
+
+    worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
+    worker._acceptance = lambda reqs: [0.9] * len(reqs)
+    worker._tags["s0"] = SoTTag(group="g", role="skeleton")
+    for _ in range(3):  # skeletons' runs cost more than they saved, catch-ups included
+        worker.drafting_runs.step("1 skeleton", drafted=True, saved_ms=-300.0)
+        worker.drafting_runs.step("1 skeleton", drafted=False)
+
+    def first_width(rid: str) -> int:
+        worker.backlog.add([rid], [80])  # its catch-up costs 200 ms
+        req = SimpleNamespace(rid=rid, output_ids=[1] * 5, sampling_params=SimpleNamespace(max_new_tokens=100))
+        return max(worker._tree_sizes(SimpleNamespace(reqs=[req])))
+
+    assert first_width("r0") == 2  # a normal answer drafts: the plan's 2.5 s saved > 200 ms
+    assert first_width("s0") == 1  # a skeleton stays plain
+    reqs = [SimpleNamespace(rid=r) for r in ("s0", "r0", "r1")]
+    worker._tags["b0"] = SoTTag(group="g", role="branch", point=0, n=2)
+    assert worker._runs_key(reqs) == "3 plain+skeleton" and worker._runs_key(reqs[1:]) == "2 plain"
+    assert worker._runs_key([SimpleNamespace(rid="b0")]) == "1 branch"
 
 
 def test_no_flush_readies_a_run_that_the_measured_runs_say_would_not_pay():
@@ -480,8 +506,8 @@ def test_no_flush_readies_a_run_that_the_measured_runs_say_would_not_pay():
     assert _deferred_steps(near, 0.3) == 73  # near paying: flushed to keep the catch-up short
     losing = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
     for _ in range(3):
-        losing.drafting_runs.step(1, drafted=True, saved_ms=-100.0)
-        losing.drafting_runs.step(1, drafted=False)
+        losing.drafting_runs.step("1 plain", drafted=True, saved_ms=-100.0)
+        losing.drafting_runs.step("1 plain", drafted=False)
     assert _deferred_steps(losing, 0.3) == 1000
 
 
@@ -574,3 +600,4 @@ def test_a_decode_steps_phase_times_in_the_step_log_are_its_own(tmp_path, monkey
     assert 20.0 <= phases["draft"] < phases["verify"] and 40.0 <= phases["verify"] < 1000.0, phases
     assert 0.0 <= phases["draft_extend"] < phases["draft"] and phases["target_forward"] == 10.0, phases
     assert worker.drafting_runs._length == 1  # the step counted as drafting (a window of 2)
+    assert worker.drafting_runs._key == "1 plain"  # under the batch's size and roles
