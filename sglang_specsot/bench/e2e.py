@@ -6,6 +6,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+import psutil
+
 from sglang_specsot.bench.cells import Question, Settings
 from sglang_specsot.bench.configs import matrix, select, servers
 from sglang_specsot.bench.runner import RunPlan
@@ -63,15 +65,12 @@ def servers_fit(specs, target_bytes: int, draft_bytes: int, available: int | Non
 
 
 def available_bytes() -> int | None:
-    """MemAvailable from /proc/meminfo (Linux), None where it cannot be read."""
+    """Memory available to new processes (psutil, which SGLang already needs: MemAvailable on
+    Linux), None where it cannot be read."""
     try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
+        return int(psutil.virtual_memory().available)
+    except (OSError, RuntimeError):
         return None
-    return None
 
 
 def plan_from_args(args) -> RunPlan:
