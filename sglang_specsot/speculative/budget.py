@@ -136,6 +136,12 @@ class AcceptanceStats:
     A group's estimate outlives its members (its later branches start from it), so keys are
     kept least-recently-observed first and the oldest go beyond `max_keys`: the server's
     memory must not grow with the number of answers it has served.
+
+    A new group starts from what drafts of its role (the SoT tag's: plain, skeleton, branch)
+    have recently earned on this server, or the server's own drafts while its role has none.
+    One server-wide start mixed them: in a server answering SoT branches (accepting ~0.5-0.7
+    of the 0.5B's drafts for the 1.5B) and normal answers (~0.85), a new normal answer started
+    at the branches' ~0.5, where drafting does not pay at batch 1, and decoded plain.
     """
 
     def __init__(self, config: AdaptiveConfig, max_keys: int = 4096):
@@ -143,27 +149,30 @@ class AcceptanceStats:
         self.max_keys = max_keys
         self._counts: OrderedDict[str, list[float]] = OrderedDict()  # key -> [accepted, early stops]
         self._server = [0.0, 0.0]  # the same counts over every drafted verify of the server
+        self._roles: dict[str, list[float]] = {}  # and over those of each role
 
-    def prior(self) -> float:
-        """What a group without evidence starts from (and drifts back to): the server's recent
-        acceptance, itself starting from prior_accepts / prior_misses. A new request then
-        drafts as much as this draft model has been earning here, not from a blind 0.5."""
-        acc, miss = self._server
+    def prior(self, role: str | None = None) -> float:
+        """What a group of `role` without evidence starts from (and drifts back to): the
+        recent acceptance of its role's drafts, or the server's while its role has none, itself
+        starting from prior_accepts / prior_misses. A new request then drafts as much as this
+        draft model has been earning here on such text, not from a blind 0.5."""
+        acc, miss = self._roles[role] if role is not None and self.has_evidence(role) else self._server
         c = self.config
         return (acc + c.prior_accepts) / (acc + miss + c.prior_accepts + c.prior_misses)
 
-    def has_evidence(self) -> bool:
-        """Whether the server has verified any drafts yet (each leaves an accept or a miss)."""
-        return any(self._server)
+    def has_evidence(self, role: str | None = None) -> bool:
+        """Whether the server has verified any drafts yet (each leaves an accept or a miss),
+        of `role` where given."""
+        return any(self._server if role is None else self._roles.get(role, ()))
 
-    def p(self, key: str) -> float:
+    def p(self, key: str, role: str | None = None) -> float:
         """Estimated chance a drafted token is accepted, given its parent was."""
         acc, miss = self._counts.get(key, (0.0, 0.0))
         c = self.config
         weight = c.prior_accepts + c.prior_misses
-        return (acc + weight * self.prior()) / (acc + miss + weight)
+        return (acc + weight * self.prior(role)) / (acc + miss + weight)
 
-    def observe(self, key: str, budget: int, accepted: int) -> None:
+    def observe(self, key: str, budget: int, accepted: int, role: str | None = None) -> None:
         """One verify of `budget` drafts of which the first `accepted` were right."""
         counts = self._counts.setdefault(key, [0.0, 0.0])
         self._counts.move_to_end(key)
@@ -176,15 +185,20 @@ class AcceptanceStats:
             miss = 1.0 if accepted < budget else 0.0
             counts[0] += accepted
             counts[1] += miss
-            server = self._server
-            server[0] = server[0] * keep + accepted
-            server[1] = server[1] * keep + miss
+            totals = [self._server] if role is None else [self._server, self._roles.setdefault(role, [0.0, 0.0])]
+            for total in totals:
+                total[0] = total[0] * keep + accepted
+                total[1] = total[1] * keep + miss
 
     def forget(self, key: str) -> None:
         self._counts.pop(key, None)
 
     def info(self) -> dict[str, float]:
         return {key: round(self.p(key), 3) for key in self._counts}
+
+    def priors(self) -> dict[str, float]:
+        """Where a new group of each role starts (roles with evidence)."""
+        return {role: round(self.prior(role), 3) for role in self._roles if self.has_evidence(role)}
 
 
 class DepthAcceptance:

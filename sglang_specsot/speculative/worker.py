@@ -114,6 +114,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             "adaptive": self.adaptive is not None,
             "budget_mode": FIXED if self.adaptive is None else ADAPTIVE,
             "acceptance_p": dict(list(self.stats.info().items())[-32:]),  # newest groups
+            "acceptance_prior_by_role": self.stats.priors(),
             "last_plan": None if plan is None else {"width": plan.width, "budgets": list(plan.budgets)},
             "exploring_steps": self._explored,
             "exploring_skipped": self._hopeless,
@@ -308,7 +309,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         shadow drafts where those are free (then a batch never explores)."""
         if self._learns_from_shadows():
             return plain
-        if self.adaptive.explore_p is not None and not self.explore_fund.allows():
+        cold = self._cold(batch)
+        if not cold and self.adaptive.explore_p is not None and not self.explore_fund.allows():
             # Exploring has spent more than drafting earned (ExploreFund). Asked first: the
             # schedule's pricing (a backlog's catch-up over req_to_token) is host time on
             # every plain step, and while unfunded the schedule does not advance.
@@ -320,7 +322,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._plain_steps += 1
         if every == 0 or explore.width == 1:
             return plain
-        if self._plain_steps < every and not self._cold(len(ps)):
+        if self._plain_steps < every and not cold:
             return plain
         self._plain_steps = 0
         if not self._worth_exploring(len(ps)):
@@ -330,13 +332,17 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._exploring = True
         return explore
 
-    def _cold(self, bs: int) -> bool:
-        """Whether to explore now, off schedule: the server has never verified a draft, so it
-        knows nothing of its drafts' acceptance and plans from the blind prior (0.5), where
-        drafting seldom pays; it would decode plain until the schedule's first turn (31 steps
-        of a first answer with the 1.5B + 0.5B pair). What one exploring step learns sets
-        every later plan. Not where drafting could not pay even at `explore_p`."""
-        return not self.stats.has_evidence() and self._worth_exploring(bs)
+    def _cold(self, batch) -> bool:
+        """Whether to explore now, off schedule and funded or not (ExploreFund): the server
+        has never verified a draft of some request's role, so it knows nothing of how such
+        text accepts drafts and plans from another role's acceptance or the blind prior
+        (0.5), where drafting seldom pays; it would decode plain until the schedule's first
+        turn (31 steps of a first answer with the 1.5B + 0.5B pair), or never while exploring
+        is unfunded. What one exploring step learns sets every later plan of that role: once
+        per role (plain, skeleton, branch) in a server's life. Not where drafting could not
+        pay even at `explore_p`."""
+        unknown = any(not self.stats.has_evidence(self._role(req.rid)) for req in batch.reqs)
+        return unknown and self._worth_exploring(len(batch.reqs))
 
     def _worth_exploring(self, bs: int) -> bool:
         """Whether drafting could pay for this batch size at the acceptance exploring hopes
@@ -397,12 +403,15 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     def _runs_key(self, reqs) -> str:
         """The batch as DraftingRuns keys its runs: its size and the SoT roles in it, e.g.
         "1 skeleton", "5 branch", "2 plain+skeleton" (a request without a tag is plain)."""
-        roles = sorted({self._tags.get(req.rid, PLAIN_TAG).role for req in reqs})
+        roles = sorted({self._role(req.rid) for req in reqs})
         return f"{len(reqs)} {'+'.join(roles)}"
 
+    def _role(self, rid: str) -> str:
+        return self._tags.get(rid, PLAIN_TAG).role
+
     def _acceptance(self, reqs) -> list[float]:
-        """Each request's acceptance estimate (its SoT group's)."""
-        return [self.stats.p(self._stats_key(req.rid)) for req in reqs]
+        """Each request's acceptance estimate (its SoT group's; a new group's from its role's)."""
+        return [self.stats.p(self._stats_key(req.rid), self._role(req.rid)) for req in reqs]
 
     def _first_draft_acceptance(self, batch, ps: list[float]) -> list[float] | None:
         """Each request's chance its first draft is accepted, where known better than `ps`
@@ -594,7 +603,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     def _observe(self, rid: str, source: str, depth: int, accepted: int) -> None:
         """One tree of `depth` whose first `accepted` drafts were (or would have been) right:
         into its group's estimate, and into acceptance by depth under `source`."""
-        self.stats.observe(self._stats_key(rid), depth, accepted)
+        self.stats.observe(self._stats_key(rid), depth, accepted, self._role(rid))
         if depth > 0:
             self.by_depth.setdefault(source, DepthAcceptance()).observe(depth, accepted)
 

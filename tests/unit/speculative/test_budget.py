@@ -116,6 +116,24 @@ def test_the_prior_follows_the_servers_recent_drafts_only():
     assert stats.prior() == before > 0.5
 
 
+def test_a_new_group_starts_from_its_roles_recent_drafts():
+    # A server answering SoT branches (their drafts mostly rejected) and normal answers
+    # (mostly accepted): a new normal answer must not start from the branches' acceptance.
+    stats = AcceptanceStats(AdaptiveConfig.default(7))
+    for _ in range(30):
+        stats.observe("sot-1", budget=2, accepted=0, role="branch")
+    assert stats.prior("plain") == stats.prior() < 0.1  # no normal answer yet: the server's
+    for _ in range(10):
+        stats.observe("r1", budget=2, accepted=2, role="plain")
+    assert stats.prior("plain") > 0.9 and stats.p("r2", "plain") > 0.9
+    assert stats.prior("branch") < 0.1 and stats.p("sot-2", "branch") < 0.1
+    assert stats.has_evidence("plain") and not stats.has_evidence("skeleton")
+    assert stats.prior("skeleton") == stats.prior()  # mixes both, weighted by recency
+    assert set(stats.priors()) == {"plain", "branch"}
+    stats.observe("r1", budget=0, accepted=0, role="plain")  # a plain step: no evidence
+    assert stats.priors()["plain"] > 0.9
+
+
 def test_sglang_config_format_with_specsot_keys():
     text = json.dumps({
         "1": {"candidate_steps": [0, 3, 7], "up_hysteresis": 0.0},

@@ -46,7 +46,7 @@ def test_a_batch_that_stopped_drafting_explores_within_its_time_share():
     # at explore_p (0.8), so the batch explores.
     config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25, prior_accepts=0.1, prior_misses=0.9)
     worker, batch = _exploring_worker(config), _batch(2)
-    worker.stats.observe("earlier", 2, 0)  # the server has verified drafts before (not cold)
+    worker.stats.observe("earlier", 2, 0, "plain")  # the server has verified drafts before (not cold)
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))  # 20 ms a row more
     widths = [max(worker._tree_sizes(batch)) for _ in range(24)]
     # A plain step of 2 rows costs 120 ms, an exploring one (2 drafts, 3 rows per request)
@@ -65,8 +65,8 @@ def test_a_server_that_never_verified_a_draft_explores_at_once():
     worker, batch = _exploring_worker(config), _batch(2)
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))
     assert worker._tree_sizes(batch) == [3, 3] and worker._exploring and worker._explored == 1
-    worker.stats.observe("r0", 2, 0)  # verify saw both drafts miss: no longer cold
-    worker.stats.observe("r1", 2, 0)
+    worker.stats.observe("r0", 2, 0, "plain")  # verify saw both drafts miss: no longer cold
+    worker.stats.observe("r1", 2, 0, "plain")
     assert [max(worker._tree_sizes(batch)) for _ in range(6)] == [1, 1, 3] * 2
 
 
@@ -400,11 +400,11 @@ def test_exploring_counts_the_catch_up_it_needs_against_its_share():
 
     config = AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.25)
     current = _chain_worker(config)
-    current.stats.observe("earlier", 1, 0)  # not a cold server: exploring on schedule
+    current.stats.observe("earlier", 1, 0, "plain")  # not a cold server: exploring on schedule
     # An exploring step costs 40 ms more than a plain one: 40 / (0.25 x 100) -> every 2nd.
     assert plain_steps_per_explore(current) == 2
     behind = _chain_worker(config)
-    behind.stats.observe("earlier", 1, 0)
+    behind.stats.observe("earlier", 1, 0, "plain")
     behind.backlog.add(["r0"], [80])
     # Its catch-up over 80 tokens costs 200 ms more (50 ms at 65 rows, 10 ms a row on):
     # 240 / 25 -> every 10th.
@@ -527,7 +527,7 @@ def test_exploring_waits_while_it_has_spent_more_than_drafting_saved():
     # As in the first test: p = 0.1, drafting pays only at explore_p; one step in 3 explores.
     config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25, prior_accepts=0.1, prior_misses=0.9)
     worker, batch = _exploring_worker(config), _batch(2)
-    worker.stats.observe("earlier", 2, 0)
+    worker.stats.observe("earlier", 2, 0, "plain")
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))
     worker.explore_fund.charge(-80.0)  # an exploring step that cost 80 ms more than plain decoding
     widths = [max(worker._tree_sizes(batch)) for _ in range(9)]
@@ -540,10 +540,33 @@ def test_exploring_waits_while_it_has_spent_more_than_drafting_saved():
     assert worker.speculative_state_report()["specsot"]["explore_fund"] == {"balance_ms": 20.0, "unfunded": 9}
 
 
+def test_a_role_never_drafted_for_explores_once_funded_or_not():
+    # The server has drafted only for SoT branches, lost doing so (the fund is spent), and
+    # learned they accept nothing. A normal answer (untagged: plain) starts from the server's
+    # acceptance, where drafting does not pay: without exploring once it would never learn
+    # its own (a normal answer accepted 0.85 of the 0.5B's drafts where branches took ~0.6).
+    from sglang_specsot.sot.tag import SoTTag
+
+    config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25)
+    worker, batch = _exploring_worker(config), _batch(2)
+    worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))
+    worker._tags["b0"] = SoTTag(group="g", role="branch", point=0, n=2)
+    for _ in range(20):
+        worker.stats.observe("g", 2, 0, "branch")
+    worker.explore_fund.charge(-500.0)
+    assert worker._tree_sizes(batch) == [3, 3] and worker._explored == 1  # cold for its role
+    assert worker.explore_fund.unfunded == 0
+    worker.stats.observe("r0", 2, 0, "plain")  # what it learned: its drafts missed too
+    assert [max(worker._tree_sizes(batch)) for _ in range(3)] == [1, 1, 1]  # now it waits
+    assert worker.explore_fund.unfunded == 3
+    branches = SimpleNamespace(reqs=[SimpleNamespace(rid="b0")])
+    assert max(worker._tree_sizes(branches)) == 1  # the branches' role is known: no exploring
+
+
 def test_exploring_on_schedule_whatever_the_costs_is_not_funded_either():
     config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25, explore_p=None)
     worker, batch = _exploring_worker(config), _batch(2)
-    worker.stats.observe("earlier", 2, 0)
+    worker.stats.observe("earlier", 2, 0, "plain")
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))
     worker.explore_fund.charge(-1000.0)
     assert [max(worker._tree_sizes(batch)) for _ in range(3)] == [1, 1, 3] and worker.explore_fund.unfunded == 0
