@@ -193,6 +193,12 @@ class AcceptanceStats:
     def forget(self, key: str) -> None:
         self._counts.pop(key, None)
 
+    def forget_groups(self) -> None:
+        """Every group's estimate, not what the server's and each role's drafts have earned:
+        that is what this draft model makes of this target's text, not cached text (a cache
+        flush keeps it, as it keeps the measured costs)."""
+        self._counts.clear()
+
     def info(self) -> dict[str, float]:
         return {key: round(self.p(key), 3) for key in self._counts}
 

@@ -103,7 +103,10 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._decode_rids.clear()
         self._awaiting_decode.clear()
         self.shadows.clear()
-        self.stats = AcceptanceStats(self.stats.config)
+        # The groups are gone with the cache; what drafting earns here is kept (as the step
+        # costs and the drafting runs are): with it reset, every flush (a benchmark's between
+        # requests) made the server cold again, exploring each role anew behind a catch-up.
+        self.stats.forget_groups()
 
     def speculative_state_report(self) -> dict:
         """What /server_info shows of SPECSOT (host change server-info-specsot)."""

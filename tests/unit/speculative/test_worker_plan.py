@@ -563,6 +563,21 @@ def test_a_role_never_drafted_for_explores_once_funded_or_not():
     assert max(worker._tree_sizes(branches)) == 1  # the branches' role is known: no exploring
 
 
+def test_a_cache_flush_forgets_the_groups_not_what_drafting_earns_here():
+    # Benchmarks flush the cache between requests; a server that forgot its acceptance then
+    # was cold again at every request, and explored each role anew behind a catch-up.
+    worker = _exploring_worker(AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25))
+    worker._decode_rids, worker._awaiting_decode = set(), {}
+    for _ in range(10):
+        worker.stats.observe("r0", 2, 2, "plain")
+    prior = worker.stats.prior("plain")
+    assert worker.stats.p("r0", "plain") > prior > 0.8
+    worker.clear_cache_pool()
+    assert worker.stats.has_evidence("plain") and worker.stats.prior("plain") == prior
+    assert worker.stats.info() == {} and worker.stats.p("r0", "plain") == prior  # the group is gone
+    assert not worker._cold(_batch(1))
+
+
 def test_exploring_on_schedule_whatever_the_costs_is_not_funded_either():
     config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25, explore_p=None)
     worker, batch = _exploring_worker(config), _batch(2)
