@@ -328,7 +328,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         if self._plain_steps < every and not cold:
             return plain
         self._plain_steps = 0
-        if not self._worth_exploring(len(ps)) or (not cold and self._runs_lose(batch)):
+        if not self._worth_exploring(len(ps)):
             self._hopeless += 1
             return plain
         self._explored += 1
@@ -355,16 +355,6 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         if c.explore_p is None:
             return True  # exploring on schedule, asked for
         return may_pay(self._candidate_plans([c.explore_p] * bs, None), c.explore_share)
-
-    def _runs_lose(self, batch) -> bool:
-        """Whether the drafting runs measured at this batch's key lately cost more than they
-        saved (DraftingRuns.pays): what exploring there would learn could not start a run
-        behind a catch-up (`_setup_repaid` refuses them), and its own step, behind one, costs
-        as they did. Forgotten with the verdict, when a counted run measures again.
-        Not with `explore_p: null` (exploring on schedule, asked for)."""
-        if self.adaptive.explore_p is None:
-            return False
-        return self.drafting_runs.pays(self._runs_key(batch.reqs)) is False
 
     def _learns_from_shadows(self) -> bool:
         """Whether plain steps propose shadow drafts (`shadow.py`): where the drafts come from

@@ -58,24 +58,6 @@ def test_a_batch_that_stopped_drafting_explores_within_its_time_share():
     assert report["exploring_steps"] == worker._explored and report["memory"]["drafter"]["requests"] == 0
 
 
-def test_no_exploring_where_the_drafting_runs_measured_lose():
-    # The first test's batch, exploring one step in 3; then runs at its key (2 plain requests)
-    # measured a loss: exploring there would learn what no plan could use.
-    config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25, prior_accepts=0.1, prior_misses=0.9)
-    worker, batch = _exploring_worker(config), _batch(2)
-    worker.stats.observe("earlier", 2, 0, "plain")
-    worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))
-    for _ in range(3):
-        worker.drafting_runs.step("2 plain", drafted=True, saved_ms=-50.0)
-        worker.drafting_runs.step("2 plain", drafted=False)
-    assert {max(worker._tree_sizes(batch)) for _ in range(9)} == {1}
-    assert worker._explored == 0 and worker._hopeless == 3  # its 3 turns, skipped
-    assert 3 in [max(worker._tree_sizes(_batch(1))) for _ in range(4)]  # no verdict at another key
-    worker.adaptive = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25, prior_accepts=0.1,
-                                     prior_misses=0.9, explore_p=None)  # fmt: skip
-    assert [max(worker._tree_sizes(batch)) for _ in range(3)] == [1, 1, 3]  # on schedule, as asked
-
-
 def test_a_server_that_never_verified_a_draft_explores_at_once():
     # The same batch on a cold server: its estimate is the blind prior, so the first plain
     # step explores instead of waiting for the schedule (every third step).
