@@ -386,12 +386,9 @@ class DraftingRuns:
     skeletons into catch-ups; so the key is the batch's size and roles.
 
     Runs begun by an exploring step are not counted: exploring drafts to learn, and its run
-    says nothing of how long, or whether, drafting pays. A key is forgotten once `fresh_steps`
-    steps of its own batches have run since its last run ended, so a verdict is measured again
-    when the text or the load has changed (at most `min_runs` runs every `fresh_steps` such
-    steps). Counted in steps of the key, not of the server: a server writing long normal answers
-    runs 500 steps in about one answer, and its SoT skeletons (~25 steps each) re-measured
-    their losing runs at nearly every question.
+    says nothing of how long, or whether, drafting pays. A key whose last run ended more than
+    `fresh_steps` steps ago is forgotten, so a verdict is measured again when the text or the
+    load has changed (at most `min_runs` runs every `fresh_steps` steps).
     """
 
     def __init__(self, window: int = 8, min_runs: int = 3, max_keys: int = 64, fresh_steps: int = 500):
@@ -399,8 +396,8 @@ class DraftingRuns:
         self.window, self.min_runs, self.max_keys, self.fresh_steps = window, min_runs, max_keys, fresh_steps
         # key -> last completed runs, (steps, ms saved against plain decoding)
         self._runs: OrderedDict[Hashable, deque[tuple[int, float]]] = OrderedDict()
-        self._last: dict[Hashable, int] = {}  # key -> its step count when its last run ended
-        self._steps: dict[Hashable, int] = {}  # key -> steps of its batches (keys with runs)
+        self._last: dict[Hashable, int] = {}  # key -> step its last run ended at
+        self._steps = 0
         self._length = 0  # steps of the run under way
         self._saved = 0.0  # ms it saved so far
         self._owed = 0.0  # ms plain steps spent since the last run readying the next one
@@ -410,8 +407,7 @@ class DraftingRuns:
     def step(self, key: Hashable, drafted: bool, exploring: bool = False, saved_ms: float = 0.0) -> None:
         """One decode step of the batch `key` names, which drafted or not, and saved
         `saved_ms` against plain decoding (negative: it cost more; a plain step's extend)."""
-        if key in self._steps:
-            self._steps[key] += 1
+        self._steps += 1
         if drafted:
             if self._length == 0:
                 self._key, self._counted = key, not exploring
@@ -422,10 +418,9 @@ class DraftingRuns:
         if self._length and self._counted:
             self._runs.setdefault(self._key, deque(maxlen=self.window)).append((self._length, self._saved))
             self._runs.move_to_end(self._key)
-            self._last[self._key] = self._steps.setdefault(self._key, 0)
+            self._last[self._key] = self._steps
             while len(self._runs) > self.max_keys:
-                oldest = self._runs.popitem(last=False)[0]
-                del self._last[oldest], self._steps[oldest]
+                del self._last[self._runs.popitem(last=False)[0]]
         self._length = 0
         self._owed -= saved_ms
 
@@ -437,8 +432,8 @@ class DraftingRuns:
     def _fresh(self, key: Hashable) -> Sequence[tuple[int, float]]:
         """The last runs begun at `key`, or none where too few or too old."""
         runs = self._runs.get(key, ())
-        if runs and self._steps[key] - self._last[key] > self.fresh_steps:
-            del self._runs[key], self._last[key], self._steps[key]
+        if runs and self._steps - self._last[key] > self.fresh_steps:
+            del self._runs[key], self._last[key]
             return ()
         return runs if len(runs) >= self.min_runs else ()
 
