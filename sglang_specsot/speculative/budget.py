@@ -382,8 +382,9 @@ class DraftingRuns:
     A batch's size alone does not say what its runs save: a SoT skeleton at batch 1 is a short
     plan behind a long prompt to catch up, a normal answer at batch 1 a long text where the
     draft's chains pay (1.2x plain on Vicuna with the 1.5B + 0.5B pair). Keyed by size alone,
-    skeletons' losing runs kept normal answers from drafting, and normal answers' gains sent
-    skeletons into catch-ups; so the key is the batch's size and roles.
+    on a server answering both, skeletons' short losing runs set the batch-1 verdict and cut
+    the normal answers' horizon (1.11x plain where alone they ran 1.2x), and normal answers'
+    gains could as well send skeletons into catch-ups; so the key is the batch's size and roles.
 
     Runs begun by an exploring step are not counted: exploring drafts to learn, and its run
     says nothing of how long, or whether, drafting pays. A key whose last run ended more than
