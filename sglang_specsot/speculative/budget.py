@@ -150,6 +150,7 @@ class AcceptanceStats:
         self._counts: OrderedDict[str, list[float]] = OrderedDict()  # key -> [accepted, early stops]
         self._server = [0.0, 0.0]  # the same counts over every drafted verify of the server
         self._roles: dict[str, list[float]] = {}  # and over those of each role
+        self._role_of: dict[str, str | None] = {}  # key -> the role its drafts were observed as
 
     def prior(self, role: str | None = None) -> float:
         """What a group of `role` without evidence starts from (and drifts back to): the
@@ -176,8 +177,9 @@ class AcceptanceStats:
         """One verify of `budget` drafts of which the first `accepted` were right."""
         counts = self._counts.setdefault(key, [0.0, 0.0])
         self._counts.move_to_end(key)
+        self._role_of[key] = role
         while len(self._counts) > self.max_keys:
-            self._counts.popitem(last=False)
+            self._role_of.pop(self._counts.popitem(last=False)[0], None)
         keep = 1.0 - self.config.decay
         counts[0] *= keep
         counts[1] *= keep
@@ -192,15 +194,19 @@ class AcceptanceStats:
 
     def forget(self, key: str) -> None:
         self._counts.pop(key, None)
+        self._role_of.pop(key, None)
 
     def forget_groups(self) -> None:
         """Every group's estimate, not what the server's and each role's drafts have earned:
         that is what this draft model makes of this target's text, not cached text (a cache
         flush keeps it, as it keeps the measured costs)."""
         self._counts.clear()
+        self._role_of.clear()
 
     def info(self) -> dict[str, float]:
-        return {key: round(self.p(key), 3) for key in self._counts}
+        """Each group's estimate as its plans read it: against its own role's prior (a group
+        with little evidence shown against the server's would differ from what it drafts by)."""
+        return {key: round(self.p(key, self._role_of.get(key)), 3) for key in self._counts}
 
     def priors(self) -> dict[str, float]:
         """Where a new group of each role starts (roles with evidence)."""

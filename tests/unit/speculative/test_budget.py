@@ -134,6 +134,25 @@ def test_a_new_group_starts_from_its_roles_recent_drafts():
     assert stats.priors()["plain"] > 0.9
 
 
+def test_server_info_shows_each_group_against_its_own_roles_prior():
+    # /server_info's acceptance_p must show what a group's plans read: a normal answer with
+    # one verify behind it is near the normal answers' prior, not the server's (branches').
+    stats = AcceptanceStats(AdaptiveConfig.default(7), max_keys=2)
+    for _ in range(30):
+        stats.observe("sot-1", budget=2, accepted=0, role="branch")
+    for _ in range(10):
+        stats.observe("r1", budget=2, accepted=2, role="plain")
+    stats.observe("r2", budget=1, accepted=1, role="plain")
+    shown = stats.info()
+    assert shown["r2"] == round(stats.p("r2", "plain"), 3) > 0.9
+    assert abs(shown["r2"] - stats.p("r2")) > 0.1  # against the server's prior it would differ
+    assert set(shown) == {"r1", "r2"}  # max_keys: the oldest group went, with its role
+    stats.observe("r3", budget=1, accepted=1)  # no role: the server's prior, as p(key)
+    assert stats.info()["r3"] == round(stats.p("r3"), 3)
+    stats.forget("r3")
+    stats.forget_groups()
+    assert stats.info() == {} and stats._role_of == {}
+
 def test_sglang_config_format_with_specsot_keys():
     text = json.dumps({
         "1": {"candidate_steps": [0, 3, 7], "up_hysteresis": 0.0},
