@@ -125,6 +125,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             "shadow_drafts": self.shadows.proposed,
             "drafting_not_repaid": self._unrepaid,
             "drafting_runs": self.drafting_runs.info(),
+            "drafting_runs_total": self.drafting_runs.totals(),
             "acceptance_by_depth": {source: d.info() for source, d in self.by_depth.items()},
             "memory": memory_report(self.drafter, self._trace),
         }}  # fmt: skip

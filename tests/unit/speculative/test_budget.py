@@ -358,7 +358,7 @@ def test_drafting_runs_are_measured_by_the_batch_size_they_began_at():
     run(5, 9, exploring=True)  # begun by exploring: says nothing of how long drafting pays
     assert runs.expected(5) == 3.0
     run(5, 6), run(5, 8)  # the window keeps the last 3: 4, 6, 8
-    assert runs.expected(5) == 6.0 and runs.info() == {"5": {"steps": 6.0, "saved_ms": 0.0}}
+    assert runs.expected(5) == 6.0 and runs.info() == {"5": {"steps": 6.0, "saved_ms": 0.0, "fresh_for": 500}}
     runs.step(1, drafted=False)  # plain steps alone are no run
     assert runs.expected(1) is None
 
@@ -377,7 +377,7 @@ def test_drafting_runs_measure_what_they_saved_setup_and_flushes_included():
         runs.step(4, drafted=True, saved_ms=saved)
     runs.step(4, drafted=False)
     assert runs.pays(4) is False  # -430 and -250 ms: these runs cost more than they saved
-    assert runs.info()["4"] == {"steps": 2.5, "saved_ms": -340.0}
+    assert runs.info()["4"] == {"steps": 2.5, "saved_ms": -340.0, "fresh_for": 500}
     for _ in range(2):  # two runs that repay their catch-ups bring the mean of the last 3 above 0
         runs.step(4, drafted=True, saved_ms=-100.0)
         runs.step(4, drafted=True, saved_ms=400.0)
@@ -386,6 +386,10 @@ def test_drafting_runs_measure_what_they_saved_setup_and_flushes_included():
     runs.step(3, drafted=True, exploring=True, saved_ms=-900.0)  # exploring: not a verdict
     runs.step(3, drafted=False)
     assert runs.pays(3) is None and runs.expected(3) is None
+    assert runs.totals() == {  # but every run is counted in the server's life: -430, -250, +300, +300
+        "4": {"runs": 4, "saved_ms": -80.0, "exploring_runs": 0, "exploring_saved_ms": 0.0},
+        "3": {"runs": 0, "saved_ms": 0.0, "exploring_runs": 1, "exploring_saved_ms": -900.0},
+    }
 
 
 def test_a_batch_sizes_runs_are_forgotten_once_stale():
@@ -401,6 +405,47 @@ def test_a_batch_sizes_runs_are_forgotten_once_stale():
     assert runs.pays(5) is False
     runs.step(2, drafted=False)  # 11: measured again from scratch
     assert runs.pays(5) is None and runs.expected(5) is None and runs.info() == {}
+
+
+def test_a_verdict_that_keeps_losing_is_measured_again_less_often():
+    # Each re-measurement costs min_runs runs behind catch-ups; where it only confirms that a
+    # batch loses, a server answering SoT questions paid ~3% of its time for it.
+    from sglang_specsot.speculative.budget import DraftingRuns
+
+    runs = DraftingRuns(window=3, min_runs=2, fresh_steps=10, max_backoff=2)
+
+    def measure(saved_ms: float) -> None:
+        for _ in range(2):
+            runs.step(5, drafted=True, saved_ms=saved_ms)
+            runs.step(5, drafted=False)
+
+    def fresh_for() -> int:  # plain steps at another key until 5's verdict is gone (one past its last fresh step)
+        n = 0
+        while runs.pays(5) is not None:
+            runs.step(1, drafted=False)
+            n += 1
+        return n
+
+    measure(-200.0)
+    assert runs.info()["5"]["fresh_for"] == 10
+    assert fresh_for() == 11  # a first losing verdict: fresh_steps, it may be a cold start's
+    measure(-200.0)
+    assert runs.info()["5"]["fresh_for"] == 20
+    assert fresh_for() == 21  # lost again: twice as long
+    measure(-150.0)
+    assert fresh_for() == 41
+    measure(-150.0)
+    assert fresh_for() == 41  # capped at 2 ** max_backoff
+    measure(300.0)
+    assert runs.pays(5) is True and fresh_for() == 11  # it pays now: measured again as often
+    measure(-200.0)
+    assert fresh_for() == 11  # a loss after a paying verdict starts over
+    for _ in range(2):  # untimed runs (all 0) are no verdict: they never back off
+        measure(0.0)
+        assert runs.expected(5) == 1.0 and runs.info()["5"]["fresh_for"] == 10
+        for _ in range(11):
+            runs.step(1, drafted=False)
+        assert runs.expected(5) is None
 
 
 def test_exploring_is_funded_by_a_share_of_what_drafting_saved():
