@@ -400,12 +400,12 @@ class DraftingRuns:
     Measuring again costs what the verdict saves: `min_runs` runs, each behind a catch-up. A
     losing verdict measured again and found losing again therefore lasts twice as long each
     time, up to `2 ** max_backoff` x `fresh_steps` (a paying one, or one that pays again, keeps
-    `fresh_steps`). End to end on 16 held-out SoT questions (1.5B + 0.5B, SoT only, ~1,700
-    steps) SPECSOT drafted only 37 steps, behind 14 catch-ups, with the verdict at 5 branches
-    losing (-209 ms a run) at the end, and ran 0.97x the SoT-only server, 15 of 16 answers
-    slower: every 500 steps 3 more losing runs. A first verdict keeps `fresh_steps`:
-    it may come from a server's first, unrepresentative runs (three one-step runs behind
-    catch-ups at a cold acceptance once closed normal answers that later saved 0.8 s a run).
+    `fresh_steps`). On 16 SoT questions (1.5B + 0.5B, SoT only, ~1,700 steps) the runs that
+    measured whether 5 branches pay lost 2.1 s, ~0.4% of the time (`totals`); re-measured
+    every 500 steps, a server pays that for as long as it lives. A first verdict keeps
+    `fresh_steps`: it may come from a server's first, unrepresentative runs (three one-step
+    runs behind catch-ups at a cold acceptance once closed normal answers that later saved
+    0.8 s a run).
     """
 
     def __init__(
@@ -482,7 +482,7 @@ class DraftingRuns:
         if runs and self._steps - self._last[key] > self._lifetime(key, runs):
             if len(runs) >= self.min_runs:  # a verdict ends: count it if it lost
                 lost = self._lost.pop(key, 0)
-                if _losing(runs):
+                if _pays(runs) is False:
                     self._lost[key] = lost + 1
                     while len(self._lost) > self.max_keys:
                         del self._lost[next(iter(self._lost))]
@@ -492,7 +492,7 @@ class DraftingRuns:
 
     def _lifetime(self, key: Hashable, runs: Sequence[tuple[int, float]]) -> int:
         """Steps the verdict of `runs` lasts after their last one ended (see the class)."""
-        if len(runs) < self.min_runs or not _losing(runs):
+        if len(runs) < self.min_runs or _pays(runs) is not False:
             return self.fresh_steps
         return self.fresh_steps * 2 ** min(self._lost.get(key, 0), self.max_backoff)
 
@@ -506,9 +506,7 @@ class DraftingRuns:
         while too few have been measured, or where nothing was (every saving exactly 0: a
         worker that does not time its steps)."""
         runs = self._fresh(key)
-        if not runs or not any(saved for _, saved in runs):
-            return None
-        return _saved(runs) > 0.0
+        return _pays(runs) if runs else None
 
     def info(self) -> dict[str, dict[str, float]]:
         out = {}
@@ -528,9 +526,9 @@ def _saved(runs: Sequence[tuple[int, float]]) -> float:
     return sum(saved for _, saved in runs)
 
 
-def _losing(runs: Sequence[tuple[int, float]]) -> bool:
-    """Whether `runs` measured a loss (all 0: not measured, no verdict; see `pays`)."""
-    return any(saved for _, saved in runs) and _saved(runs) <= 0.0
+def _pays(runs: Sequence[tuple[int, float]]) -> bool | None:
+    """Whether `runs` saved time together; None where nothing was measured (all 0)."""
+    return _saved(runs) > 0.0 if any(saved for _, saved in runs) else None
 
 
 class ExploreFund:

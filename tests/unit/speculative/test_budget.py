@@ -153,6 +153,7 @@ def test_server_info_shows_each_group_against_its_own_roles_prior():
     stats.forget_groups()
     assert stats.info() == {} and stats._role_of == {}
 
+
 def test_sglang_config_format_with_specsot_keys():
     text = json.dumps({
         "1": {"candidate_steps": [0, 3, 7], "up_hysteresis": 0.0},
@@ -409,7 +410,7 @@ def test_a_batch_sizes_runs_are_forgotten_once_stale():
 
 def test_a_verdict_that_keeps_losing_is_measured_again_less_often():
     # Each re-measurement costs min_runs runs behind catch-ups; where it only confirms that a
-    # batch loses, a server answering SoT questions paid ~3% of its time for it.
+    # batch loses, a long-lived server would pay that every fresh_steps for ever.
     from sglang_specsot.speculative.budget import DraftingRuns
 
     runs = DraftingRuns(window=3, min_runs=2, fresh_steps=10, max_backoff=2)
