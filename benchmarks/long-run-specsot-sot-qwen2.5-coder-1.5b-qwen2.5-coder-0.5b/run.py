@@ -1,0 +1,86 @@
+"""One SPECSOT server answering SoT questions one after another for thousands of decode steps:
+do losing drafting-run verdicts come back ever more rarely (DraftingRuns' backoff), and what
+do their re-measurements cost over a server's life?
+
+The server is the end-to-end benchmark's SpecSoT server (the same flags, bf16, 1.5B target,
+0.5B draft), each answer a server-side SoT answer with the same 384-token cap, the cache
+flushed before each as the benchmark does. After every answer one line is appended to
+`answers.jsonl`: the question, its latency, tokens and accept length, and the server's
+`/server_info` SPECSOT state (drafting runs and verdicts, exploring, catch-ups). Re-running
+the command skips the questions already answered (a new server then starts cold: the file
+says where); `--questions N` sets how many.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/long-run-specsot-sot-qwen2.5-coder-1.5b-qwen2.5-coder-0.5b/run.py \
+        --questions 48 --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from sglang_specsot.bench.cells import Question, Settings, Target, run_cell
+from sglang_specsot.bench.configs import CellConfig, SERVER_SOT, servers
+from sglang_specsot.bench.runner import COMMON, MEM_FRACTION, WARM_UP_QUESTION
+from sglang_specsot.bench.e2e import resolve_model
+from sglang_specsot.launch import ServerProcess
+
+# Suitable questions nothing in SPECSOT's policy was tuned on, in a fixed order: the held-out
+# router sets first, then our training sets (the SoT prompts were tuned on part of router_train).
+SETS = ("router_holdout.jsonl", "router_holdout2.jsonl", "router_train.jsonl")
+DATA = Path(__file__).resolve().parents[2] / "sglang_specsot" / "data"
+KEEP = ("drafting_runs", "drafting_runs_total", "exploring_steps", "exploring_skipped", "explore_fund",
+        "drafting_not_repaid", "draft_extend", "chain_depths", "acceptance_prior_by_role")  # fmt: skip
+
+
+def questions(n: int) -> list[tuple[str, Question]]:
+    out = []
+    for name in SETS:
+        for i, line in enumerate(open(DATA / name)):
+            row = json.loads(line)
+            if row["sot_suitable"]:
+                out.append((f"{name.removesuffix('.jsonl')}:{i}", Question(i, row["question"], True)))
+    return out[:n]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--questions", type=int, default=48)
+    p.add_argument("--max-tokens", type=int, default=384)
+    p.add_argument("--out", type=Path, required=True)
+    a = p.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    log = a.out / "answers.jsonl"
+    done = {json.loads(line)["key"] for line in open(log)} if log.exists() else set()
+    todo = [(k, q) for k, q in questions(a.questions) if k not in done]
+    if not todo:
+        return
+    target_path, draft_path = resolve_model("qwen2.5-coder-1.5b", "target"), resolve_model("qwen2.5-coder-0.5b", "draft")
+    spec = servers(draft_path)["specsot"]
+    args = COMMON + ["--mem-fraction-static", MEM_FRACTION, "--dtype", "bfloat16", *spec.args]
+    cfg = CellConfig("SpecSoT-server", "specsot", SERVER_SOT, "on")
+    settings = Settings(max_tokens=a.max_tokens, timeout=900.0)
+    with ServerProcess(target_path, args, dict(spec.env),
+                       log_path=a.out / "server.log", startup_timeout=900.0) as server:  # fmt: skip
+        from sglang_specsot.frontend import chat_renderer
+
+        target = Target(server.base_url, chat_renderer(target_path), lambda: None, constrain_skeleton=True)
+        run_cell(cfg, WARM_UP_QUESTION, target, settings)  # as the benchmark's --warm-up: untimed
+        started = time.time()
+        for n, (key, q) in enumerate(todo):
+            cell = run_cell(cfg, q, target, settings)
+            state = (server.get("/server_info", timeout=30.0).get("internal_states") or [{}])[0].get("specsot", {})
+            row = {"key": key, "server_answer": n + 1, "server_started": started, "status": cell.status,
+                   "reason": cell.reason, "latency": cell.latency, "output_tokens": cell.output_tokens,
+                   "accept_length": cell.accept_length, "points": cell.points, "skeleton_s": cell.skeleton_seconds,
+                   "commit": cell.commit,
+                   "state": {k: state.get(k) for k in KEEP}}  # fmt: skip
+            with open(log, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(key, cell.status, round(cell.latency or 0, 1), cell.accept_length, flush=True)
+
+
+if __name__ == "__main__":
+    main()
