@@ -8,10 +8,13 @@ flushed before each as the benchmark does. After every answer one line is append
 `answers.jsonl`: the question, its latency, tokens and accept length, and the server's
 `/server_info` SPECSOT state (drafting runs and verdicts, exploring, catch-ups). Re-running
 the command skips the questions already answered (a new server then starts cold: the file
-says where); `--questions N` sets how many.
+says where); `--questions N` sets how many. `--report` prints, from `answers.jsonl`, each
+verdict of the "5 branch" key (the batch SoT answers spend most steps in) as it was made:
+after which answer, the runs behind it, what they saved, and how long it stays fresh.
 
     PYTHONPATH=. .venv/bin/python benchmarks/long-run-specsot-sot-qwen2.5-coder-1.5b-qwen2.5-coder-0.5b/run.py \
         --questions 48 --out DIR
+    python benchmarks/long-run-specsot-sot-qwen2.5-coder-1.5b-qwen2.5-coder-0.5b/run.py --report --out DIR
 """
 
 from __future__ import annotations
@@ -21,11 +24,6 @@ import json
 import time
 from pathlib import Path
 
-from sglang_specsot.bench.cells import Question, Settings, Target, run_cell
-from sglang_specsot.bench.configs import CellConfig, SERVER_SOT, servers
-from sglang_specsot.bench.runner import COMMON, MEM_FRACTION, WARM_UP_QUESTION
-from sglang_specsot.bench.e2e import resolve_model
-from sglang_specsot.launch import ServerProcess
 
 # Suitable questions nothing in SPECSOT's policy was tuned on, in a fixed order: the held-out
 # router sets first, then our training sets (the SoT prompts were tuned on part of router_train).
@@ -35,7 +33,9 @@ KEEP = ("drafting_runs", "drafting_runs_total", "exploring_steps", "exploring_sk
         "drafting_not_repaid", "draft_extend", "chain_depths", "acceptance_prior_by_role")  # fmt: skip
 
 
-def questions(n: int) -> list[tuple[str, Question]]:
+def questions(n: int) -> list[tuple[str, object]]:
+    from sglang_specsot.bench.cells import Question
+
     out = []
     for name in SETS:
         for i, line in enumerate(open(DATA / name)):
@@ -45,18 +45,56 @@ def questions(n: int) -> list[tuple[str, Question]]:
     return out[:n]
 
 
+def report(path: Path, key: str = "5 branch") -> None:
+    """One line per new verdict of `key`, then the run's totals."""
+    rows = [json.loads(line) for line in open(path)]
+    print("| after answer | runs so far | saved by them, ms | verdict: mean steps / saved ms a run | fresh for steps |")
+    print("|---|---|---|---|---|")
+    seen = None
+    for r in rows:
+        total = (r["state"]["drafting_runs_total"] or {}).get(key) or {}
+        verdict = (r["state"]["drafting_runs"] or {}).get(key)
+        if verdict and total.get("runs") != seen:
+            seen = total.get("runs")
+            print(f"| {r['server_answer']} | {seen} | {total['saved_ms']:.0f} | {verdict['steps']} / {verdict['saved_ms']} |"
+                  f" {verdict['fresh_for']} |")
+    last = rows[-1]["state"]
+    seconds = sum(r["latency"] for r in rows)
+    lost = sum(v["saved_ms"] + v["exploring_saved_ms"] for v in (last["drafting_runs_total"] or {}).values())
+    print(f"\n{len(rows)} answers, {seconds:.0f} s; every drafting run of the server's life saved {lost:.0f} ms"
+          f" ({lost / 10 / seconds:+.2f}% of the answers' time); by key: {json.dumps(last['drafting_runs_total'])}")
+    accept = [r["accept_length"] for r in rows if r["accept_length"]]
+    print(f"accept length: mean {sum(accept) / len(accept):.3f}; exploring steps {last['exploring_steps']};"
+          f" catch-up forwards {(last['draft_extend'] or {}).get('catch_up_forwards')}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--questions", type=int, default=48)
     p.add_argument("--max-tokens", type=int, default=384)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--report", action="store_true", help="print the verdicts and totals of a run, start nothing")
     a = p.parse_args()
+    if a.report:
+        report(a.out / "answers.jsonl")
+        return
     a.out.mkdir(parents=True, exist_ok=True)
     log = a.out / "answers.jsonl"
     done = {json.loads(line)["key"] for line in open(log)} if log.exists() else set()
     todo = [(k, q) for k, q in questions(a.questions) if k not in done]
-    if not todo:
-        return
+    if todo:
+        serve(todo, a)
+
+
+def serve(todo: list, a: argparse.Namespace) -> None:
+    """Start the SpecSoT server, ask every question in `todo`, append a line after each."""
+    from sglang_specsot.bench.cells import Settings, Target, run_cell
+    from sglang_specsot.bench.configs import SERVER_SOT, CellConfig, servers
+    from sglang_specsot.bench.e2e import resolve_model
+    from sglang_specsot.bench.runner import COMMON, MEM_FRACTION, WARM_UP_QUESTION
+    from sglang_specsot.launch import ServerProcess
+
+    log = a.out / "answers.jsonl"
     target_path, draft_path = resolve_model("qwen2.5-coder-1.5b", "target"), resolve_model("qwen2.5-coder-0.5b", "draft")
     spec = servers(draft_path)["specsot"]
     args = COMMON + ["--mem-fraction-static", MEM_FRACTION, "--dtype", "bfloat16", *spec.args]
