@@ -387,14 +387,14 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         (`_setup_ms`: a deferred draft-extend's catch-up) in the steps it will draft: as many
         as the batch has left, or fewer where drafting runs begun at a batch of this size and
         these roles (`_runs_key`) have measured shorter (`DraftingRuns`); never where the runs
-        measured there saved nothing on average, setup included (`DraftingRuns.pays`). A
+        measured there saved nothing on average, setup included (`_runs_lose`). A
         catch-up after a long run of plain steps costs one draft row per token behind, and at
         batch 8 on this CPU that was seconds, more than a few drafting steps save."""
         setup = self._setup_ms(batch)
         if setup <= 0.0:
             return True
         bs, key = len(batch.reqs), self._runs_key(batch.reqs)
-        if self.drafting_runs.pays(key) is False:
+        if self._runs_lose(batch.reqs):
             return False  # the runs begun here lately cost more than they saved, setup included
         plain = self._plain_plan(bs)
         saved = plan.expected_tokens / plain.rate - plan.step_ms  # ms a step saves against plain
@@ -407,8 +407,30 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     def _runs_key(self, reqs) -> str:
         """The batch as DraftingRuns keys its runs: its size and the SoT roles in it, e.g.
         "1 skeleton", "5 branch", "2 plain+skeleton" (a request without a tag is plain)."""
-        roles = sorted({self._role(req.rid) for req in reqs})
-        return f"{len(reqs)} {'+'.join(roles)}"
+        return f"{len(reqs)} {self._roles(reqs)}"
+
+    def _roles(self, reqs) -> str:
+        return "+".join(sorted({self._role(req.rid) for req in reqs}))
+
+    def _runs_lose(self, reqs) -> bool:
+        """Whether drafting runs begun at this batch have measured a loss, setup included
+        (`DraftingRuns.pays`): at its own key or, until that has a verdict, at the largest
+        smaller batch of the same roles that has one.
+
+        A draft gains less the more rows a plain step already fills, on a CPU as on a GPU
+        (README, "What speculation can gain": 1.37x at batch 1, 1.18x at 4, 1.05x at 8 here),
+        so runs that lose at 3 branches lose at 4. Without this each batch size learned it
+        alone, three losing runs behind catch-ups: one SPECSOT server through 44 SoT answers,
+        whose runs at 5 branches had lost, spent 2.1 s on three more learning the same at 6
+        (benchmarks/long-run-*). Not the other way: a batch shrinks as its branches finish,
+        and fewer rows may pay where more did not. A smaller batch's paying verdict says
+        nothing of a larger one either, and ends the search."""
+        roles = self._roles(reqs)
+        for size in range(len(reqs), 0, -1):
+            verdict = self.drafting_runs.pays(f"{size} {roles}")
+            if verdict is not None:
+                return not verdict
+        return False
 
     def _role(self, rid: str) -> str:
         return self._tags.get(rid, PLAIN_TAG).role

@@ -639,3 +639,46 @@ def test_a_decode_steps_phase_times_in_the_step_log_are_its_own(tmp_path, monkey
     assert 0.0 <= phases["draft_extend"] < phases["draft"] and phases["target_forward"] == 10.0, phases
     assert worker.drafting_runs._length == 1  # the step counted as drafting (a window of 2)
     assert worker.drafting_runs._key == "1 plain"  # under the batch's size and roles
+
+
+def test_a_batch_without_a_verdict_of_its_own_takes_a_smaller_batchs_losing_one():
+    # A draft gains less the more rows a plain step fills: runs that lost at 2 requests
+    # would lose at 3. Only a losing verdict passes up, only from smaller batches of the
+    # same roles, and a batch's own verdict, once it has one, decides.
+    from sglang_specsot.sot.tag import SoTTag
+
+    def worker_with(runs: dict[str, float]):
+        worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
+        worker._acceptance = lambda reqs: [0.9] * len(reqs)
+        for key, saved in runs.items():  # three runs at `key`, each saving `saved` ms
+            for _ in range(3):
+                worker.drafting_runs.step(key, drafted=True, saved_ms=saved)
+                worker.drafting_runs.step(key, drafted=False)
+        for i in range(4):
+            worker._tags[f"b{i}"] = SoTTag(group="g", role="branch", point=i, n=4)
+        return worker
+
+    def lose(runs: dict[str, float], n: int = 3) -> bool:
+        return worker_with(runs)._runs_lose([SimpleNamespace(rid=f"b{i}") for i in range(n)])
+
+    assert not lose({})  # nothing measured anywhere
+    assert lose({"3 branch": -100.0})  # its own runs lost
+    assert lose({"2 branch": -100.0})  # a smaller batch's did, and it has none
+    assert lose({"1 branch": -100.0})  # the nearest smaller batch with a verdict stands in
+    assert not lose({"2 branch": -100.0, "3 branch": 50.0})  # its own verdict decides
+    assert not lose({"1 branch": -100.0, "2 branch": 50.0})  # the nearer smaller batch paid
+    assert not lose({"4 branch": -100.0})  # a larger batch's loss says nothing of a smaller one
+    assert not lose({"2 skeleton": -100.0, "2 plain": -100.0})  # nor other roles' runs
+    assert lose({"3 branch": -100.0}, n=4) and not lose({"3 branch": -100.0}, n=2)
+
+    # The plan follows it: a 2-request batch behind a catch-up stays plain where 1-request
+    # runs lost, and drafts where they paid.
+    def first_width(saved: float) -> int:
+        worker = worker_with({"1 plain": saved})
+        worker._extend_writes_first = False  # no prefix shared in the catch-up: 160 rows
+        worker.backlog.add(["r0", "r1"], [80, 80])
+        reqs = [SimpleNamespace(rid=f"r{i}", output_ids=[1] * 5, sampling_params=SimpleNamespace(max_new_tokens=100))
+                for i in range(2)]  # fmt: skip
+        return max(worker._tree_sizes(SimpleNamespace(reqs=reqs)))
+
+    assert first_width(50.0) == 2 and first_width(-100.0) == 1
