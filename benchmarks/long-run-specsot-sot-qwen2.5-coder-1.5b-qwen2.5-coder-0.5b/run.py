@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import sys
 import time
 from pathlib import Path
 
@@ -83,6 +85,8 @@ def main() -> None:
     done = {json.loads(line)["key"] for line in open(log)} if log.exists() else set()
     todo = [(k, q) for k, q in questions(a.questions) if k not in done]
     if todo:
+        # Stopped with SIGTERM (pkill, the end of a session): unwind, so the server stops too.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         serve(todo, a)
 
 
