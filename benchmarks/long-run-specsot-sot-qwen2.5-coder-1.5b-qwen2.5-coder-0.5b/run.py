@@ -29,21 +29,18 @@ from pathlib import Path
 
 # Suitable questions nothing in SPECSOT's policy was tuned on, in a fixed order: the held-out
 # router sets first, then our training sets (the SoT prompts were tuned on part of router_train).
-SETS = ("router_holdout.jsonl", "router_holdout2.jsonl", "router_train.jsonl")
-DATA = Path(__file__).resolve().parents[2] / "sglang_specsot" / "data"
+SETS = ("router_holdout", "router_holdout2", "router_train")
 KEEP = ("drafting_runs", "drafting_runs_total", "exploring_steps", "exploring_skipped", "explore_fund",
         "drafting_not_repaid", "draft_extend", "chain_depths", "acceptance_prior_by_role")  # fmt: skip
 
 
 def questions(n: int) -> list[tuple[str, object]]:
-    from sglang_specsot.bench.cells import Question
+    """The first `n` suitable questions of SETS, each keyed "set:id" (what a resumed run skips)."""
+    from sglang_specsot.bench.e2e import pick_questions
+    from sglang_specsot.data import DATA_DIR, load_questions
 
-    out = []
-    for name in SETS:
-        for i, line in enumerate(open(DATA / name)):
-            row = json.loads(line)
-            if row["sot_suitable"]:
-                out.append((f"{name.removesuffix('.jsonl')}:{i}", Question(i, row["question"], True)))
+    out = [(f"{name}:{q.id}", q) for name in SETS
+           for q in pick_questions(load_questions(DATA_DIR / f"{name}.jsonl"), None, None, 0)]  # fmt: skip
     return out[:n]
 
 
@@ -64,7 +61,7 @@ def report(path: Path, key: str = "5 branch") -> None:
     seconds = sum(r["latency"] for r in rows)
     lost = sum(v["saved_ms"] + v["exploring_saved_ms"] for v in (last["drafting_runs_total"] or {}).values())
     print(f"\n{len(rows)} answers, {seconds:.0f} s; every drafting run of the server's life saved {lost:.0f} ms"
-          f" ({lost / 10 / seconds:+.2f}% of the answers' time); by key: {json.dumps(last['drafting_runs_total'])}")
+          f" ({100 * lost / 1000 / seconds:+.2f}% of the answers' time); by key: {json.dumps(last['drafting_runs_total'])}")
     accept = [r["accept_length"] for r in rows if r["accept_length"]]
     print(f"accept length: mean {sum(accept) / len(accept):.3f}; exploring steps {last['exploring_steps']};"
           f" catch-up forwards {(last['draft_extend'] or {}).get('catch_up_forwards')}")
@@ -87,25 +84,24 @@ def main() -> None:
     if todo:
         # Stopped with SIGTERM (pkill, the end of a session): unwind, so the server stops too.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-        serve(todo, a)
+        serve(todo, a.max_tokens, log)
 
 
-def serve(todo: list, a: argparse.Namespace) -> None:
-    """Start the SpecSoT server, ask every question in `todo`, append a line after each."""
+def serve(todo: list, max_tokens: int, log: Path) -> None:
+    """Start the SpecSoT server, ask every question in `todo`, append a line to `log` after each."""
     from sglang_specsot.bench.cells import Settings, Target, run_cell
     from sglang_specsot.bench.configs import SERVER_SOT, CellConfig, servers
     from sglang_specsot.bench.e2e import resolve_model
     from sglang_specsot.bench.runner import COMMON, MEM_FRACTION, WARM_UP_QUESTION
     from sglang_specsot.launch import ServerProcess
 
-    log = a.out / "answers.jsonl"
     target_path, draft_path = resolve_model("qwen2.5-coder-1.5b", "target"), resolve_model("qwen2.5-coder-0.5b", "draft")
     spec = servers(draft_path)["specsot"]
     args = COMMON + ["--mem-fraction-static", MEM_FRACTION, "--dtype", "bfloat16", *spec.args]
     cfg = CellConfig("SpecSoT-server", "specsot", SERVER_SOT, "on")
-    settings = Settings(max_tokens=a.max_tokens, timeout=900.0)
+    settings = Settings(max_tokens=max_tokens, timeout=900.0)
     with ServerProcess(target_path, args, dict(spec.env),
-                       log_path=a.out / "server.log", startup_timeout=900.0) as server:  # fmt: skip
+                       log_path=log.parent / "server.log", startup_timeout=900.0) as server:  # fmt: skip
         from sglang_specsot.frontend import chat_renderer
 
         target = Target(server.base_url, chat_renderer(target_path), lambda: None, constrain_skeleton=True)

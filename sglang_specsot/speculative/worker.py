@@ -43,6 +43,12 @@ _MAX_WARNED = 32  # distinct malformed-tag warnings logged; later ones are not
 _LAST_WARNING = f" (the last of {_MAX_WARNED} such warnings; further malformed tags are ignored silently)"
 
 
+
+def runs_key(size: int, roles: str) -> str:
+    """DraftingRuns' key for a batch of `size` requests with these SoT roles ("5 branch")."""
+    return f"{size} {roles}"
+
+
 class SpecSoTWorker(sgl.SpecWorkerBase):
     """Speculative worker whose drafts come from the SoT context (prompt, skeleton, siblings)."""
 
@@ -407,7 +413,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     def _runs_key(self, reqs) -> str:
         """The batch as DraftingRuns keys its runs: its size and the SoT roles in it, e.g.
         "1 skeleton", "5 branch", "2 plain+skeleton" (a request without a tag is plain)."""
-        return f"{len(reqs)} {self._roles(reqs)}"
+        return runs_key(len(reqs), self._roles(reqs))
 
     def _roles(self, reqs) -> str:
         return "+".join(sorted({self._role(req.rid) for req in reqs}))
@@ -427,7 +433,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         nothing of a larger one either, and ends the search."""
         roles = self._roles(reqs)
         for size in range(len(reqs), 0, -1):
-            verdict = self.drafting_runs.pays(f"{size} {roles}")
+            verdict = self.drafting_runs.pays(runs_key(size, roles))
             if verdict is not None:
                 return not verdict
         return False
