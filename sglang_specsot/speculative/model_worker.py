@@ -407,7 +407,11 @@ class SpecSoTModelWorker(SpecSoTWorker):
         if best.width > 1 and self._setup_repaid(batch, best):
             return False  # the next step drafts: extend now, where the step layout has it
         bs = len(rids)
-        if best.width > 1 or not drafting_near(plans, best) or self._runs_lose(batch.reqs):
+        # Asked on every plain step, not only when the terms before it do not decide: asking
+        # is what expires a stale verdict (DraftingRuns._fresh) before a run begun without a
+        # setup appends to it.
+        losing = self._runs_lose(batch.reqs)
+        if best.width > 1 or not drafting_near(plans, best) or losing:
             # Drafting would not repay a catch-up (or runs here have measured it does not):
             # a flush would ready a run that is not coming.
             return self.backlog.may_defer(rids, self.cost.draft.ms, math.inf)
