@@ -442,6 +442,9 @@ class DraftingRuns:
         if self._length:
             self._count(self._key, self._counted, self._saved)
         if self._length and self._counted:
+            # Only queries expire a verdict; a run begun without one (no setup to repay) must
+            # not join a stale window, nor keep a losing verdict from counting as lost.
+            self._fresh(self._key)
             self._runs.setdefault(self._key, deque(maxlen=self.window)).append((self._length, self._saved))
             self._runs.move_to_end(self._key)
             self._last[self._key] = self._steps

@@ -408,6 +408,25 @@ def test_a_batch_sizes_runs_are_forgotten_once_stale():
     assert runs.pays(5) is None and runs.expected(5) is None and runs.info() == {}
 
 
+def test_a_run_that_ends_after_its_keys_verdict_went_stale_starts_a_new_window():
+    # A run that began with no query (nothing to repay) must not extend a stale window: its
+    # verdict would outlive fresh_steps, and a losing one would never count as lost.
+    from sglang_specsot.speculative.budget import DraftingRuns
+
+    runs = DraftingRuns(window=3, min_runs=2, fresh_steps=10)
+    for _ in range(2):
+        runs.step(5, drafted=True, saved_ms=-200.0)
+        runs.step(5, drafted=False)
+    for _ in range(11):  # stale now, but nothing asked
+        runs.step(1, drafted=False)
+    runs.step(5, drafted=True, saved_ms=-100.0)
+    runs.step(5, drafted=False)
+    assert runs.expected(5) is None  # one fresh run, not three
+    runs.step(5, drafted=True, saved_ms=-100.0)
+    runs.step(5, drafted=False)
+    assert runs.pays(5) is False and runs.info()["5"]["fresh_for"] == 20  # the stale loss counted
+
+
 def test_a_verdict_that_keeps_losing_is_measured_again_less_often():
     # Each re-measurement costs min_runs runs behind catch-ups; where it only confirms that a
     # batch loses, a long-lived server would pay that every fresh_steps for ever.
