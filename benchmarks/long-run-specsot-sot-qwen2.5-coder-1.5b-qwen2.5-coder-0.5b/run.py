@@ -92,19 +92,20 @@ def serve(todo: list, max_tokens: int, log: Path) -> None:
     from sglang_specsot.bench.cells import Settings, Target, run_cell
     from sglang_specsot.bench.configs import SERVER_SOT, CellConfig, servers
     from sglang_specsot.bench.e2e import resolve_model
-    from sglang_specsot.bench.runner import COMMON, MEM_FRACTION, WARM_UP_QUESTION
+    from sglang_specsot.bench.runner import WARM_UP_QUESTION, server_args, skeleton_constrained
     from sglang_specsot.launch import ServerProcess
 
     target_path, draft_path = resolve_model("qwen2.5-coder-1.5b", "target"), resolve_model("qwen2.5-coder-0.5b", "draft")
     spec = servers(draft_path)["specsot"]
-    args = COMMON + ["--mem-fraction-static", MEM_FRACTION, "--dtype", "bfloat16", *spec.args]
+    args = server_args(spec, "bfloat16")
     cfg = CellConfig("SpecSoT-server", "specsot", SERVER_SOT, "on")
     settings = Settings(max_tokens=max_tokens, timeout=900.0)
     with ServerProcess(target_path, args, dict(spec.env),
                        log_path=log.parent / "server.log", startup_timeout=900.0) as server:  # fmt: skip
         from sglang_specsot.frontend import chat_renderer
 
-        target = Target(server.base_url, chat_renderer(target_path), lambda: None, constrain_skeleton=True)
+        target = Target(server.base_url, chat_renderer(target_path), lambda: None,
+                        constrain_skeleton=skeleton_constrained(spec))
         run_cell(cfg, WARM_UP_QUESTION, target, settings)  # as the benchmark's --warm-up: untimed
         started = time.time()
         for n, (key, q) in enumerate(todo):

@@ -200,8 +200,7 @@ def _start(plan: RunPlan, name: str):
     machine comes and goes), then the error goes up to become the cells' reason."""
     from sglang_specsot.launch import ServerProcess
 
-    memory = ["--mem-fraction-static", MEM_FRACTION]
-    args = COMMON + memory + ["--dtype", plan.dtype] + list(plan.servers[name].args)
+    args = server_args(plan.servers[name], plan.dtype)
     for attempt in range(1 + START_RETRIES):
         logger.info("starting server %s: %s", name, " ".join(args))
         server = ServerProcess(plan.model_path, args, dict(plan.servers[name].env), log_path=_log(plan, name),
@@ -216,6 +215,11 @@ def _start(plan: RunPlan, name: str):
                 raise
             logger.warning("server %s did not start (%s); retrying in %ds", name, str(exc).splitlines()[0], RETRY_PAUSE)
             time.sleep(RETRY_PAUSE)
+
+
+def server_args(spec: ServerSpec, dtype: str) -> list[str]:
+    """A benchmark server's launch arguments: the shared flags, memory, dtype, then the config's own."""
+    return COMMON + ["--mem-fraction-static", MEM_FRACTION, "--dtype", dtype] + list(spec.args)
 
 
 def _target(server, spec: ServerSpec, render) -> Target:
