@@ -1,7 +1,10 @@
 """Speculative decoding on this CPU, side by side: plain, NGRAM, STANDALONE and SPECSOT.
 
 All servers run at once (idle ones sleep) and are measured in alternating rounds on the same
-prompts, so machine drift hits every configuration alike. Two prompt sets:
+prompts, so machine drift hits every configuration alike. Each server's cache is flushed
+(untimed) before every measured batch: NGRAM's corpus and SPECSOT's context drafter would
+otherwise draft round 2 from round 1's answers to the same prompts, and a question's
+branches from its Vicuna answer. Two prompt sets:
   vicuna   - Vicuna questions, one request each (batch 1)
   branches - SoT branch prompts: every point of one skeleton expanded in one batch, tagged
              as one SoT group, after their shared prefix is prefilled once (what the SoT
@@ -35,6 +38,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
+from sglang_specsot.bench.cells import flush_cache
 from sglang_specsot.data import load_questions
 from sglang_specsot.launch import ServerProcess
 from sglang_specsot.models import fetch as fetch_model
@@ -193,6 +197,7 @@ def _padded(lists: list[list[int]]) -> list[list[int]]:
 
 
 def _measure(server, name, workload, prompts, tag, stats, max_new) -> None:
+    flush_cache(server.base_url, 60.0)  # no drafting from an earlier answer to the same prompt
     before = _depth_counts(server)
     tokens, secs, accept = run_batch(server, prompts, tag, max_new)
     s = stats[(name, workload)]
