@@ -408,8 +408,9 @@ class SpecSoTModelWorker(SpecSoTWorker):
             return False  # the next step drafts: extend now, where the step layout has it
         bs = len(rids)
         # Asked on every plain step, not only when the terms before it do not decide: asking
-        # is what expires a stale verdict (DraftingRuns._fresh) before a run begun without a
-        # setup appends to it.
+        # expires stale verdicts (DraftingRuns._fresh) as they go stale, counting a stale loss
+        # toward its backoff before the max_keys bound could evict it uncounted. (A finished
+        # run expires its own key's verdict in DraftingRuns.step.)
         losing = self._runs_lose(batch.reqs)
         if best.width > 1 or not drafting_near(plans, best) or losing:
             # Drafting would not repay a catch-up (or runs here have measured it does not):

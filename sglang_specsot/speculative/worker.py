@@ -43,7 +43,6 @@ _MAX_WARNED = 32  # distinct malformed-tag warnings logged; later ones are not
 _LAST_WARNING = f" (the last of {_MAX_WARNED} such warnings; further malformed tags are ignored silently)"
 
 
-
 def runs_key(size: int, roles: str) -> str:
     """DraftingRuns' key for a batch of `size` requests with these SoT roles ("5 branch")."""
     return f"{size} {roles}"
