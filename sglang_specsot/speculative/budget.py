@@ -192,6 +192,10 @@ class AcceptanceStats:
                 total[0] = total[0] * keep + accepted
                 total[1] = total[1] * keep + miss
 
+    def role(self, key: str) -> str | None:
+        """The role `key`'s drafts were last observed as (None: unknown or no role)."""
+        return self._role_of.get(key)
+
     def forget(self, key: str) -> None:
         self._counts.pop(key, None)
         self._role_of.pop(key, None)
@@ -206,11 +210,84 @@ class AcceptanceStats:
     def info(self) -> dict[str, float]:
         """Each group's estimate as its plans read it: against its own role's prior (a group
         with little evidence shown against the server's would differ from what it drafts by)."""
-        return {key: round(self.p(key, self._role_of.get(key)), 3) for key in self._counts}
+        return {key: round(self.p(key, self.role(key)), 3) for key in self._counts}
 
     def priors(self) -> dict[str, float]:
         """Where a new group of each role starts (roles with evidence)."""
         return {role: round(self.prior(role), 3) for role in self._roles if self.has_evidence(role)}
+
+
+class ChainAcceptance:
+    """A chain's acceptance as two estimates, each an `AcceptanceStats`: of its first draft
+    (`first`), and of each later draft given its parent was accepted (`p`).
+
+    One `p` for every depth (a geometric chain) fits a draft model, whose drafts are accepted
+    at about the same rate at every depth (0.69, 0.71, 0.77 at depths 1-3, 1.5B + 0.5B, a
+    serving run's `acceptance_by_depth`). It does not fit drafts from the SoT context: the
+    first token is a guess from a short match, while a token after an accepted one continues
+    text that is being copied. On Vicuna at batch 1 (Qwen 0.5B, no draft model) they were
+    accepted at 0.26, then 0.51 and 0.38 given their parent was. One `p` fitted to that
+    (~0.27) priced a second token at 0.07 where it brought 0.13, and cut it off at
+    `min_token_prob` whenever the estimate dipped below 0.22: the policy drafted one token
+    where a second paid, and ran 0.94x NGRAM where drafting the whole window ran 0.97x.
+
+    A verify of `budget` drafts of which the first `accepted` were right is a first draft
+    seen (right if `accepted` >= 1) and, where that one was right and a second was drafted,
+    a chain of `budget - 1` later drafts of which `accepted - 1` were right. A step without
+    drafts lets both drift back to their priors (as `AcceptanceStats.observe` does).
+    """
+
+    def __init__(self, config: AdaptiveConfig, max_keys: int = 4096):
+        self.config = config
+        self._first = AcceptanceStats(config, max_keys)
+        self._next = AcceptanceStats(config, max_keys)
+
+    def first(self, key: str, role: str | None = None) -> float:
+        """Estimated chance the first draft of `key`'s next chain is accepted."""
+        return self._first.p(key, role)
+
+    def p(self, key: str, role: str | None = None) -> float:
+        """Estimated chance a later draft is accepted, given its parent was."""
+        return self._next.p(key, role)
+
+    def observe(self, key: str, budget: int, accepted: int, role: str | None = None) -> None:
+        """One verify of `budget` drafts of which the first `accepted` were right."""
+        if not 0 <= accepted <= budget:
+            raise ValueError(f"accepted={accepted} outside [0, budget={budget}]")
+        self._first.observe(key, min(budget, 1), min(accepted, 1), role)
+        if budget == 0:
+            self._next.observe(key, 0, 0, role)  # no evidence: drift back to the prior
+        elif budget >= 2 and accepted >= 1:
+            self._next.observe(key, budget - 1, accepted - 1, role)
+
+    def has_evidence(self, role: str | None = None) -> bool:
+        """Whether the server has verified any drafts yet (of `role` where given)."""
+        return self._first.has_evidence(role)
+
+    def forget(self, key: str) -> None:
+        self._first.forget(key)
+        self._next.forget(key)
+
+    def forget_groups(self) -> None:
+        """Every group's estimates, not the server's and roles' (`AcceptanceStats.forget_groups`)."""
+        self._first.forget_groups()
+        self._next.forget_groups()
+
+    def info(self) -> dict[str, dict[str, float]]:
+        """Per group (newest last): {"first": ..., "p": ...} as its plans read them."""
+        firsts, nexts = self._first.info(), self._next.info()
+        return {
+            key: {"first": first, "p": nexts.get(key, round(self.p(key, self._first.role(key)), 3))}
+            for key, first in firsts.items()
+        }
+
+    def priors(self) -> dict[str, dict[str, float]]:
+        """Where a new group of each role starts (roles with evidence)."""
+        nexts = self._next.priors()
+        return {
+            role: {"first": first, "p": nexts.get(role, round(self._next.prior(role), 3))}
+            for role, first in self._first.priors().items()
+        }
 
 
 class DepthAcceptance:
@@ -330,13 +407,19 @@ class ChainStop:
         calibration: FirstDraftCalibration,
         step_ms: Callable[[int], float],
         min_token_prob: float,
+        first_ps: Sequence[float] | None = None,
     ) -> None:
         assert len(ps) == len(first_q), f"{len(first_q)} first drafts for {len(ps)} requests"
+        first_ps = list(ps) if first_ps is None else list(first_ps)
+        assert len(first_ps) == len(ps), f"{len(first_ps)} first-draft estimates for {len(ps)} requests"
         self.ps, self.calibration, self.step_ms = list(ps), calibration, step_ms
         self.min_token_prob = min_token_prob
         self.qs: list[list[float]] = [[] if q is None else [q] for q in first_q]  # per request, by depth
-        # Per request, by depth: the chance every draft up to that depth is accepted.
-        self.reach: list[list[float]] = [[] if q is None else [calibration.rate(q, p)] for q, p in zip(first_q, ps)]
+        # Per request, by depth: the chance every draft up to that depth is accepted (the
+        # first calibrated towards the first draft's estimate, the later ones towards `ps`).
+        self.reach: list[list[float]] = [
+            [] if q is None else [calibration.rate(q, f)] for q, f in zip(first_q, first_ps)
+        ]
         self.tokens = len(ps) + sum(r[-1] for r in self.reach if r)  # expected committed tokens so far
         self.depth = 1
 

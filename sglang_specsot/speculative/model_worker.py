@@ -190,7 +190,7 @@ class SpecSoTModelWorker(SpecSoTWorker):
         bs = len(sizes)
         return ChainStop(
             self._last_ps, first_q, self.first_calibration, lambda depth: self._step_ms(bs, depth + 1),
-            self.adaptive.min_token_prob,
+            self.adaptive.min_token_prob, first_ps=self._last_firsts,
         )  # fmt: skip
 
     # -- skipping the draft model where the SoT context matches long ---------------------
@@ -241,23 +241,23 @@ class SpecSoTModelWorker(SpecSoTWorker):
 
     # -- the draft model's confidence in its first draft ----------------------------------
 
-    def _first_draft_acceptance(self, batch, ps: list[float]) -> list[float] | None:
+    def _first_draft_acceptance(self, batch, firsts: list[float]) -> list[float]:
         """Each request's calibrated chance that the draft's first token is accepted, read
-        from the top-k its last draft-extend left (no forward); None where that top-k is
-        stale (a deferred extend) or the chain is not adaptive."""
+        from the top-k its last draft-extend left (no forward); the running `firsts` where
+        that top-k is stale (a deferred extend) or the chain is not adaptive."""
         if not self._chain_adaptive or self._topk_stale(batch):
-            return None
+            return firsts
         topk_p = getattr(batch.spec_info, "topk_p", None)
-        if topk_p is None or topk_p.shape[0] != len(ps):
-            return None
-        return [self.first_calibration.rate(q, p) for q, p in zip(topk_p[:, 0].tolist(), ps)]
+        if topk_p is None or topk_p.shape[0] != len(firsts):
+            return firsts
+        return [self.first_calibration.rate(q, f) for q, f in zip(topk_p[:, 0].tolist(), firsts)]
 
     def _replan(self, batch, sizes: list[int]) -> list[int]:
         """After a catch-up: the plan again, now with the draft's confidence in its first
         token (an exploring step keeps its plan: it drafts to learn)."""
         if not self._chain_adaptive or self._exploring:
             return sizes
-        plan = self._last_plan = self._decide(self._last_ps, self._first_draft_acceptance(batch, self._last_ps))
+        plan = self._last_plan = self._decide(self._last_ps, self._first_draft_acceptance(batch, self._last_firsts))
         return [b + 1 for b in plan.budgets]
 
     def _note_drafts(self, batch, seeds: list[DraftTree | None], stop: ChainStop | None) -> None:
@@ -402,7 +402,7 @@ class SpecSoTModelWorker(SpecSoTWorker):
         none is, nothing is flushed: a flush would buy an extend that may never be needed
         (on 8 branches of the 1.5B + 0.5B pair, flushes every ~14 plain steps cost 750 ms
         each, 13% of the branch phase), so the backlog waits until a drafting plan repays it."""
-        plans = self._candidate_plans(self._acceptance(batch.reqs), None)
+        plans = self._candidate_plans(self._acceptance(batch.reqs), self._first_acceptance(batch.reqs))
         best = best_plan(plans)
         if best.width > 1 and self._setup_repaid(batch, best):
             return False  # the next step drafts: extend now, where the step layout has it

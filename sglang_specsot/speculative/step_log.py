@@ -1,14 +1,15 @@
 """A per-step log of SPECSOT's budget policy, for diagnosing what it chose and why.
 
 With `SGLANG_SPECSOT_STEP_LOG=/path/steps.jsonl` in the server's environment, every decode
-step appends one JSON line: the batch size, each request's acceptance estimate, the plan
-(verify width, budgets, expected tokens and ms), whether it explored, where the first draft
-token came from, what verify accepted, the step's wall-clock time, and the cost model's
-learned overheads and the draft model's deferred-extend counters at that point, the time of
-each phase (draft, verify, the target's forward, draft-extend), and every
-candidate width's expected tokens and ms, so a choice can be checked against what the steps
-really cost (`examples/step_log_report.py` summarises a log). Off by default: with it on, each step reads the accept
-lengths back to the host.
+step appends one JSON line: the batch size, each request's acceptance estimates (of its first
+draft, and of a later draft given its parent was), the plan (verify width, budgets, expected
+tokens and ms), whether it explored, where the first draft token came from, what verify
+accepted, the step's wall-clock time, and the cost model's learned overheads and the draft
+model's deferred-extend counters at that point, the time of each phase (draft, verify, the
+target's forward, draft-extend), and every candidate width's expected tokens and ms, so a
+choice can be checked against what the steps really cost (`examples/step_log_report.py`
+summarises a log). Off by default: with it on, each step reads the accept lengths back to
+the host.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ class StepRecord:
 
     step: int
     bs: int
-    ps: list[float] | None  # acceptance estimates (None: adaptive budgets off)
+    ps: list[float] | None  # acceptance of a draft given its parent was (None: adaptive budgets off)
+    firsts: list[float] | None  # running acceptance of each request's first draft
     width: int  # verify window per request, incl. the bonus row
     budgets: list[int]  # draft tokens each request was allowed
     drafted: list[int]  # draft tokens each request's tree really held

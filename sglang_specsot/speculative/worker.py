@@ -25,7 +25,7 @@ import torch
 
 from sglang_specsot.speculative import adapter as sgl
 from sglang_specsot.speculative.budget import (
-    FIXED_WINDOW_ENV, AcceptanceStats, AdaptiveConfig, DepthAcceptance, DraftingRuns, ExploreFund, StepPlan, best_plan, candidate_plans,
+    FIXED_WINDOW_ENV, AdaptiveConfig, ChainAcceptance, DepthAcceptance, DraftingRuns, ExploreFund, StepPlan, best_plan, candidate_plans,
     explore_every, explore_plan, may_pay,
 )  # fmt: skip
 from sglang_specsot.speculative.context_draft import ContextDrafter
@@ -74,7 +74,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         # Wall-clock step times mean something only where the host waits for the forward.
         self._refresh_costs = torch.device(self.device).type == "cpu"
         self.adaptive = adaptive_config(server_args, self.num_draft_tokens - 1)
-        self.stats = AcceptanceStats(self.adaptive or AdaptiveConfig.default(self.num_draft_tokens - 1))
+        self.stats = ChainAcceptance(self.adaptive or AdaptiveConfig.default(self.num_draft_tokens - 1))
         self.shadows = ShadowDrafts()  # SoT-context trees proposed on plain steps, walked for free
         self._step_trees: tuple[DraftTree, ...] = ()
         self._last_plan: StepPlan | None = None
@@ -89,7 +89,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         # Where each step's first draft token came from (the model worker's catch-ups differ).
         self._draft_source = "context"
         self.by_depth: dict[str, DepthAcceptance] = {}
-        self._last_ps: list[float] | None = None
+        self._last_ps: list[float] | None = None  # each request's `stats.p` at the last plan
+        self._last_firsts: list[float] | None = None  # and its `stats.first`
         self._last_candidates: dict[str, list[float]] | None = None
         self._exploring = False  # this step drafts to learn, not because it pays
         self._step_log = StepLog.from_env()  # SGLANG_SPECSOT_STEP_LOG: one JSON line per step
@@ -121,7 +122,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             "measured_step_ms": self.step_costs.info(),
             "adaptive": self.adaptive is not None,
             "budget_mode": FIXED if self.adaptive is None else ADAPTIVE,
-            "acceptance_p": dict(list(self.stats.info().items())[-32:]),  # newest groups
+            "acceptance_p": dict(list(self.stats.info().items())[-32:]),  # newest groups: first, p
             "acceptance_prior_by_role": self.stats.priors(),
             "last_plan": None if plan is None else {"width": plan.width, "budgets": list(plan.budgets)},
             "exploring_steps": self._explored,
@@ -202,6 +203,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         accepted = [min(k - 1, t.height) for k, t in zip(result.accept_lens.tolist(), trees)]
         return StepRecord(
             step=self._steps, bs=len(trees), ps=None if plan is None else [round(p, 4) for p in self._last_ps],
+            firsts=None if plan is None else [round(p, 4) for p in self._last_firsts],
             width=result.speculative_num_draft_tokens,
             budgets=[t.size - 1 for t in trees] if plan is None else list(plan.budgets),
             drafted=[t.size - 1 for t in trees], accepted=accepted,
@@ -300,7 +302,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         if self.adaptive is None:
             return [self.num_draft_tokens] * len(batch.reqs)
         ps = self._last_ps = self._acceptance(batch.reqs)
-        plan = self._decide(ps, self._first_draft_acceptance(batch, ps))
+        firsts = self._last_firsts = self._first_acceptance(batch.reqs)
+        plan = self._decide(ps, self._first_draft_acceptance(batch, firsts))
         self._exploring = False
         if plan.width > 1 and not self._setup_repaid(batch, plan):
             self._unrepaid += 1
@@ -441,13 +444,19 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         return self._tags.get(rid, PLAIN_TAG).role
 
     def _acceptance(self, reqs) -> list[float]:
-        """Each request's acceptance estimate (its SoT group's; a new group's from its role's)."""
+        """Each request's chance a draft is accepted given its parent was (`ChainAcceptance.p`:
+        its SoT group's estimate; a new group's from its role's)."""
         return [self.stats.p(self._stats_key(req.rid), self._role(req.rid)) for req in reqs]
 
-    def _first_draft_acceptance(self, batch, ps: list[float]) -> list[float] | None:
-        """Each request's chance its first draft is accepted, where known better than `ps`
-        before drafting (the draft model's own confidence); None: use `ps`."""
-        return None  # SoT-context drafts carry no confidence of their own
+    def _first_acceptance(self, reqs) -> list[float]:
+        """Each request's running acceptance of its first draft (`ChainAcceptance.first`)."""
+        return [self.stats.first(self._stats_key(req.rid), self._role(req.rid)) for req in reqs]
+
+    def _first_draft_acceptance(self, batch, firsts: list[float]) -> list[float]:
+        """Each request's chance its first draft is accepted, from its running acceptance
+        `firsts` and, where a drafter knows better before drafting, its own confidence (the
+        draft model's). SoT-context drafts carry no confidence of their own."""
+        return firsts
 
     def _plan(self, ps: list[float], firsts: list[float] | None = None) -> StepPlan:
         """The budget policy's plan for a step of requests with acceptance `ps` (not with

@@ -9,6 +9,7 @@ import pytest
 from sglang_specsot.speculative.budget import (
     AcceptanceStats,
     AdaptiveConfig,
+    ChainAcceptance,
     ChainStop,
     DepthAcceptance,
     FirstDraftCalibration,
@@ -152,6 +153,84 @@ def test_server_info_shows_each_group_against_its_own_roles_prior():
     stats.forget("r3")
     stats.forget_groups()
     assert stats.info() == {} and stats._role_of == {}
+
+
+def _context_like(stats: ChainAcceptance, key: str = "g", role: str | None = None, rounds: int = 60) -> None:
+    """Verifies of 3-token chains whose first draft is right one time in four and whose
+    later drafts are right one time in two (as SoT-context drafts on unseen text)."""
+    for _ in range(rounds):
+        for accepted in (0, 0, 0, 1, 0, 0, 0, 2):  # first: 2 of 8; later: 1 right, 2 stops
+            stats.observe(key, budget=3, accepted=accepted, role=role)
+
+
+def test_a_chains_first_draft_and_its_later_ones_are_estimated_apart():
+    stats = ChainAcceptance(AdaptiveConfig.default(7))
+    assert stats.first("g") == stats.p("g") == 0.5  # nothing seen: the configured prior
+    _context_like(stats)
+    assert stats.first("g") == pytest.approx(0.25, abs=0.08)
+    assert stats.p("g") == pytest.approx(1 / 3, abs=0.08)  # 1 right of 3 tried after a right one
+    # One p for every depth fits 3 accepted drafts to 8 early stops: 0.27, above the first
+    # draft's 0.25 and below the later ones' 0.33.
+    one = AcceptanceStats(AdaptiveConfig.default(7))
+    for _ in range(60):
+        for accepted in (0, 0, 0, 1, 0, 0, 0, 2):
+            one.observe("g", budget=3, accepted=accepted)
+    assert stats.first("g") < one.p("g") < stats.p("g")
+
+
+def test_a_first_draft_that_missed_says_nothing_of_the_later_ones():
+    stats = ChainAcceptance(AdaptiveConfig.default(7))
+    for _ in range(30):
+        stats.observe("g", budget=4, accepted=4)
+    before = stats.p("g")
+    for _ in range(30):
+        stats.observe("g", budget=4, accepted=0)
+    assert stats.first("g") < 0.1 and stats.p("g") == before > 0.95
+    for _ in range(30):  # a budget of one says nothing of later drafts either
+        stats.observe("g", budget=1, accepted=1)
+    assert stats.first("g") > 0.9 and stats.p("g") == before
+    for _ in range(200):  # no drafts: both drift back to the server's priors
+        stats.observe("g", budget=0, accepted=0)
+    assert stats.p("g") == pytest.approx(stats._next.prior(), abs=0.01)
+    assert stats.first("g") == pytest.approx(stats._first.prior(), abs=0.01)
+    with pytest.raises(ValueError, match="accepted=3 outside"):
+        stats.observe("g", budget=2, accepted=3)
+
+
+def test_chain_acceptance_reports_and_forgets_per_group_and_role():
+    stats = ChainAcceptance(AdaptiveConfig.default(7), max_keys=2)
+    _context_like(stats, "r1", role="plain", rounds=10)
+    stats.observe("r2", budget=1, accepted=1, role="plain")  # no later draft seen yet
+    shown = stats.info()
+    assert set(shown) == {"r1", "r2"} and set(shown["r2"]) == {"first", "p"}
+    # r2 has no later-draft evidence: it reads its role's prior, as its plans do.
+    assert shown["r2"]["p"] == round(stats.p("r2", "plain"), 3) == stats.priors()["plain"]["p"]
+    assert stats.has_evidence("plain") and not stats.has_evidence("branch")
+    stats.forget("r1")
+    assert set(stats.info()) == {"r2"}
+    stats.forget_groups()
+    assert stats.info() == {} and set(stats.priors()) == {"plain"}
+
+
+def test_the_plan_drafts_the_second_context_token_that_pays():
+    # Rows nearly free (batch 1 on this CPU: 109 ms a step, 2.5 ms a row more): the first
+    # draft right 0.26 of the time, a later one 0.5 given its parent. The second token
+    # (0.13) is above min_token_prob and worth its row; one p fitted to the same verifies
+    # (~0.28 and dipping below 0.22 with the text) cut the chain at one token.
+    step_ms = lambda bs, w: 109.0 + 2.5 * (w - 1)  # noqa: E731
+    split = plan_step([0.5], range(6), step_ms, 0.05, firsts=[0.26])
+    assert split.budgets == (3,)  # 0.26, 0.13, 0.065; the 4th (0.03) is under min_token_prob
+    assert plan_step([0.21], range(6), step_ms, 0.05).budgets == (1,)
+
+
+def test_a_chain_calibrates_its_first_draft_towards_the_first_drafts_estimate():
+    calibration = FirstDraftCalibration()  # uninformative: every probability is worth its prior
+    step_ms = lambda depth: 200.0 + 20.0 * depth  # noqa: E731
+    stop = ChainStop([0.8], [0.5], calibration, step_ms, 0.05, first_ps=[0.3])
+    assert stop.reach == [[0.3]]
+    stop.observe([0.5])
+    assert stop.reach[0] == pytest.approx([0.3, 0.24])  # the later draft at p = 0.8
+    assert ChainStop([0.8], [0.5], calibration, step_ms, 0.05).reach == [[0.8]]  # default: ps
 
 
 def test_sglang_config_format_with_specsot_keys():

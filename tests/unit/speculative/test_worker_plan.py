@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_specsot.speculative.budget import AcceptanceStats, AdaptiveConfig, DraftingRuns, ExploreFund
+from sglang_specsot.speculative.budget import AdaptiveConfig, ChainAcceptance, DraftingRuns, ExploreFund
 from sglang_specsot.speculative.context_draft import ContextDrafter
 from sglang_specsot.speculative.cost_model import CostModel, ForwardCost, StepCostTable
 from sglang_specsot.speculative.draft_tree import DraftTree
@@ -21,7 +21,7 @@ def _worker(config: AdaptiveConfig) -> SpecSoTWorker:
     # Rows cost in proportion (a verify of w rows costs w plain steps): drafts never pay.
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 200.0)))
     worker.adaptive = config
-    worker.stats = AcceptanceStats(config)
+    worker.stats = ChainAcceptance(config)
     worker._tags, worker._last_plan, worker._plain_steps, worker._explored, worker._hopeless, worker._unrepaid = {}, None, 0, 0, 0, 0
     worker._steps, worker._draft_source, worker.by_depth = 0, "context", {}
     worker._step_log, worker.drafter, worker.step_costs, worker._trace = None, ContextDrafter(), StepCostTable(), None
@@ -140,6 +140,24 @@ def test_acceptance_by_depth_is_split_by_where_the_chain_started():
     }
 
 
+def test_context_drafts_are_planned_from_their_first_and_later_acceptance_apart():
+    # Batch 1 on this CPU: a step 109 ms, each row 2.5 ms more. The first context draft is
+    # right a quarter of the time, a later one 4 times in 7 given its parent: the chain
+    # reaches 0.25, 0.14, 0.08, 0.05, so it drafts 3 tokens. One p for every depth fitted
+    # to the same verifies (0.35) reaches 0.35, 0.12, 0.04: 2 tokens, the third cut by
+    # min_token_prob though it pays.
+    # (A slow decay, so that the estimates settle at the verifies' means.)
+    worker, batch = _worker(AdaptiveConfig(buckets=((1, (0, 1, 2, 3, 4, 5)),), decay=0.01)), _batch(1)
+    worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(109.0, 111.5)))
+    for _ in range(40):
+        for accepted in (0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 2):
+            worker._observe("r0", "context", 3, accepted)
+    assert worker.stats.first("r0") == pytest.approx(0.25, abs=0.02)
+    assert worker.stats.p("r0") == pytest.approx(4 / 7, abs=0.02)
+    assert worker._tree_sizes(batch) == [4] and worker._last_plan.budgets == (3,)
+    assert worker._last_firsts == [worker.stats.first("r0")] and worker._last_ps == [worker.stats.p("r0")]
+
+
 def test_no_exploring_when_its_share_is_zero():
     worker, batch = _exploring_worker(AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.0)), _batch(2)
     assert {max(worker._tree_sizes(batch)) for _ in range(30)} == {1}
@@ -162,7 +180,7 @@ def _model_worker(config: AdaptiveConfig):
     # draft-extend of more than 64 rows grows 10 ms a row.
     target = ForwardCost(probe_rows=(1, 64), probe_ms=(100.0, 100.0))
     worker.cost = CostModel(target=target, draft=ForwardCost(probe_rows=(1, 64, 65), probe_ms=(40.0, 40.0, 50.0)))
-    worker.adaptive, worker.stats = config, AcceptanceStats(config)
+    worker.adaptive, worker.stats = config, ChainAcceptance(config)
     worker._tags, worker._last_plan, worker._plain_steps, worker._explored, worker._hopeless, worker._unrepaid = {}, None, 0, 0, 0, 0
     worker._steps, worker._draft_source, worker.by_depth = 0, "context", {}
     worker.step_costs, worker._step_log, worker.drafter, worker._trace = StepCostTable(), None, ContextDrafter(), None
@@ -237,14 +255,15 @@ def test_the_draft_models_confidence_shapes_each_requests_budget():
     worker, batch = _confident_worker()
     sizes = worker._tree_sizes(batch)
     assert sizes[0] > 1 and sizes[1] == 1  # the sure request drafts, the unsure one does not
-    # A stale top-k (a deferred extend) says nothing: the plan falls back to the shared p.
+    # A stale top-k (a deferred extend) says nothing: the plan falls back to the running
+    # acceptance of first drafts.
     worker.backlog.add(["r0"], [3])
-    assert worker._first_draft_acceptance(batch, [0.5, 0.5]) is None
+    assert worker._first_draft_acceptance(batch, [0.5, 0.4]) == [0.5, 0.4]
 
 
 def test_after_a_catch_up_the_plan_is_made_again_with_the_fresh_confidence():
     worker, batch = _confident_worker()
-    worker._last_ps = [0.9, 0.9]
+    worker._last_ps = worker._last_firsts = [0.9, 0.9]
     assert worker._replan(batch, [4, 4])[1] == 1  # the unsure request's chain is cut
     worker._exploring = True
     assert worker._replan(batch, [2, 2]) == [2, 2]  # an exploring step keeps its plan
@@ -368,7 +387,7 @@ def _chain_worker(config: AdaptiveConfig):
 
 def _deferred_steps(worker, p: float, limit: int = 1000) -> int:
     """Plain steps of one request whose extends the worker defers before it flushes."""
-    worker._acceptance = lambda reqs: [p] * len(reqs)
+    worker._acceptance = worker._first_acceptance = lambda reqs: [p] * len(reqs)
     batch, deferred = _batch(1), 0
     while deferred < limit:
         worker.backlog.add(["r0"], [1])
@@ -418,7 +437,7 @@ def test_exploring_counts_the_catch_up_it_needs_against_its_share():
 def test_a_drafting_plan_must_repay_the_catch_up_it_needs_in_the_steps_left():
     def first_width(max_new_tokens: int) -> int:
         worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
-        worker._acceptance = lambda reqs: [0.9] * len(reqs)
+        worker._acceptance = worker._first_acceptance = lambda reqs: [0.9] * len(reqs)
         worker.backlog.add(["r0"], [80])  # 80 tokens behind: its catch-up costs 200 ms
         req = SimpleNamespace(rid="r0", output_ids=[1] * 5, sampling_params=SimpleNamespace(max_new_tokens=max_new_tokens))
         width = max(worker._tree_sizes(SimpleNamespace(reqs=[req])))
@@ -433,7 +452,7 @@ def test_a_drafting_plan_must_repay_the_catch_up_it_needs_in_the_steps_left():
 def test_the_catch_up_must_be_repaid_within_the_drafting_runs_measured_at_this_batch_size():
     def first_width(runs: list[int], runs_at: str = "1 plain") -> int:
         worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
-        worker._acceptance = lambda reqs: [0.9] * len(reqs)
+        worker._acceptance = worker._first_acceptance = lambda reqs: [0.9] * len(reqs)
         for n in runs:  # earlier runs of n drafting steps that paid, each followed by a plain step
             for _ in range(n):
                 worker.drafting_runs.step(runs_at, drafted=True, saved_ms=10.0)
@@ -453,7 +472,7 @@ def test_the_catch_up_must_be_repaid_within_the_drafting_runs_measured_at_this_b
 def test_no_catch_up_where_the_runs_begun_at_this_batch_size_cost_more_than_they_saved():
     def first_width(saved_by_run: list[float], runs_at: str = "1 plain") -> int:
         worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
-        worker._acceptance = lambda reqs: [0.9] * len(reqs)
+        worker._acceptance = worker._first_acceptance = lambda reqs: [0.9] * len(reqs)
         for saved in saved_by_run:  # earlier runs of 6 drafting steps (long enough to repay, by the plan)
             for i in range(6):
                 worker.drafting_runs.step(runs_at, drafted=True, saved_ms=saved if i == 0 else 0.0)
@@ -468,7 +487,7 @@ def test_no_catch_up_where_the_runs_begun_at_this_batch_size_cost_more_than_they
     assert first_width([-150.0, -20.0, 10.0], runs_at="5 plain") == 2  # runs of another batch size say nothing
     # Without a setup to repay the plan alone decides, as before (the runs' verdict includes setups).
     worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
-    worker._acceptance = lambda reqs: [0.9] * len(reqs)
+    worker._acceptance = worker._first_acceptance = lambda reqs: [0.9] * len(reqs)
     for _ in range(3):
         worker.drafting_runs.step("1 plain", drafted=True, saved_ms=-500.0)
         worker.drafting_runs.step("1 plain", drafted=False)
@@ -482,7 +501,7 @@ def test_skeletons_runs_and_normal_answers_runs_are_judged_apart():
     from sglang_specsot.sot.tag import SoTTag
 
     worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
-    worker._acceptance = lambda reqs: [0.9] * len(reqs)
+    worker._acceptance = worker._first_acceptance = lambda reqs: [0.9] * len(reqs)
     worker._tags["s0"] = SoTTag(group="g", role="skeleton")
     for _ in range(3):  # skeletons' runs cost more than they saved, catch-ups included
         worker.drafting_runs.step("1 skeleton", drafted=True, saved_ms=-300.0)
@@ -570,11 +589,14 @@ def test_a_cache_flush_forgets_the_groups_not_what_drafting_earns_here():
     worker._decode_rids, worker._awaiting_decode = set(), {}
     for _ in range(10):
         worker.stats.observe("r0", 2, 2, "plain")
-    prior = worker.stats.prior("plain")
-    assert worker.stats.p("r0", "plain") > prior > 0.8
+    prior = worker.stats.priors()["plain"]  # where a new normal answer starts: {"first", "p"}
+    assert worker.stats.first("r0", "plain") > prior["first"] > 0.8
+    assert worker.stats.p("r0", "plain") > prior["p"] > 0.8
     worker.clear_cache_pool()
-    assert worker.stats.has_evidence("plain") and worker.stats.prior("plain") == prior
-    assert worker.stats.info() == {} and worker.stats.p("r0", "plain") == prior  # the group is gone
+    assert worker.stats.has_evidence("plain") and worker.stats.priors()["plain"] == prior
+    assert worker.stats.info() == {}  # the group is gone: it starts where a new one would
+    assert worker.stats.first("r0", "plain") == pytest.approx(prior["first"], abs=1e-3)
+    assert worker.stats.p("r0", "plain") == pytest.approx(prior["p"], abs=1e-3)
     assert not worker._cold(_batch(1))
 
 
@@ -615,6 +637,7 @@ def test_a_decode_steps_phase_times_in_the_step_log_are_its_own(tmp_path, monkey
     worker = _worker(AdaptiveConfig(buckets=((1, (0, 1)),)))
     worker._step_log, worker._loop_logged, worker._awaiting_decode = step_log.StepLog.from_env(), True, {}
     worker._refresh_costs, worker._exploring, worker._target_ms, worker._last_ps = True, False, 10.0, [0.5]
+    worker._last_firsts = [0.5]
     batch = SimpleNamespace(reqs=[SimpleNamespace(rid="r0")], forward_mode=SimpleNamespace(is_decode=lambda: True))
     result = SimpleNamespace(accept_lens=torch.tensor([2]), speculative_num_draft_tokens=2, new_seq_lens=None)
 
@@ -649,7 +672,7 @@ def test_a_batch_without_a_verdict_of_its_own_takes_a_smaller_batchs_losing_one(
 
     def worker_with(runs: dict[str, float]):
         worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
-        worker._acceptance = lambda reqs: [0.9] * len(reqs)
+        worker._acceptance = worker._first_acceptance = lambda reqs: [0.9] * len(reqs)
         for key, saved in runs.items():  # three runs at `key`, each saving `saved` ms
             for _ in range(3):
                 worker.drafting_runs.step(key, drafted=True, saved_ms=saved)
