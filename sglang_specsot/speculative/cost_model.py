@@ -149,5 +149,14 @@ class StepCostTable:
             return None
         return statistics.median_low(times)
 
+    def wider_ms(self, bs: int, width: int) -> float | None:
+        """The least measured time of a step of `bs` requests with a window wider than
+        `width` (None where none is known): where a step's rows are all a wider window
+        adds, a narrower step costs no more, and a narrower width measured dearer is noise
+        (a width measured in a slow stretch, kept for `fresh_steps` because it is then not
+        chosen again)."""
+        wider = (self.ms(b, w) for b, w in self._times if b == bs and w > width)
+        return min((ms for ms in wider if ms is not None), default=None)
+
     def info(self) -> dict:
         return {f"{bs}x{w}": round(self.ms(bs, w), 1) for bs, w in self._times if self.ms(bs, w) is not None}

@@ -339,6 +339,12 @@ class SpecSoTModelWorker(SpecSoTWorker):
     def _catch_ups(self) -> int:
         return 0 if self.backlog is None else self.backlog.catch_ups
 
+    def _wider_step_ms(self, bs: int, width: int) -> float | None:
+        # Steps of one width differ here by what drafted them: a step whose chain stopped
+        # early, or that drafted from the SoT context alone (no draft forwards), is cheaper
+        # than a full chain of a narrower window. A wider step's time bounds nothing.
+        return None
+
     def _modelled_step_ms(self, bs: int, width: int) -> float:
         # Draft-extend runs every step (the draft's KV must follow the text), except that a
         # plain step defers it when the backlog is on. The catch-up a drafting step then

@@ -76,6 +76,16 @@ def test_step_cost_table_answers_only_for_steps_seen_enough_and_lately():
     assert table.ms(4, 8) is None and (4, 8) not in table._times and table.info() == {"1x1": 200.0}
 
 
+def test_the_cheapest_wider_step_bounds_a_narrower_ones_time():
+    table = StepCostTable(window=4, min_seen=1)
+    for width, ms in ((2, 139.0), (3, 124.0), (5, 134.0), (6, 131.0)):
+        table.observe(1, width, ms)
+    table.observe(4, 6, 100.0)  # another batch size bounds nothing here
+    assert table.wider_ms(1, 1) == table.wider_ms(1, 2) == 124.0
+    assert table.wider_ms(1, 3) == table.wider_ms(1, 4) == table.wider_ms(1, 5) == 131.0
+    assert table.wider_ms(1, 6) is None and table.wider_ms(2, 1) is None
+
+
 def test_a_model_that_has_not_run_borrows_its_priors_overhead_scaled():
     target = ForwardCost((1, 8), (100.0, 120.0))
     draft = ForwardCost((1, 8), (40.0, 50.0), prior=target, prior_share=0.5)

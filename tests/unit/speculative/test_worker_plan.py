@@ -316,6 +316,27 @@ def test_measured_step_times_override_the_model_where_it_prices_a_width_wrong():
     assert worker.speculative_state_report()["specsot"]["measured_step_ms"] == {"4x5": 400.0}
 
 
+def test_a_context_step_is_priced_no_dearer_than_a_wider_one_measured():
+    # A width measured in a slow stretch (139 ms) where a window 4 rows wider took 131: a
+    # SoT-context step adds verify rows only, so the narrower one is priced at most 131,
+    # and the policy may choose it again. The model's prices are bounded alike.
+    worker = _worker(AdaptiveConfig(buckets=((1, (0, 1, 5)),), explore_share=0.0))
+    worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 64), probe_ms=(140.0, 200.0)))
+    for _ in range(3):
+        worker.step_costs.observe(1, 2, 139.0)
+        worker.step_costs.observe(1, 6, 131.0)
+    assert worker.step_costs.ms(1, 2) == 139.0 and worker._step_ms(1, 2) == 131.0
+    assert worker._step_ms(1, 1) == 131.0  # the model's 140 ms for one row, bounded too
+    assert worker._step_ms(1, 6) == 131.0 and worker._step_ms(1, 4) == 131.0
+    assert worker._step_ms(2, 1) == worker._modelled_step_ms(2, 1)  # nothing wider measured at 2
+    # With a draft model a step's width does not say what ran: no bound.
+    chain = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
+    for _ in range(3):
+        chain.step_costs.observe(1, 2, 139.0)
+        chain.step_costs.observe(1, 6, 131.0)
+    assert chain._step_ms(1, 2) == 139.0
+
+
 def test_an_adaptive_chains_budgets_stop_at_the_chain_length():
     worker, batch = _confident_worker()  # a 3-step chain; the config offers budgets up to 3
     worker.adaptive = AdaptiveConfig(buckets=((1, (0, 2, 5, 7)),), explore_share=0.0)
