@@ -110,7 +110,10 @@ def workloads(tokenizer, n_questions: int, points: int = 4) -> dict[str, list[tu
     return {"vicuna": vicuna, "branches": branches}
 
 
-def run_batch(server: ServerProcess, prompts: list[str], tag: dict | None, max_new: int) -> tuple[int, float, list]:
+def run_batch(
+    server: ServerProcess, prompts: list[str], tag: dict | None, max_new: int
+) -> tuple[int, float, list, list[str]]:
+    """(completion tokens, seconds, per answer (accept length, draft tokens per verify), texts)."""
     params = [{"temperature": 0, "max_new_tokens": max_new} for _ in prompts]
     if tag is not None:
         group = uuid.uuid4().hex
@@ -124,7 +127,8 @@ def run_batch(server: ServerProcess, prompts: list[str], tag: dict | None, max_n
     out = out if isinstance(out, list) else [out]
     tokens = sum(o["meta_info"]["completion_tokens"] for o in out)
     spent = [o["meta_info"].get("spec_cap_length") for o in out]  # SPECSOT's draft tokens per verify
-    return tokens, elapsed, [(o["meta_info"].get("spec_accept_length"), d) for o, d in zip(out, spent)]
+    accept = [(o["meta_info"].get("spec_accept_length"), d) for o, d in zip(out, spent)]
+    return tokens, elapsed, accept, [o["text"] for o in out]
 
 
 def main() -> None:
@@ -167,7 +171,8 @@ def main() -> None:
                                      args.model_tree or 1 + args.steps * args.topk, args.adaptive,
                                      args.fixed).items()
                if args.only is None or name == "plain" or name in args.only.split(",")}
-    stats = {(c, w): {"tokens": 0, "seconds": 0.0, "accept": [], "spent": [], "depth": {}} for c in servers for w in loads}
+    stats = {(c, w): {"tokens": 0, "seconds": 0.0, "accept": [], "spent": [], "depth": {}, "texts": {}}
+             for c in servers for w in loads}  # fmt: skip
     print(f"load average at start: {os.getloadavg()}", flush=True)
     print(f"server logs in {logs}", flush=True)
     run = run_one_at_a_time if args.one_at_a_time else run_interleaved
@@ -196,11 +201,13 @@ def _padded(lists: list[list[int]]) -> list[list[int]]:
     return [xs + [0] * (width - len(xs)) for xs in lists]
 
 
-def _measure(server, name, workload, prompts, tag, stats, max_new) -> None:
+def _measure(server, name, workload, prompts, tag, stats, max_new, round_: int) -> None:
     flush_cache(server.base_url, 60.0)  # no drafting from an earlier answer to the same prompt
     before = _depth_counts(server)
-    tokens, secs, accept = run_batch(server, prompts, tag, max_new)
+    tokens, secs, accept, texts = run_batch(server, prompts, tag, max_new)
     s = stats[(name, workload)]
+    for i, text in enumerate(texts):  # compared with plain decoding's answer to the same prompt
+        s["texts"][(round_, prompts[i])] = text
     _add_depth_counts(s["depth"], before, _depth_counts(server))
     s["tokens"] += tokens
     s["seconds"] += secs
@@ -239,7 +246,7 @@ def run_interleaved(servers, loads, stats, args) -> None:
             for w, batches in loads.items():
                 for prompts, tag in batches:
                     for name, server in servers.items():  # interleaved: same prompt, every config
-                        _measure(server, name, w, prompts, tag, stats, args.max_new_tokens)
+                        _measure(server, name, w, prompts, tag, stats, args.max_new_tokens, r)
             print(f"round {r + 1}/{args.rounds} done", flush=True)
     finally:
         for name, server in servers.items():
@@ -259,7 +266,7 @@ def run_one_at_a_time(servers, loads, stats, args) -> None:
                 _start(name, server, loads)
                 for w, batches in loads.items():
                     for prompts, tag in batches:
-                        _measure(server, name, w, prompts, tag, stats, args.max_new_tokens)
+                        _measure(server, name, w, prompts, tag, stats, args.max_new_tokens, r)
             finally:
                 _save_server_info(name, server)
                 server.stop()
@@ -272,7 +279,12 @@ def report(stats: dict, names: list[str], loads: list[str], args) -> None:
           f"{args.questions} questions x {args.rounds} rounds, {args.max_new_tokens} new tokens, "
           f"{args.points} branches per SoT batch, dtype {args.dtype}")  # fmt: skip
     print(f"load average at the end: {os.getloadavg()}")
-    print(f"{'workload':10} {'config':14} {'accept len':>10} {'drafts/verify':>13} {'tok/s':>8} {'vs plain':>9}")
+    # "same as plain": answers whose text is plain decoding's for the same prompt and round.
+    # Speculation is lossless, so greedy answers differ only by numerics (bf16 rounds a
+    # verify of several rows differently from a one-row decode): a speed-up with fewer or
+    # other tokens would show here.
+    print(f"{'workload':10} {'config':14} {'accept len':>10} {'drafts/verify':>13} {'tok/s':>8} {'vs plain':>9} "
+          f"{'same as plain':>13}")  # fmt: skip
     for w in loads:
         base = stats[("plain", w)]["tokens"] / stats[("plain", w)]["seconds"]
         for name in names:
@@ -280,13 +292,19 @@ def report(stats: dict, names: list[str], loads: list[str], args) -> None:
             rate = s["tokens"] / s["seconds"]
             acc = f"{statistics.mean(s['accept']):.2f}" if s["accept"] else "-"
             spent = f"{statistics.mean(s['spent']):.2f}" if s["spent"] else "-"
-            print(f"{w:10} {name:14} {acc:>10} {spent:>13} {rate:8.2f} {rate / base:8.2f}x")
+            same, n = same_as(s["texts"], stats[("plain", w)]["texts"])
+            print(f"{w:10} {name:14} {acc:>10} {spent:>13} {rate:8.2f} {rate / base:8.2f}x {f'{same}/{n}':>13}")
     print("\nSPECSOT acceptance by chain depth, given the parent was accepted (accepted/reached):")
     for w in loads:
         for name in names:
             for source, c in sorted(stats[(name, w)]["depth"].items()):
                 cells = " ".join(f"{a}/{r}" for a, r in zip(c["accepted"], c["reached"]))
                 print(f"{w:10} {name:14} {source:9} {cells}")
+
+
+def same_as(texts: dict, plain: dict) -> tuple[int, int]:
+    """(answers equal to plain decoding's answer to the same prompt and round, answers)."""
+    return sum(text == plain.get(key) for key, text in texts.items()), len(texts)
 
 
 if __name__ == "__main__":

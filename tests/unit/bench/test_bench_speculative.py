@@ -1,0 +1,27 @@
+"""examples/bench_speculative.py: the parts that need no server."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+_PATH = Path(__file__).resolve().parents[3] / "examples" / "bench_speculative.py"
+_spec = importlib.util.spec_from_file_location("bench_speculative", _PATH)
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+def test_answers_are_compared_with_plain_decodings_for_the_same_prompt_and_round():
+    plain = {(0, "a"): "x y", (0, "b"): "z", (1, "a"): "x y"}
+    spec = {(0, "a"): "x y", (0, "b"): "z!", (1, "a"): "x y"}
+    assert bench.same_as(spec, plain) == (2, 3)
+    assert bench.same_as(plain, plain) == (3, 3)
+    assert bench.same_as({(2, "a"): "x y"}, plain) == (0, 1)  # a round plain never answered
+
+
+def test_fixed_twins_draft_their_whole_window_and_the_rest_do_not():
+    names = bench.configs(None, 6, 4, 1, 5, fixed=True)
+    assert set(names) == {"plain", "NGRAM", "SPECSOT-ctx", "SPECSOT-ctx-fixed"}
+    assert names["SPECSOT-ctx-fixed"] == names["SPECSOT-ctx"]
+    assert bench.server_env("SPECSOT-ctx-fixed") == {bench.FIXED_WINDOW_ENV: "1"}
+    assert bench.server_env("SPECSOT-ctx") == {}
