@@ -206,8 +206,8 @@ def _measure(server, name, workload, prompts, tag, stats, max_new, round_: int) 
     before = _depth_counts(server)
     tokens, secs, accept, texts = run_batch(server, prompts, tag, max_new)
     s = stats[(name, workload)]
-    for i, text in enumerate(texts):  # compared with plain decoding's answer to the same prompt
-        s["texts"][(round_, prompts[i])] = text
+    for prompt, text in zip(prompts, texts):  # compared with plain decoding's answer to the same prompt
+        s["texts"][(round_, prompt)] = text
     _add_depth_counts(s["depth"], before, _depth_counts(server))
     s["tokens"] += tokens
     s["seconds"] += secs

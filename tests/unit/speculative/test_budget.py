@@ -155,7 +155,9 @@ def test_server_info_shows_each_group_against_its_own_roles_prior():
     assert stats.info() == {} and stats._role_of == {}
 
 
-def _context_like(stats: ChainAcceptance, key: str = "g", role: str | None = None, rounds: int = 60) -> None:
+def _context_like(
+    stats: ChainAcceptance | AcceptanceStats, key: str = "g", role: str | None = None, rounds: int = 60
+) -> None:
     """Verifies of 3-token chains whose first draft is right one time in four and whose
     later drafts are right one time in two (as SoT-context drafts on unseen text)."""
     for _ in range(rounds):
@@ -172,9 +174,7 @@ def test_a_chains_first_draft_and_its_later_ones_are_estimated_apart():
     # One p for every depth fits 3 accepted drafts to 8 early stops: 0.27, above the first
     # draft's 0.25 and below the later ones' 0.33.
     one = AcceptanceStats(AdaptiveConfig.default(7))
-    for _ in range(60):
-        for accepted in (0, 0, 0, 1, 0, 0, 0, 2):
-            one.observe("g", budget=3, accepted=accepted)
+    _context_like(one)
     assert stats.first("g") < one.p("g") < stats.p("g")
 
 
