@@ -23,6 +23,7 @@ import time
 
 import torch
 
+from sglang_specsot.cpu.draft_int8 import DRAFT_INT8_ENV, Int8Summary, draft_int8_mode, quantize_draft
 from sglang_specsot.speculative import adapter as sgl
 from sglang_specsot.speculative.budget import (
     AcceptanceStats, AdaptiveConfig, ChainStop, FirstDraftCalibration, best_plan, drafting_near,
@@ -51,6 +52,7 @@ class SpecSoTModelWorker(SpecSoTWorker):
         # The draft's probability of its first token, for the budget policy (adaptive only:
         # it costs a softmax over the vocabulary per draft-extend).
         self.draft_worker.confidence = self.adaptive is not None
+        self.draft_int8 = self._quantize_draft()  # before the probe, which times what it chose
         self.cost.draft = probe_forward_cost(self.draft_worker.draft_runner.model)
         # Its overhead is per layer (attention, Python), like the target's: the target's,
         # scaled by layers, is the draft's until the draft has run forwards of its own.
@@ -77,6 +79,18 @@ class SpecSoTModelWorker(SpecSoTWorker):
             "chain" if self.draft_worker.topk == 1 else "tree",
             self.num_draft_tokens - self.draft_worker.tree_size,
         )  # fmt: skip
+
+    def _quantize_draft(self) -> Int8Summary | None:
+        """On CPU, give the draft model int8 weights where measured faster (cpu/draft_int8.py);
+        never a weight it shares with the target, whose products decide what is accepted."""
+        mode = draft_int8_mode()
+        if torch.device(self.device).type != "cpu" or mode == "off":
+            return None
+        target = {p.data_ptr() for p in self.target_worker.model_runner.model.parameters()}
+        summary = quantize_draft(self.draft_worker.draft_runner.model, exclude=target, measured=mode == "auto")
+        logger.info("SPECSOT draft model weights in int8 where faster (%s=off keeps them): %s",
+                    DRAFT_INT8_ENV, summary.info())  # fmt: skip
+        return summary
 
     # -- what the scheduler asks of a spec worker with a draft model ----------------------
 
@@ -356,6 +370,7 @@ class SpecSoTModelWorker(SpecSoTWorker):
 
     def speculative_state_report(self) -> dict:
         report = super().speculative_state_report()
+        report["specsot"]["draft_int8"] = None if self.draft_int8 is None else self.draft_int8.info()
         if self.backlog is not None:
             report["specsot"]["draft_extend"] = self.backlog.info()
         if self._chain_adaptive:

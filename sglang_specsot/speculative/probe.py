@@ -8,8 +8,10 @@ do not grow with rows at these sizes; the worker learns them from real steps.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -18,6 +20,21 @@ from sglang_specsot.speculative.cost_model import ForwardCost
 logger = logging.getLogger(__name__)
 
 PROBE_ROWS = (1, 4, 8, 16, 32, 64)
+
+
+def _products(model: torch.nn.Module) -> list[tuple[int, torch.dtype, Callable[[torch.Tensor], torch.Tensor]]]:
+    """(input width, dtype, the product) for every weight matrix: a layer with an int8 copy
+    (cpu/draft_int8.py) through its quant method, which picks int8 or dense by rows as a
+    forward does; every other weight as a dense product."""
+    out, seen = [], set()
+    for module in model.modules():
+        if getattr(module, "specsot_int8_rows", None) is not None and module.weight.data_ptr() not in seen:
+            seen.add(module.weight.data_ptr())
+            out.append((module.weight.shape[1], module.weight.dtype, functools.partial(module.quant_method.apply, module)))
+    for w in _weights(model):
+        if w.data_ptr() not in seen:
+            out.append((w.shape[1], w.dtype, functools.partial(torch.nn.functional.linear, weight=w)))
+    return out
 
 
 def _weights(model: torch.nn.Module) -> list[torch.Tensor]:
@@ -51,14 +68,14 @@ def probe_forward_cost(model: torch.nn.Module, rows: tuple[int, ...] = PROBE_ROW
     not every try of it. With repeats, one server here measured 8 rows at 539 ms (another,
     the same model a minute later, 181 ms); the monotone fix below carried that to every larger
     count, the window looked three times its cost, and the server never drafted."""
-    weights = _weights(model)
-    assert weights, f"{type(model).__name__} has no 2-D floating weights to probe"
-    device, dtype = weights[0].device, weights[0].dtype
-    inputs = {n: {w.shape[1]: torch.randn(n, w.shape[1], device=device, dtype=dtype) for w in weights} for n in rows}
+    products = _products(model)
+    assert products, f"{type(model).__name__} has no 2-D floating weights to probe"
+    device = next(model.parameters()).device
+    inputs = {n: {(k, dt): torch.randn(n, k, device=device, dtype=dt) for k, dt, _ in products} for n in rows}
     best = {n: float("inf") for n in rows}
     for sweep in range(sweeps + 1):
         for n in rows:
-            ms = _time_products(weights, inputs[n], device)
+            ms = _time_products(products, inputs[n], device)
             if sweep > 0:  # the first sweep warms caches and kernels
                 best[n] = min(best[n], ms)
     times = [best[n] for n in rows]
@@ -68,11 +85,11 @@ def probe_forward_cost(model: torch.nn.Module, rows: tuple[int, ...] = PROBE_ROW
     return ForwardCost(probe_rows=tuple(rows), probe_ms=tuple(times))
 
 
-def _time_products(weights: list[torch.Tensor], inputs: dict[int, torch.Tensor], device: torch.device) -> float:
+def _time_products(products, inputs: dict[tuple[int, torch.dtype], torch.Tensor], device: torch.device) -> float:
     """Milliseconds for one product of every weight with the input of its width."""
     _sync(device)
     start = time.perf_counter()
-    for w in weights:
-        torch.nn.functional.linear(inputs[w.shape[1]], w)
+    for k, dtype, product in products:
+        product(inputs[(k, dtype)])
     _sync(device)
     return (time.perf_counter() - start) * 1e3

@@ -21,9 +21,9 @@ def test_the_probe_keeps_each_row_counts_best_sweep(monkeypatch):
     scripted = iter([999.0, 999.0, 999.0,  10.0, 540.0, 60.0,  11.0, 20.0, 900.0,  10.5, 21.0, 61.0])
     seen_rows = []
 
-    def fake_time(weights, inputs, device):
-        assert [w.shape for w in weights] == [(16, 8)]  # the projection, not the embedding
-        seen_rows.append(inputs[8].shape[0])
+    def fake_time(products, inputs, device):
+        assert [k for k, _, _ in products] == [8]  # the projection, not the embedding
+        seen_rows.append(inputs[(8, torch.float32)].shape[0])
         return next(scripted)
 
     monkeypatch.setattr(probe, "_time_products", fake_time)
@@ -34,7 +34,7 @@ def test_the_probe_keeps_each_row_counts_best_sweep(monkeypatch):
 
 def test_a_larger_row_count_never_costs_less(monkeypatch):
     scripted = iter([1.0, 1.0, 5.0, 4.0, 5.0, 4.0])
-    monkeypatch.setattr(probe, "_time_products", lambda weights, inputs, device: next(scripted))
+    monkeypatch.setattr(probe, "_time_products", lambda products, inputs, device: next(scripted))
     cost = probe.probe_forward_cost(_Tiny(), rows=(1, 8), sweeps=2)
     assert cost.probe_ms == (5.0, 5.0)  # 8 rows measured 4 ms: raised to what 1 row cost
 
@@ -42,3 +42,17 @@ def test_a_larger_row_count_never_costs_less(monkeypatch):
 def test_the_real_products_are_timed():
     cost = probe.probe_forward_cost(_Tiny(), rows=(1, 4), sweeps=1)
     assert len(cost.probe_ms) == 2 and 0.0 < cost.probe_ms[0] <= cost.probe_ms[1]
+
+
+def test_a_layer_with_an_int8_copy_is_timed_through_its_quant_method():
+    calls = []
+
+    class Method:
+        def apply(self, layer, x, bias=None):
+            calls.append(x.shape[0])
+            return torch.nn.functional.linear(x, layer.weight)
+
+    model = _Tiny()
+    model.proj.quant_method, model.proj.specsot_int8_rows = Method(), 4
+    probe.probe_forward_cost(model, rows=(1, 8), sweeps=1)
+    assert calls == [1, 8, 1, 8]  # the warm-up sweep and one timed sweep, once per row count

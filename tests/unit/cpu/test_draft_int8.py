@@ -1,0 +1,134 @@
+"""Int8 draft weights on CPU: exact per-row quantization, the row-count dispatch, which layers
+are given a copy, and the mode switch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from sglang.srt.layers.quantization.unquant import UnquantizedEmbeddingMethod, UnquantizedLinearMethod
+
+from sglang_specsot.cpu import draft_int8
+from sglang_specsot.cpu.draft_int8 import (
+    DRAFT_INT8_ENV, dense_layers, draft_int8_mode, int8_linear, quantize_draft, quantize_rows, row_limit,
+)  # fmt: skip
+
+
+class _Linear(torch.nn.Module):
+    """The shape of an SGLang linear layer: a weight, and a quant method that multiplies."""
+
+    def __init__(self, n: int, k: int, bias: bool = False):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(n, k, dtype=torch.bfloat16) * 0.1, requires_grad=False)
+        self.bias = torch.nn.Parameter(torch.randn(n, dtype=torch.bfloat16), requires_grad=False) if bias else None
+        self.quant_method = UnquantizedLinearMethod()
+
+    def forward(self, x):
+        return self.quant_method.apply(self, x, self.bias)
+
+
+class _Embedding(torch.nn.Module):
+    def __init__(self, n: int, k: int):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(n, k, dtype=torch.bfloat16), requires_grad=False)
+        self.quant_method = UnquantizedEmbeddingMethod()
+
+
+class _Draft(torch.nn.Module):
+    def __init__(self, tied: bool = True):
+        super().__init__()
+        self.embed_tokens = _Embedding(64, 16)
+        self.up = _Linear(32, 16, bias=True)
+        self.down = _Linear(16, 32)
+        self.lm_head = self.embed_tokens if tied else _Embedding(64, 16)
+
+
+def test_per_row_quantization_is_within_half_a_step_of_every_weight():
+    w = torch.randn(48, 40) * torch.linspace(0.01, 3.0, 48)[:, None]  # rows of very different range
+    q, s = quantize_rows(w)
+    assert q.dtype == torch.int8 and s.shape == (48,) and int(q.abs().max()) == 127
+    assert torch.all((q.float() * s[:, None] - w).abs() <= s[:, None] / 2 + 1e-6)
+
+
+def test_an_all_zero_row_quantizes_to_zeros_not_nan():
+    q, s = quantize_rows(torch.zeros(3, 8))
+    assert torch.all(q == 0) and torch.all(torch.isfinite(s))
+
+
+def test_the_int8_product_is_the_product_with_the_dequantized_weights():
+    w, b = torch.randn(24, 32, dtype=torch.bfloat16), torch.randn(24, dtype=torch.bfloat16)
+    q, s = quantize_rows(w)
+    x = torch.randn(2, 3, 32, dtype=torch.bfloat16)
+    expected = x.float() @ (q.float() * s.float()[:, None]).T + b.float()
+    out = int8_linear(x, q, s, b)
+    assert out.shape == (2, 3, 24) and out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), expected, atol=0.1, rtol=0.02)
+
+
+def test_row_limit_is_the_last_count_of_the_unbroken_run_where_int8_won():
+    dense = {1: 2.0, 2: 2.0, 4: 2.0, 8: 2.0}
+    assert row_limit(dense, {1: 1.0, 2: 1.5, 4: 2.5, 8: 1.0}) == 2  # 8 won again, after 4 lost
+    assert row_limit(dense, {1: 2.0, 2: 1.0, 4: 1.0, 8: 1.0}) == 0  # a tie at one row is no win
+    assert row_limit(dense, {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0}) == 8
+
+
+def test_dense_layers_are_the_linears_and_the_head_once_not_other_embeddings():
+    tied = _Draft(tied=True)
+    assert dense_layers(tied) == [tied.embed_tokens, tied.up, tied.down]  # the tied head is the embedding
+    untied = _Draft(tied=False)
+    assert dense_layers(untied) == [untied.up, untied.down, untied.lm_head]
+    shared = {untied.up.weight.data_ptr()}  # a weight the target owns too is never touched
+    assert dense_layers(untied, exclude=shared) == [untied.down, untied.lm_head]
+
+
+def test_quantized_layers_use_int8_up_to_their_row_limit_and_their_weights_above(monkeypatch):
+    monkeypatch.setattr(draft_int8, "int8_row_limit", lambda weight, rows, sweeps: 2)
+    model = _Draft(tied=False)
+    summary = quantize_draft(model)
+    assert summary.layers == 3 and summary.rows_by_shape == {"32x16": 2, "16x32": 2, "64x16": 2}
+    up = model.up
+    # SGLang's type checks still see the method they built; only apply changed.
+    assert isinstance(up.quant_method, UnquantizedLinearMethod)
+    assert type(up.quant_method).__name__ == "Int8DraftUnquantizedLinearMethod"
+    up.specsot_int8 = torch.zeros_like(up.specsot_int8)  # make the int8 path recognisable
+    two, three = torch.randn(2, 16, dtype=torch.bfloat16), torch.randn(3, 16, dtype=torch.bfloat16)
+    assert torch.equal(up(two), up.bias.expand(2, 32))  # int8 (zeros) plus bias
+    torch.testing.assert_close(up(three), torch.nn.functional.linear(three, up.weight, up.bias))
+    # The head keeps its embedding lookup and multiplies through the same dispatch.
+    head = model.lm_head
+    assert isinstance(head.quant_method, UnquantizedEmbeddingMethod)
+    ids = torch.tensor([3, 5])
+    assert torch.equal(head.quant_method.embedding(head, ids), head.weight[ids])
+
+
+def test_a_shape_where_int8_never_won_keeps_its_method(monkeypatch):
+    monkeypatch.setattr(draft_int8, "int8_row_limit", lambda weight, rows, sweeps: 0 if weight.shape[0] == 16 else 1)
+    model = _Draft(tied=False)
+    summary = quantize_draft(model)
+    assert type(model.down.quant_method) is UnquantizedLinearMethod and not hasattr(model.down, "specsot_int8")
+    assert summary.layers == 2 and summary.rows_by_shape["16x32"] == 0
+
+
+def test_unmeasured_every_shape_uses_int8_up_to_the_largest_row_count(monkeypatch):
+    monkeypatch.setattr(draft_int8, "int8_row_limit", lambda *a: pytest.fail("unmeasured means no timing"))
+    summary = quantize_draft(_Draft(tied=True), rows=(1, 2, 8), measured=False)
+    assert summary.layers == 3 and set(summary.rows_by_shape.values()) == {8}
+
+
+def test_the_measured_limit_is_a_probed_row_count():
+    limit = draft_int8.int8_row_limit(torch.randn(64, 64, dtype=torch.bfloat16), rows=(1, 2), sweeps=1)
+    assert limit in (0, 1, 2)
+
+
+@pytest.mark.parametrize("value, mode", [(None, "auto"), ("", "auto"), ("AUTO", "auto"), ("off", "off"), ("on", "on")])
+def test_the_mode_switch(monkeypatch, value, mode):
+    if value is None:
+        monkeypatch.delenv(DRAFT_INT8_ENV, raising=False)
+    else:
+        monkeypatch.setenv(DRAFT_INT8_ENV, value)
+    assert draft_int8_mode() == mode
+
+
+def test_an_unknown_mode_names_the_variable_and_the_fix(monkeypatch):
+    monkeypatch.setenv(DRAFT_INT8_ENV, "int4")
+    with pytest.raises(ValueError, match=f"{DRAFT_INT8_ENV}='int4'.*'auto'.*'off'.*'on'"):
+        draft_int8_mode()
