@@ -39,6 +39,7 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from sglang_specsot.bench.cells import flush_cache
+from sglang_specsot.cpu.draft_int8 import DRAFT_INT8_ENV
 from sglang_specsot.data import load_questions
 from sglang_specsot.launch import ServerProcess
 from sglang_specsot.models import fetch as fetch_model
@@ -47,7 +48,7 @@ from sglang_specsot.speculative.budget import FIXED_WINDOW_ENV
 from sglang_specsot.sot.runner import shared_prefix
 
 COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-tokens", "16384",
-          "--sleep-on-idle", "--mem-fraction-static", "0.6"]  # fmt: skip
+          "--sleep-on-idle"]  # fmt: skip
 SKELETON = ["Set clear goals", "Prioritize tasks", "Avoid distractions", "Take short breaks",
             "Use a calendar", "Limit multitasking", "Delegate work", "Review your day"]  # fmt: skip
 SEED = 0
@@ -60,7 +61,7 @@ def fetch(name: str) -> str:
 
 def configs(
     draft_path: str | None, num_draft: int, steps: int, topk: int, model_tree: int, adaptive: bool = False,
-    fixed: bool = False,
+    fixed: bool = False, bf16_draft: bool = False,
 ) -> dict[str, list[str]]:  # fmt: skip
     """Plain, NGRAM and SPECSOT from the SoT context alone; with a draft model also
     STANDALONE and SPECSOT, both drafting a `model_tree`-node tree (`steps` x `topk`) with it;
@@ -85,12 +86,19 @@ def configs(
     if fixed:
         for name in plain_specsot:
             out[f"{name}-fixed"] = list(out[name])
+    if bf16_draft:
+        for name in [n for n in out if n.startswith("SPECSOT") and not n.startswith("SPECSOT-ctx")]:
+            out[f"{name}-bf16"] = list(out[name])
     return out
 
 
 def server_env(name: str) -> dict[str, str]:
-    """A `-fixed` config drafts its whole window every step; the others size drafts from costs."""
-    return {FIXED_WINDOW_ENV: "1"} if name.endswith("-fixed") else {}
+    """A `-fixed` config drafts its whole window every step; the others size drafts from costs.
+    A `-bf16` config keeps the draft model's weights as loaded (no int8 copy on CPU)."""
+    env = {FIXED_WINDOW_ENV: "1"} if "-fixed" in name else {}
+    if name.endswith("-bf16"):
+        env[DRAFT_INT8_ENV] = "off"
+    return env
 
 
 def workloads(tokenizer, n_questions: int, points: int = 4) -> dict[str, list[tuple[list[str], dict | None]]]:
@@ -151,6 +159,12 @@ def main() -> None:
     parser.add_argument("--fixed", action="store_true",
                         help="also run each SPECSOT config drafting its whole window every step "
                              "(SGLANG_SPECSOT_FIXED_WINDOW=1)")  # fmt: skip
+    parser.add_argument("--bf16-draft", action="store_true",
+                        help="also run each SPECSOT config with a draft model keeping the draft's weights as "
+                             "loaded (\"-bf16\", SGLANG_SPECSOT_DRAFT_INT8=off)")  # fmt: skip
+    parser.add_argument("--mem-fraction", type=float, default=0.6,
+                        help="--mem-fraction-static of every server: SGLang counts the RAM the servers started "
+                             "before took, so three servers with a 1.5B target and a draft need ~0.9")  # fmt: skip
     parser.add_argument("--one-at-a-time", action="store_true",
                         help="one server alive at a time (a 1.5B target with a draft needs ~8 GB per server)")
     args = parser.parse_args()
@@ -165,11 +179,11 @@ def main() -> None:
         parser.error(f"--workloads: unknown {sorted(unknown)}; choose from {sorted(loads)}")
     loads = {name: batches for name, batches in loads.items() if name in wanted}
     logs = Path(tempfile.mkdtemp(prefix="bench-speculative-"))
-    servers = {name: ServerProcess(model, COMMON + ["--dtype", args.dtype] + extra,
+    servers = {name: ServerProcess(model, COMMON + ["--dtype", args.dtype, "--mem-fraction-static", str(args.mem_fraction)] + extra,
                                    env=server_env(name), log_path=logs / f"{name}.log")  # fmt: skip
                for name, extra in configs(draft, args.num_draft_tokens, args.steps, args.topk,
                                      args.model_tree or 1 + args.steps * args.topk, args.adaptive,
-                                     args.fixed).items()
+                                     args.fixed, args.bf16_draft).items()
                if args.only is None or name == "plain" or name in args.only.split(",")}
     stats = {(c, w): {"tokens": 0, "seconds": 0.0, "accept": [], "spent": [], "depth": {}, "texts": {}}
              for c in servers for w in loads}  # fmt: skip
