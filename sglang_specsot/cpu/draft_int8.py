@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 # row count measured faster; "off" keeps its weights as loaded; "on" uses int8 up to the
 # largest probed row count for every weight, unmeasured (tests that must reach this path).
 DRAFT_INT8_ENV = "SGLANG_SPECSOT_DRAFT_INT8"
-PROBE_ROWS = (1, 2, 3, 4, 6, 8)
+PROBE_ROWS = (1, 2, 3, 4, 5, 6, 8)  # 5: the usual SoT branch batch
 # Only methods that multiply with the layer's own dense weight are wrapped: a layer already
 # quantized by its checkpoint has nothing for this to copy.
 _DENSE_METHODS = ("UnquantizedLinearMethod", "UnquantizedEmbeddingMethod")

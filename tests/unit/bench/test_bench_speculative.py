@@ -25,3 +25,12 @@ def test_fixed_twins_draft_their_whole_window_and_the_rest_do_not():
     assert names["SPECSOT-ctx-fixed"] == names["SPECSOT-ctx"]
     assert bench.server_env("SPECSOT-ctx-fixed") == {bench.FIXED_WINDOW_ENV: "1"}
     assert bench.server_env("SPECSOT-ctx") == {}
+
+
+def test_bf16_draft_twins_only_for_configs_with_a_draft_model_and_keep_its_weights():
+    names = bench.configs("/draft", 6, 4, 1, 5, adaptive=True, bf16_draft=True)
+    twins = {n for n in names if n.endswith("-bf16")}
+    assert twins == {"SPECSOT-bf16", "SPECSOT+ad-bf16"}  # SPECSOT-ctx has no draft model to keep
+    assert names["SPECSOT-bf16"] == names["SPECSOT"]
+    assert bench.server_env("SPECSOT-bf16") == {bench.DRAFT_INT8_ENV: "off"}
+    assert bench.server_env("SPECSOT") == {}
