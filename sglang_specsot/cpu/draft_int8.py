@@ -36,6 +36,9 @@ PROBE_ROWS = (1, 2, 3, 4, 5, 6, 8)  # 5: the usual SoT branch batch
 # quantized by its checkpoint has nothing for this to copy.
 _DENSE_METHODS = ("UnquantizedLinearMethod", "UnquantizedEmbeddingMethod")
 _INT8_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+# The kernel reads a row's K inputs in vectors: with bf16 inputs and K off a multiple of 8 it
+# crashed the process (torch 2.14, K = 3, 5, 17, 100), so such layers keep their weights.
+K_MULTIPLE = 16
 
 
 def draft_int8_mode() -> str:
@@ -110,6 +113,8 @@ def dense_layers(model: torch.nn.Module, exclude: set[int] = frozenset()) -> lis
         if type(method).__name__ not in _DENSE_METHODS or not isinstance(weight, torch.Tensor):
             continue
         if weight.dim() != 2 or weight.dtype not in _INT8_DTYPES or weight.device.type != "cpu":
+            continue
+        if weight.shape[1] % K_MULTIPLE:
             continue
         if id(module) in seen or weight.data_ptr() in exclude:
             continue

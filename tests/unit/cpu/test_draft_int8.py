@@ -80,6 +80,12 @@ def test_dense_layers_are_the_linears_and_the_head_once_not_other_embeddings():
     assert dense_layers(untied, exclude=shared) == [untied.down, untied.lm_head]
 
 
+def test_a_layer_whose_inputs_are_off_the_kernels_vector_width_is_left_alone():
+    model = _Draft(tied=False)
+    model.odd = _Linear(32, 17)  # K = 17: the int8 kernel crashed the process on such a shape
+    assert model.odd not in dense_layers(model) and model.up in dense_layers(model)
+
+
 def test_quantized_layers_use_int8_up_to_their_row_limit_and_their_weights_above(monkeypatch):
     monkeypatch.setattr(draft_int8, "int8_row_limit", lambda weight, rows, sweeps: 2)
     model = _Draft(tied=False)
