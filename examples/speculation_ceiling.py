@@ -74,15 +74,20 @@ def main() -> None:
         parser.error(str(exc))
     cost = cost_model(info)
     draft = cost.draft is not None
+    # Servers since the step extends (model_worker.draft_extend) extend only what the chain
+    # did not write; they report `step_extends`. Older ones extended the whole window.
+    narrow = "step_extends" in (info.get("draft_extend") or {})
     ps = measured_p(info)
     print(f"cost model (as the server measured it): {json.dumps(info['cost_model'])}")
     print(f"measured acceptance by depth: {[round(p, 3) for p in ps] or 'none (nothing drafted yet)'}")
+    if draft:
+        print(f"draft-extend priced over {'what the chain did not write' if narrow else 'the whole verify window'}")
     header = ["bs", "measured"] + [f"p={p}" for p in GRID]
     print(" | ".join(f"{h:>14}" for h in header))
     for bs in BATCH_SIZES:
         cells = [f"{bs:>14}"]
         for p_by_depth in ([ps] if ps else [[]]) + [[p] * args.max_budget for p in GRID]:
-            gain, budget = speedup_ceiling(cost, bs, p_by_depth, draft)
+            gain, budget = speedup_ceiling(cost, bs, p_by_depth, draft, narrow_extend=narrow)
             cells.append(f"{gain:>8.2f}x b={budget:<2}" if p_by_depth else f"{'-':>14}")
         print(" | ".join(cells))
 

@@ -761,7 +761,7 @@ def explore_plan(ps: Sequence[float], candidates: Sequence[int], step_ms: Callab
 
 
 def speedup_ceiling(
-    cost: CostModel, bs: int, p_by_depth: Sequence[float], draft_model: bool
+    cost: CostModel, bs: int, p_by_depth: Sequence[float], draft_model: bool, narrow_extend: bool = False
 ) -> tuple[float, int]:
     """The most speculation can gain over plain decoding for a batch of `bs` under `cost`,
     and the draft budget that gains it: (best tokens per ms / plain's, budget; 1.0 and 0
@@ -771,8 +771,9 @@ def speedup_ceiling(
     `DepthAcceptance` measures it); budgets run to its length. Every request drafts alike,
     and the step costs what the cost model says: a verify of `bs x (b + 1)` rows, with a
     draft model also b - 1 draft forwards (the first draft comes from the last extend) and
-    its extend over the window, against a plain step of `bs` rows that extends nothing (the
-    extend is deferred). It is the limit of any budget policy on this machine at this
+    its extend over the window (`narrow_extend`: over what the chain did not write, the bonus
+    token and, when all b drafts are accepted, the last), against a plain step of `bs` rows
+    that extends nothing (the extend is deferred). It is the limit of any budget policy on this machine at this
     acceptance, not a prediction: padding, attention under the tree mask and sampling over
     the window cost more than the matrix products the probe timed.
     """
@@ -781,7 +782,8 @@ def speedup_ceiling(
     for b, p in enumerate(p_by_depth, start=1):
         reach *= p
         accepted += reach
-        ms = cost.step_ms(bs, b + 1, draft_steps=b - 1 if draft_model else 0, draft_extend=draft_model)
+        rows = bs * (1.0 + reach) if narrow_extend else None
+        ms = cost.step_ms(bs, b + 1, draft_steps=b - 1 if draft_model else 0, draft_extend=draft_model, extend_rows=rows)
         gain = (bs * (1.0 + accepted) / ms) / plain_rate
         if gain > best:
             best, budget = gain, b

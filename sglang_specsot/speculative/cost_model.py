@@ -93,15 +93,18 @@ class CostModel:
     target: ForwardCost
     draft: ForwardCost | None = None
 
-    def step_ms(self, bs: int, width: int, draft_steps: int = 0, draft_extend: bool = True) -> float:
+    def step_ms(
+        self, bs: int, width: int, draft_steps: int = 0, draft_extend: bool = True, extend_rows: float | None = None
+    ) -> float:
         """One speculative step: `draft_steps` draft decodes of `bs` rows, a verify of
         `bs * width` rows, and (with a draft model, unless deferred) its draft-extend over
-        the same window."""
+        `extend_rows` rows: by default the verify window, as SGLang extends; fewer where the
+        extend covers only what the draft's own chain did not write (SpecSoTModelWorker)."""
         ms = self.target.ms(bs * width)
         if self.draft is not None:
             ms += draft_steps * self.draft.ms(bs)
             if draft_extend:
-                ms += self.draft.ms(bs * width)
+                ms += self.draft.ms(bs * width if extend_rows is None else extend_rows)
         return ms
 
     def info(self) -> dict:

@@ -11,6 +11,10 @@ backlog would make that catch-up cost more than a plain step on top of the exten
 replaces. A forward costs overhead plus at most linear in its rows, so one catch-up is never
 more work than the extends it replaces.
 
+A drafting step's own tokens go through the same ledger: the tokens its chain fed have their
+draft KV (a draft forward writes it), so only the rest are behind, usually the bonus token
+alone, and the step's extend is a catch-up of those (`step_extends`, `reused_rows`).
+
 Plain Python (no torch, no SGLang): the worker runs the forwards, this module keeps count.
 """
 
@@ -74,6 +78,8 @@ class ExtendBacklog:
         self.deferred_prefills = 0  # prefills (a chunked prompt: each chunk) the draft did not extend
         self.catch_ups = 0  # catch-up forwards run (a pass each)
         self.shared_rows = 0  # backlog rows a catch-up left to another request (deduplicated)
+        self.step_extends = 0  # draft-extends of a drafting step's own tokens (not catch-ups)
+        self.reused_rows = 0  # committed tokens whose draft KV the draft's chain had written
 
     def lag(self, rids: Sequence[str]) -> list[int]:
         return [self._behind.get(rid, 0) for rid in rids]
@@ -132,5 +138,7 @@ class ExtendBacklog:
             "deferred_prefills": self.deferred_prefills,
             "catch_up_forwards": self.catch_ups,
             "shared_rows": self.shared_rows,
+            "step_extends": self.step_extends,
+            "reused_rows": self.reused_rows,
             "requests_behind": sum(1 for b in self._behind.values() if b > 0),
         }

@@ -5,13 +5,16 @@ Same step as `SpecSoTWorker` (draft -> verify -> on_publish -> draft-extend); wh
 - draft: the draft model (`SoTDraftModel`, SGLang's standalone draft worker) proposes its
   chain or tree from the top-k its last draft-extend left in `batch.spec_info`; the SoT
   context (prompt, skeleton, siblings) fills the rest of the verify window;
-- draft-extend: after the context history is updated, the draft model runs over the verify
-  window and leaves the next step's top-k in `next_draft_input`, which the scheduler relays
-  through `FutureMap.stash` (`SpecSoTAlgo.need_topk()` is True in this mode).
+- draft-extend: after the context history is updated, the draft model extends over the
+  step's committed tokens and leaves the next step's top-k in `next_draft_input`, which the
+  scheduler relays through `FutureMap.stash` (`SpecSoTAlgo.need_topk()` is True in this mode).
 
 The verify window is the draft model's tree plus the context nodes of this step (at most
-`--speculative-num-draft-tokens`); draft-extend runs over the same window. With draft-extend
-CUDA graphs the window stays at its full width, the width they were captured for.
+`--speculative-num-draft-tokens`). SGLang's draft-extend runs over that whole window, padding
+included, at the width its CUDA graphs were captured for; so does this worker where it
+cannot defer extends (graphs, trees, a fixed window). With the backlog (an adaptive chain on
+the eager CPU draft backend) it extends only what the draft's KV lacks: committed tokens its
+own chain did not feed, at least the bonus token, in one ragged forward.
 """
 
 from __future__ import annotations
@@ -72,6 +75,8 @@ class SpecSoTModelWorker(SpecSoTWorker):
         self._step_drafts: list[list[tuple[float, int]] | None] | None = None
         self._last_drafts: list[list[tuple[float, int]] | None] | None = None  # the last step's, for the step log
         self._extended = False  # whether the last step's draft-extend ran (not deferred)
+        # Per request, the chain tokens this step's draft forwards fed (their KV is written).
+        self._fed: list[list[int]] | None = None
         logger.info("SPECSOT cost model measured at start-up (draft, ms by rows): %s", self.cost.draft.info())
         logger.info(
             "SPECSOT drafts with %s: %d-node %s per request, up to %d SoT-context nodes more",
@@ -149,7 +154,7 @@ class SpecSoTModelWorker(SpecSoTWorker):
     # -- draft / draft-extend --------------------------------------------------------------
 
     def _draft_trees(self, batch, sizes: list[int]) -> list[DraftTree]:
-        self._draft_source, self._step_drafts = "context", None
+        self._draft_source, self._step_drafts, self._fed = "context", None, None
         seeds: list[DraftTree | None] = [None] * len(sizes)
         self._shadow = self._long_match_chains(batch)
         drafts = self._chain_steps(max(sizes)) > 0
@@ -185,6 +190,10 @@ class SpecSoTModelWorker(SpecSoTWorker):
         start = time.perf_counter()
         seeds = self.draft_worker.draft_trees(batch, steps, stop)
         forwards = steps - 1 if stop is None else stop.depth - 1  # step one reads the relayed top-k
+        if self.draft_worker.topk == 1:
+            # Forward i fed the chain's token i+1 at its position and wrote its KV there
+            # (draft_forward, eagle_worker_v2.py:808-848), as a draft-extend over it would.
+            self._fed = [list(seed.tokens[1 : 1 + forwards]) if seed else [] for seed in seeds]
         if self._refresh_costs and forwards > 0:
             per_forward = (time.perf_counter() - start) * 1e3 / forwards
             self.cost.draft.observe(len(batch.reqs) * self.draft_worker.topk, per_forward)
@@ -366,7 +375,10 @@ class SpecSoTModelWorker(SpecSoTWorker):
         # in the steps its batch has left (SpecSoTWorker._setup_repaid).
         forwards = max(0, self._chain_steps(width) - 1)
         extend = width > 1 or self.backlog is None
-        return self.cost.step_ms(bs, width, draft_steps=forwards, draft_extend=extend)
+        # With the backlog, a drafting step extends what its chain did not write: the bonus
+        # token, and the chain's last draft when verify accepts all of it (draft_extend).
+        rows = None if self.backlog is None else bs * min(width, 2)
+        return self.cost.step_ms(bs, width, draft_steps=forwards, draft_extend=extend, extend_rows=rows)
 
     def speculative_state_report(self) -> dict:
         report = super().speculative_state_report()
@@ -393,26 +405,54 @@ class SpecSoTModelWorker(SpecSoTWorker):
         self._observe_long_match_chains(result)
         rids = self._rids(batch)
         self._extended = True  # unless deferred just below
-        if self.backlog is not None:
-            self.backlog.keep(rids)
-            was_current = self.backlog.current(rids)
-            self.backlog.add(rids, result.accept_lens.tolist())
-            draft_input = result.next_draft_input
-            if self._defer_extend(batch, rids):
-                self._extended = False
-                self.backlog.deferred_steps += 1
-                self._mark_step(batch, result, valid=False)
-                draft_input.topk_p, draft_input.topk_index = self._stale_topk(len(rids))
-                return
-            if not was_current:  # the catch-up's last pass ends where this step's does
-                draft_input.topk_p, draft_input.topk_index = self._catch_up(batch, result.new_seq_lens)
-                return
-            self.backlog.clear(rids)
-            self._mark_step(batch, result, valid=True)  # by SGLang's extend, just below
-        # Nothing deferred: SGLang's own draft-extend over the verify window.
-        self._topk_source = "extend"
-        self._timed_extend(len(rids) * result.speculative_num_draft_tokens,
-                           self.draft_worker.extend_after_verify, batch, result)  # fmt: skip
+        if self.backlog is None:
+            # SGLang's own draft-extend over the verify window (as with CUDA graphs).
+            self._fed = None
+            self._topk_source = "extend"
+            self._timed_extend(len(rids) * result.speculative_num_draft_tokens,
+                               self.draft_worker.extend_after_verify, batch, result)  # fmt: skip
+            return
+        self.backlog.keep(rids)
+        was_current = self.backlog.current(rids)
+        # Where the backlog was current, the tokens this step's chain fed and verify kept
+        # have their draft KV already: only the rest of the step is behind.
+        written = self._written_by_chain(result) if was_current else [0] * len(rids)
+        self.backlog.add(rids, [k - w for k, w in zip(result.accept_lens.tolist(), written)])
+        self.backlog.reused_rows += sum(written)
+        self._mark_step(batch, result, valid=True, upto=written)
+        draft_input = result.next_draft_input
+        if self._defer_extend(batch, rids):
+            self._extended = False
+            self.backlog.deferred_steps += 1
+            self._mark_step(batch, result, valid=False, skip=written)
+            draft_input.topk_p, draft_input.topk_index = self._stale_topk(len(rids))
+            return
+        # One ragged extend over what the draft's KV lacks, ending where this step's tokens
+        # do: the whole backlog after plain steps (a catch-up), or after a drafting step the
+        # tokens its chain did not write (at least the bonus token). SGLang's extend instead
+        # runs over the whole verify window, padding included (8 rows and their logits for
+        # ~1.3 tokens at batch 1 here), for CUDA graphs' fixed shapes.
+        draft_input.topk_p, draft_input.topk_index = self._catch_up(
+            batch, result.new_seq_lens, after_verify=was_current
+        )
+
+    def _written_by_chain(self, result) -> list[int]:
+        """Per request, how many of this step's committed tokens the draft's KV holds: the
+        leading tokens its chain fed (`_fed`) that verify accepted, at most all but the
+        bonus token (whose extend gives the next draft's top-k)."""
+        fed, self._fed = self._fed, None
+        lens = result.accept_lens.tolist()
+        if fed is None:
+            return [0] * len(lens)
+        n = result.speculative_num_draft_tokens
+        rows = result.next_token_ids.view(-1, n).tolist()  # from the root: the target's tokens
+        written = []
+        for chain, row, k in zip(fed, rows, lens):
+            w = 0
+            while w < min(len(chain), k - 1) and chain[w] == row[w]:
+                w += 1
+            written.append(w)
+        return written
 
     def _defer_extend(self, batch, rids: list[str]) -> bool:
         """A plain next step (as the policy now plans it) may leave the extend for later.
@@ -487,15 +527,25 @@ class SpecSoTModelWorker(SpecSoTWorker):
 
         return isinstance(self.draft_worker.draft_runner.attn_backend, SpecSoTCpuAttnBackend)
 
-    def _mark_step(self, batch, result, valid: bool) -> None:
+    def _mark_step(self, batch, result, valid: bool, skip: list[int] | None = None, upto: list[int] | None = None) -> None:
         """Record whether the draft's KV holds this step's committed tokens (positions
-        [seq_lens, new_seq_lens); verify moved their KV to those slots)."""
-        ranges = list(zip(batch.seq_lens.tolist(), result.new_seq_lens.tolist()))
-        self.draft_kv.mark(batch.req_to_token_pool.req_to_token, batch.req_pool_indices.tolist(), ranges, valid)
+        [seq_lens, new_seq_lens); verify moved their KV to those slots): of each request's,
+        all but the first `skip`, or only the first `upto`."""
+        starts, ends = batch.seq_lens.tolist(), result.new_seq_lens.tolist()
+        if skip is not None:
+            starts = [s + k for s, k in zip(starts, skip)]
+        if upto is not None:
+            ends = [s + u for s, u in zip(starts, upto)]
+        ranges = [(s, e) for s, e in zip(starts, ends) if e > s]
+        rows = [r for r, s, e in zip(batch.req_pool_indices.tolist(), starts, ends) if e > s]
+        if ranges:
+            self.draft_kv.mark(batch.req_to_token_pool.req_to_token, rows, ranges, valid)
 
-    def _catch_up(self, batch, seq_lens: torch.Tensor):
+    def _catch_up(self, batch, seq_lens: torch.Tensor, after_verify: bool = False):
         """One draft-extend (or a few, see catch_up_passes) over every request's backlog up
-        to `seq_lens` (its committed KV positions); the top-k after its last token."""
+        to `seq_lens` (its committed KV positions); the top-k after its last token.
+        `after_verify`: the backlog is this step's alone (the draft-extend of a step whose
+        backlog was current), which is not counted as a catch-up."""
         rids = self._rids(batch)
         histories = [self._history(req) for req in batch.reqs]
         ends = seq_lens.tolist()  # a host tensor: the backlog is on with CPU backends only
@@ -513,9 +563,12 @@ class SpecSoTModelWorker(SpecSoTWorker):
             extend_rows = sum(e - s for s, e in ranges)
             topk = self._timed_extend(extend_rows, self.draft_worker.extend_ranges, batch, ranges, tokens)
             self.draft_kv.mark(req_to_token, pool_rows, ranges, valid=True)
-            self.backlog.catch_ups += 1
+            if after_verify:
+                self.backlog.step_extends += 1
+            else:
+                self.backlog.catch_ups += 1
         self.backlog.clear(rids)
-        self._topk_source = "catch_up"
+        self._topk_source = "extend" if after_verify else "catch_up"
         assert topk is not None, "catch-up called with no backlog"
         return topk
 

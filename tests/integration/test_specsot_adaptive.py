@@ -113,6 +113,7 @@ def test_draft_model_parity(qwen05_path, qwen05_draft_path, qwen05_parity, tmp_p
     # the parity above covers both paths, at batch sizes 1..8, with new requests joining.
     backlog = report["draft_extend"]
     assert backlog["deferred_steps"] > 0 and backlog["catch_up_forwards"] > 0, backlog
+    assert backlog["reused_rows"] > 0, backlog  # drafted tokens kept the chain's draft KV
     assert backlog["deferred_prefills"] > 0, backlog  # prompts too: the draft extends them on demand
 
 
@@ -162,6 +163,10 @@ def test_deferred_draft_extend_keeps_the_drafts_as_good(smollm2_path, tmp_path):
     # draft never extended would sink the acceptance below.
     assert backlogs[True]["deferred_prefills"] >= len(prompts), backlogs
     assert backlogs[True]["shared_rows"] > 0, backlogs  # ... and one catch-up extended it for the batch
+    # The tokens each exploring step's chain fed and verify accepted kept the draft KV that
+    # chain wrote; the catch-ups after extended only the rest (model_worker.draft_extend). KV
+    # reused at the wrong positions would sink the acceptance below as well.
+    assert backlogs[True]["reused_rows"] > 0, backlogs
     assert rates[False] >= 0.6, f"a model drafting for itself accepted only {rates[False]:.2f}: the check is void"
     # Wrong KV would leave the drafts mostly rejected; run-to-run noise is a few hundredths.
     assert rates[True] >= max(0.6, rates[False] - 0.1), f"acceptance with deferred draft-extends {rates[True]:.2f}, without {rates[False]:.2f}"

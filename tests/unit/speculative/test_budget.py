@@ -374,6 +374,11 @@ def test_the_ceiling_is_the_best_budgets_gain_under_the_measured_costs():
     assert budget == 2 and gain == pytest.approx(2.44 * 195.6 / (230.8 + 73.2 + 87.8), rel=1e-3)
     # Batch 8 at the branches' measured 0.55: nothing beats plain.
     assert speedup_ceiling(with_draft, 8, [0.55] * 4, draft_model=True) == (1.0, 0)
+    # Extending only what the chain did not write (the bonus, and the last draft when all b
+    # are accepted: 1 + 0.8^b rows) instead of the window: still two drafts, now 1.25x.
+    narrow, budget = speedup_ceiling(with_draft, 1, [0.8] * 4, draft_model=True, narrow_extend=True)
+    extend = 73.2 + (95.1 - 73.2) * 0.64 / 3  # 1.64 rows, on the line from 1 to 4 rows
+    assert budget == 2 and narrow > gain and narrow == pytest.approx(2.44 * 195.6 / (230.8 + 73.2 + extend), rel=1e-3)
     # Drafting from the context costs the verify rows alone: at batch 1 and p 0.8 the whole
     # 6 (7 rows: 248.4 + 3/4 of the way to 317.0 ms) bring 1 + 4 (1 - 0.8^6) tokens.
     gain, budget = speedup_ceiling(CostModel(target=target), 1, [0.8] * 6, draft_model=False)

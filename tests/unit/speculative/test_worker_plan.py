@@ -726,3 +726,124 @@ def test_a_batch_without_a_verdict_of_its_own_takes_a_smaller_batchs_losing_one(
         return max(worker._tree_sizes(SimpleNamespace(reqs=reqs)))
 
     assert first_width(50.0) == 2 and first_width(-100.0) == 1
+
+
+def _extending_worker(monkeypatch, histories: dict[str, list[int]]):
+    """`_chain_worker` whose draft-extend runs for real up to the draft model: the drafter's
+    histories are given, the context side of draft_extend does nothing, and the draft
+    model's ragged extend records what it was asked (its top-k: the request's index)."""
+    import torch
+
+    from sglang_specsot.speculative.draft_kv import DraftKVSlots
+
+    worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 4)),), explore_share=0.0))
+    monkeypatch.setattr(SpecSoTWorker, "draft_extend", lambda self, batch, result: None)
+    worker._observe_drafts = worker._observe_long_match_chains = lambda result: None
+    worker._history = lambda req: histories[req.rid]
+    worker._shared = lambda batch: [0] * len(batch.reqs)
+    worker._refresh_costs, worker._fed, worker._topk_source = False, None, "extend"
+    worker.__dict__["draft_kv"] = DraftKVSlots(256)
+    worker._defer_extend = lambda batch, rids: False
+    calls = []
+
+    def extend_ranges(batch, ranges, tokens):
+        calls.append((ranges, tokens))
+        n = len(ranges)
+        return torch.ones(n, 1), torch.arange(n).view(n, 1)
+
+    worker._draft_worker = SimpleNamespace(topk=1, variable_steps=True, max_steps=4, extend_ranges=extend_ranges)
+    return worker, calls
+
+
+def _verified(seq_lens: list[int], rows: list[list[int]], accept_lens: list[int]):
+    """A decode batch after verify: positions [seq_len, seq_len + k) of each request committed,
+    `rows` the verify's tokens (row-major, n per request) and `k` of each accepted."""
+    import torch
+
+    bs, n = len(rows), len(rows[0])
+    pool = SimpleNamespace(req_to_token=torch.arange(2 * 128).view(2, 128))
+    batch = SimpleNamespace(
+        reqs=[SimpleNamespace(rid=f"r{i}") for i in range(bs)], seq_lens=torch.tensor(seq_lens),
+        req_pool_indices=torch.arange(bs), req_to_token_pool=pool,
+    )  # fmt: skip
+    result = SimpleNamespace(
+        accept_lens=torch.tensor(accept_lens), next_token_ids=torch.tensor(rows).flatten(),
+        speculative_num_draft_tokens=n, new_seq_lens=torch.tensor(seq_lens) + torch.tensor(accept_lens),
+        next_draft_input=SimpleNamespace(topk_p=None, topk_index=None),
+    )  # fmt: skip
+    return batch, result
+
+
+def test_a_drafting_steps_extend_covers_only_what_its_chain_did_not_write(monkeypatch):
+    # r0: 10 positions committed, root 100 at position 10; its chain fed 11, 12, 13 (drafting
+    # 14 too); verify accepted 11, 12 and then the target said 99: positions 10..12 committed,
+    # the bonus 99 next. The draft's KV holds 11 and 12 already (a draft forward wrote them at
+    # positions 10 and 11, SGLang's standalone layout: position p holds token p + 1), so the
+    # extend runs over position 12 alone, fed the bonus. r1's chain was rejected at once.
+    history = [7] * 10
+    histories = {"r0": history + [100, 11, 12, 99], "r1": history + [100, 55]}
+    worker, calls = _extending_worker(monkeypatch, histories)
+    worker._fed = [[11, 12, 13], [21, 22, 23]]
+    batch, result = _verified([10, 10], [[11, 12, 99, 0, 0], [55, 0, 0, 0, 0]], [3, 1])
+    worker.backlog.add(["r0", "r1"], [0, 0])
+    worker.draft_extend(batch, result)
+    ((ranges, tokens),) = calls
+    assert ranges == [(12, 13), (10, 11)]
+    assert tokens == [[12, 99], [100, 55]]  # t[start .. end]: the last is the new bonus token
+    assert worker.backlog.reused_rows == 2 and worker.backlog.step_extends == 1 and worker.backlog.catch_ups == 0
+    assert worker._topk_source == "extend" and worker._fed is None
+    assert result.next_draft_input.topk_index.flatten().tolist() == [0, 1]
+    req_to_token = batch.req_to_token_pool.req_to_token
+    assert bool(worker.draft_kv.valid[req_to_token[0, 10:13]].all()) and bool(worker.draft_kv.valid[req_to_token[1, 10]])
+
+
+def test_a_chain_accepted_whole_extends_its_last_draft_and_the_bonus(monkeypatch):
+    # Four drafts, three forwards fed 11, 12, 13: all four accepted (14 was never fed), bonus 15.
+    histories = {"r0": [7] * 10 + [100, 11, 12, 13, 14, 15]}
+    worker, calls = _extending_worker(monkeypatch, histories)
+    worker._fed = [[11, 12, 13]]
+    batch, result = _verified([10], [[11, 12, 13, 14, 15]], [5])
+    worker.draft_extend(batch, result)
+    ((ranges, tokens),) = calls
+    assert ranges == [(13, 15)] and tokens == [[13, 14, 15]]
+
+
+def test_a_deferred_extend_leaves_only_the_unwritten_tokens_behind(monkeypatch):
+    histories = {"r0": [7] * 10 + [100, 11, 12, 99]}
+    worker, calls = _extending_worker(monkeypatch, histories)
+    worker._fed = [[11, 12, 13]]
+    worker._defer_extend = lambda batch, rids: True
+    worker._stale_topk = lambda bs: ("stale", "stale")
+    batch, result = _verified([10], [[11, 12, 99, 0, 0]], [3])
+    worker.draft_extend(batch, result)
+    assert calls == [] and worker.backlog.lag(["r0"]) == [1]  # the bonus token's position alone
+    req_to_token = batch.req_to_token_pool.req_to_token
+    flags = worker.draft_kv.valid[req_to_token[0, 10:13]].tolist()
+    assert flags == [True, True, False]
+
+
+def test_tokens_after_a_backlog_are_extended_whole(monkeypatch):
+    # A plain step left r0 two positions behind: this step's tokens follow a gap, so the
+    # chain's KV (if any) cannot be trusted to join up: the catch-up extends everything.
+    histories = {"r0": [7] * 10 + [100, 11, 12, 99]}
+    worker, calls = _extending_worker(monkeypatch, histories)
+    worker.backlog.add(["r0"], [2])
+    worker._fed = [[11, 12, 13]]
+    batch, result = _verified([10], [[11, 12, 99, 0, 0]], [3])
+    worker.draft_extend(batch, result)
+    ((ranges, tokens),) = calls
+    assert ranges == [(8, 13)] and worker.backlog.catch_ups == 1 and worker.backlog.reused_rows == 0
+
+
+def test_a_drafting_step_is_priced_with_the_extend_it_runs():
+    # The extend after a drafting step covers the bonus token (and the chain's last draft
+    # when all are accepted): 2 rows a request at most, not the verify window.
+    worker = _model_worker(AdaptiveConfig(buckets=((1, (0, 4)),), explore_share=0.0))
+    worker.cost = CostModel(
+        target=ForwardCost(probe_rows=(1, 64), probe_ms=(100.0, 100.0)),
+        draft=ForwardCost(probe_rows=(1, 2, 10), probe_ms=(40.0, 40.0, 80.0)),
+    )  # fmt: skip
+    assert worker._modelled_step_ms(1, 5) == 100.0 + 3 * 40.0 + 40.0
+    assert worker._modelled_step_ms(5, 5) == 100.0 + 3 * 55.0 + 80.0  # forwards of 5 rows, an extend of 10
+    worker.__dict__["backlog"] = None  # SGLang's extend over the window: 5 rows at batch 1
+    assert worker._modelled_step_ms(1, 5) == 100.0 + 3 * 40.0 + 55.0
