@@ -19,6 +19,9 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 
+PRIOR_FORWARDS = 2  # forwards a prior overhead counts as, until a model's window is full
+
+
 @dataclass
 class ForwardCost:
     """One model's forward time in ms as a function of rows (tokens in the forward)."""
@@ -63,9 +66,18 @@ class ForwardCost:
         return self.current_overhead_ms() + self.linear_ms(rows)
 
     def current_overhead_ms(self) -> float:
-        """The learned overhead, or the prior's scaled one while nothing has been learned."""
-        if self.observed == 0 and self.prior is not None:
-            return self.prior.overhead_ms * self.prior_share
+        """The learned overhead; with a prior, its scaled overhead while nothing has been
+        learned, and counted as `PRIOR_FORWARDS` of the median's forwards until the window
+        is full: one slow early forward then cannot set the overhead alone. (A draft model's
+        first forward in a server, 146 ms where ~70 was usual, priced drafting above any
+        plan's gain, exploring's too, so the draft never ran again to correct it.)"""
+        if self.prior is None:
+            return self.overhead_ms
+        prior = self.prior.overhead_ms * self.prior_share
+        if self.observed == 0:
+            return prior
+        if len(self._residuals) < self.window:
+            return statistics.median_low([*self._residuals, *[prior] * PRIOR_FORWARDS])
         return self.overhead_ms
 
     def observe(self, rows: int, ms: float) -> None:

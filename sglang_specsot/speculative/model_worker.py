@@ -92,7 +92,9 @@ class SpecSoTModelWorker(SpecSoTWorker):
         if torch.device(self.device).type != "cpu" or mode == "off":
             return None
         target = {p.data_ptr() for p in self.target_worker.model_runner.model.parameters()}
-        summary = quantize_draft(self.draft_worker.draft_runner.model, exclude=target, measured=mode == "auto")
+        summary = quantize_draft(
+            self.draft_worker.draft_runner.model, exclude=target, measured=mode == "auto", forced=mode if mode != "on" else "int8"
+        )
         logger.info("SPECSOT draft model weights in int8 where faster (%s=off keeps them): %s",
                     DRAFT_INT8_ENV, summary.info())  # fmt: skip
         return summary
@@ -561,7 +563,13 @@ class SpecSoTModelWorker(SpecSoTWorker):
         for ranges in catch_up_passes(ends, lags, self.backlog.max_rows):
             tokens = [h[s : e + 1] for h, (s, e) in zip(histories, ranges)]
             extend_rows = sum(e - s for s, e in ranges)
-            topk = self._timed_extend(extend_rows, self.draft_worker.extend_ranges, batch, ranges, tokens)
+            # A backlog's catch-up (a prompt's, or many plain steps') does not teach the draft's
+            # per-forward overhead: beyond the probed products it pays what grows with its rows
+            # (prefill attention), which read as overhead priced every draft forward at ~140 ms
+            # where ~45 was real, until no plan, not even exploring's, could pay.
+            topk = self._timed_extend(
+                extend_rows, self.draft_worker.extend_ranges, batch, ranges, tokens, observe=after_verify
+            )
             self.draft_kv.mark(req_to_token, pool_rows, ranges, valid=True)
             if after_verify:
                 self.backlog.step_extends += 1
@@ -572,10 +580,10 @@ class SpecSoTModelWorker(SpecSoTWorker):
         assert topk is not None, "catch-up called with no backlog"
         return topk
 
-    def _timed_extend(self, rows: int, extend, *args):
+    def _timed_extend(self, rows: int, extend, *args, observe: bool = True):
         start = time.perf_counter()
         out = extend(*args)
-        if self._refresh_costs:
+        if self._refresh_costs and observe:
             self.cost.draft.observe(rows, (time.perf_counter() - start) * 1e3)
         return out
 

@@ -24,11 +24,11 @@ PROBE_ROWS = (1, 4, 8, 16, 32, 64)
 
 def _products(model: torch.nn.Module) -> list[tuple[int, torch.dtype, Callable[[torch.Tensor], torch.Tensor]]]:
     """(input width, dtype, the product) for every weight matrix: a layer with an int8 copy
-    (cpu/draft_int8.py) through its quant method, which picks int8 or dense by rows as a
+    (cpu/draft_int8.py) through its quant method, which picks its kernel by rows as a
     forward does; every other weight as a dense product."""
     out, seen = [], set()
     for module in model.modules():
-        if getattr(module, "specsot_int8_rows", None) is not None and module.weight.data_ptr() not in seen:
+        if getattr(module, "specsot_int8_plan", None) is not None and module.weight.data_ptr() not in seen:
             seen.add(module.weight.data_ptr())
             out.append((module.weight.shape[1], module.weight.dtype, functools.partial(module.quant_method.apply, module)))
     for w in _weights(model):

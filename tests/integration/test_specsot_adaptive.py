@@ -113,7 +113,6 @@ def test_draft_model_parity(qwen05_path, qwen05_draft_path, qwen05_parity, tmp_p
     # the parity above covers both paths, at batch sizes 1..8, with new requests joining.
     backlog = report["draft_extend"]
     assert backlog["deferred_steps"] > 0 and backlog["catch_up_forwards"] > 0, backlog
-    assert backlog["reused_rows"] > 0, backlog  # drafted tokens kept the chain's draft KV
     assert backlog["deferred_prefills"] > 0, backlog  # prompts too: the draft extends them on demand
 
 

@@ -4,7 +4,8 @@ Proves: greedy output token-identical to plain decoding on 36 prompts (28 Vicuna
 SoT branch prompts) at batch sizes 1..8 with the draft model's chain (overlap on and off) and
 its tree (top-k 2, overlap on), each merged with SoT-context nodes and drafted every step
 (SGLANG_SPECSOT_FIXED_WINDOW=1; the cost-aware default is tested in test_specsot_adaptive.py); drafts are accepted;
-the draft model's int8 weights (cpu/draft_int8.py) forced on for the overlap configs;
+the draft model's int8 weights (cpu/draft_int8.py) forced on for the overlap configs, one
+kernel each;
 SGLang's strict idle memory check finds no leaked slot; a draft model with another vocabulary
 is refused at launch with the flag named.
 """
@@ -25,10 +26,11 @@ pytestmark = pytest.mark.integration
 COMMON = cpu_args(max_total_tokens=8192, mem_fraction_static=0.5)
 MAX_NEW = 16
 assert MAX_NEW <= QWEN05_PARITY_TOKENS  # the plain reference is a prefix of the shared run
-# The draft's int8 weights (cpu/draft_int8.py) in every product up to 8 rows on the overlap
-# configs, whatever this machine's timing would choose: parity then covers them; the
-# no-overlap config keeps the measured default.
-INT8_ON = {DRAFT_INT8_ENV: "on"}
+# The draft's int8 weights (cpu/draft_int8.py) in every product up to 16 rows on the overlap
+# configs, whatever this machine's timing would choose, one kernel each (the chain's w8a8,
+# the tree's weight-only int8): parity then covers both; the no-overlap config keeps the
+# measured default.
+INT8_FORCED = {"chain-overlap": "w8a8", "tree-overlap": "on"}
 CONFIGS = {
     # A 3-step chain (4 nodes) plus 2 SoT-context nodes in a 6-token verify window.
     "chain-overlap": ["--speculative-num-steps", "3", "--speculative-num-draft-tokens", "6"],
@@ -59,7 +61,8 @@ def draft_server(request, qwen05_path, qwen05_draft_path, tmp_path_factory):
     log = tmp_path_factory.mktemp("specsot-draft") / "server.log"
     args = COMMON + ["--speculative-algorithm", "SPECSOT", "--speculative-draft-model-path", qwen05_draft_path]
     # Its teardown, after every test on this server, proves the idle memory check passed.
-    env = FIXED_WINDOW_ENV | ({} if "no-overlap" in request.param else INT8_ON)
+    forced = INT8_FORCED.get(request.param)
+    env = FIXED_WINDOW_ENV | ({DRAFT_INT8_ENV: forced} if forced else {})
     with leak_checked_server(qwen05_path, args + CONFIGS[request.param], log, env=env) as server:
         server.config = request.param
         yield server
@@ -77,8 +80,10 @@ def test_greedy_parity_with_a_draft_model(draft_server, prompts, plain_ids):
     assert f"SPECSOT worker driven by the {loop} scheduler loop" in log
     int8 = re.search(r"SPECSOT draft model weights in int8 .*'layers': (\d+)", log)
     assert int8, "the draft model's int8 weights were not set up"
-    if "no-overlap" not in draft_server.config:
-        assert int(int8.group(1)) > 0  # "on": every dense layer, so parity above covered them
+    forced = INT8_FORCED.get(draft_server.config)
+    if forced:  # every dense layer, with the forced kernel, so parity above covered them
+        kernel = "w8a8" if forced == "w8a8" else "int8"
+        assert int(int8.group(1)) > 0 and f"[['{kernel}', 1, 16]]" in log
 
 
 def test_draft_model_with_another_vocabulary_is_refused(smollm2_path, tiny_model_path, tmp_path):

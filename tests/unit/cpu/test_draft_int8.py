@@ -1,5 +1,5 @@
-"""Int8 draft weights on CPU: exact per-row quantization, the row-count dispatch, which layers
-are given a copy, and the mode switch."""
+"""Int8 draft weights on CPU: exact per-row quantization, both int8 kernels, the plan of kernels
+by row count and its dispatch, which layers are given a copy, and the mode switch."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ from sglang.srt.layers.quantization.unquant import UnquantizedEmbeddingMethod, U
 
 from sglang_specsot.cpu import draft_int8
 from sglang_specsot.cpu.draft_int8 import (
-    DRAFT_INT8_ENV, dense_layers, draft_int8_mode, int8_linear, quantize_draft, quantize_rows, row_limit,
+    DRAFT_INT8_ENV, dense_layers, draft_int8_mode, int8_linear, pack_w8a8, plan_from_times, plan_ranges,
+    quantize_draft, quantize_rows, w8a8_available, w8a8_linear,
 )  # fmt: skip
+
+needs_fbgemm = pytest.mark.skipif(not w8a8_available(), reason="torch has no fbgemm engine here")
 
 
 class _Linear(torch.nn.Module):
@@ -64,11 +67,29 @@ def test_the_int8_product_is_the_product_with_the_dequantized_weights():
     torch.testing.assert_close(out.float(), expected, atol=0.1, rtol=0.02)
 
 
-def test_row_limit_is_the_last_count_of_the_unbroken_run_where_int8_won():
-    dense = {1: 2.0, 2: 2.0, 4: 2.0, 8: 2.0}
-    assert row_limit(dense, {1: 1.0, 2: 1.5, 4: 2.5, 8: 1.0}) == 2  # 8 won again, after 4 lost
-    assert row_limit(dense, {1: 2.0, 2: 1.0, 4: 1.0, 8: 1.0}) == 0  # a tie at one row is no win
-    assert row_limit(dense, {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0}) == 8
+@needs_fbgemm
+def test_the_w8a8_product_is_close_to_the_product_with_the_dequantized_weights():
+    w, b = torch.randn(24, 32, dtype=torch.bfloat16), torch.randn(24, dtype=torch.bfloat16)
+    q, s = quantize_rows(w)
+    x = torch.randn(2, 3, 32, dtype=torch.bfloat16)
+    expected = x.float() @ (q.float() * s.float()[:, None]).T + b.float()
+    out = w8a8_linear(x, pack_w8a8(w), b)
+    assert out.shape == (2, 3, 24) and out.dtype == torch.bfloat16
+    # The activations go through 8 bits too: within ~1% of the product's scale.
+    assert float((out.float() - expected).norm() / expected.norm()) < 0.03
+
+
+def test_the_plan_takes_the_fastest_kernel_per_row_count():
+    def t(dense, int8, w8a8):
+        return {"dense": dense, "int8": int8, "w8a8": w8a8}
+
+    plan = plan_from_times({1: t(2.0, 1.0, 0.5), 2: t(2.0, 1.0, 0.95), 4: t(2.0, 3.0, 1.0), 8: t(2.0, 3.0, 2.5)})
+    # 1: w8a8 well ahead of int8; 2: within the margin, so int8 (its answers are finer);
+    # 3 and 4: w8a8 (int8 lost to dense); 5..8: dense, at 8 nothing beat it.
+    assert plan == ("w8a8", "int8", "w8a8", "w8a8", "dense", "dense", "dense", "dense")
+    assert plan_from_times({1: t(1.0, 1.0, 2.0)}) == ("dense",)  # a tie is no win
+    assert plan_from_times({1: {"dense": 2.0, "int8": 1.0}}) == ("int8",)  # no fbgemm here
+    assert plan_ranges(plan) == [["w8a8", 1, 1], ["int8", 2, 2], ["w8a8", 3, 4], ["dense", 5, 8]]
 
 
 def test_dense_layers_are_the_linears_and_the_head_once_not_other_embeddings():
@@ -86,19 +107,29 @@ def test_a_layer_whose_inputs_are_off_the_kernels_vector_width_is_left_alone():
     assert model.odd not in dense_layers(model) and model.up in dense_layers(model)
 
 
-def test_quantized_layers_use_int8_up_to_their_row_limit_and_their_weights_above(monkeypatch):
-    monkeypatch.setattr(draft_int8, "int8_row_limit", lambda weight, rows, sweeps: 2)
+def _plan(*kernels):
+    return lambda weight, rows, sweeps: tuple(kernels)
+
+
+def test_quantized_layers_use_their_plans_kernel_by_row_count(monkeypatch):
+    plan = ("int8", "int8", "w8a8", "dense") if w8a8_available() else ("int8", "int8", "dense", "dense")
+    monkeypatch.setattr(draft_int8, "kernel_plan", _plan(*plan))
     model = _Draft(tied=False)
     summary = quantize_draft(model)
-    assert summary.layers == 3 and summary.rows_by_shape == {"32x16": 2, "16x32": 2, "64x16": 2}
+    assert summary.layers == 3 and summary.kernels_by_shape["32x16"] == plan_ranges(plan)
     up = model.up
     # SGLang's type checks still see the method they built; only apply changed.
     assert isinstance(up.quant_method, UnquantizedLinearMethod)
     assert type(up.quant_method).__name__ == "Int8DraftUnquantizedLinearMethod"
     up.specsot_int8 = torch.zeros_like(up.specsot_int8)  # make the int8 path recognisable
-    two, three = torch.randn(2, 16, dtype=torch.bfloat16), torch.randn(3, 16, dtype=torch.bfloat16)
+    two, four = torch.randn(2, 16, dtype=torch.bfloat16), torch.randn(4, 16, dtype=torch.bfloat16)
     assert torch.equal(up(two), up.bias.expand(2, 32))  # int8 (zeros) plus bias
-    torch.testing.assert_close(up(three), torch.nn.functional.linear(three, up.weight, up.bias))
+    torch.testing.assert_close(up(four), torch.nn.functional.linear(four, up.weight, up.bias))
+    five = torch.randn(5, 16, dtype=torch.bfloat16)  # beyond the plan: the weights as loaded
+    torch.testing.assert_close(up(five), torch.nn.functional.linear(five, up.weight, up.bias))
+    if w8a8_available():
+        three = torch.randn(3, 16, dtype=torch.bfloat16)
+        torch.testing.assert_close(up(three), w8a8_linear(three, up.specsot_w8a8, up.bias))
     # The head keeps its embedding lookup and multiplies through the same dispatch.
     head = model.lm_head
     assert isinstance(head.quant_method, UnquantizedEmbeddingMethod)
@@ -106,26 +137,34 @@ def test_quantized_layers_use_int8_up_to_their_row_limit_and_their_weights_above
     assert torch.equal(head.quant_method.embedding(head, ids), head.weight[ids])
 
 
-def test_a_shape_where_int8_never_won_keeps_its_method(monkeypatch):
-    monkeypatch.setattr(draft_int8, "int8_row_limit", lambda weight, rows, sweeps: 0 if weight.shape[0] == 16 else 1)
+def test_a_shape_whose_plan_is_dense_keeps_its_method(monkeypatch):
+    monkeypatch.setattr(
+        draft_int8, "kernel_plan", lambda weight, rows, sweeps: ("dense",) if weight.shape[0] == 16 else ("int8",)
+    )
     model = _Draft(tied=False)
     summary = quantize_draft(model)
     assert type(model.down.quant_method) is UnquantizedLinearMethod and not hasattr(model.down, "specsot_int8")
-    assert summary.layers == 2 and summary.rows_by_shape["16x32"] == 0
+    assert not hasattr(model.up, "specsot_w8a8")  # only the copies the plan uses
+    assert summary.layers == 2 and summary.kernels_by_shape["16x32"] == [["dense", 1, 1]]
 
 
-def test_unmeasured_every_shape_uses_int8_up_to_the_largest_row_count(monkeypatch):
-    monkeypatch.setattr(draft_int8, "int8_row_limit", lambda *a: pytest.fail("unmeasured means no timing"))
+def test_unmeasured_every_shape_uses_the_forced_kernel_up_to_the_largest_row_count(monkeypatch):
+    monkeypatch.setattr(draft_int8, "kernel_plan", lambda *a: pytest.fail("unmeasured means no timing"))
     summary = quantize_draft(_Draft(tied=True), rows=(1, 2, 8), measured=False)
-    assert summary.layers == 3 and set(summary.rows_by_shape.values()) == {8}
+    assert summary.layers == 3 and all(r == [["int8", 1, 8]] for r in summary.kernels_by_shape.values())
+    if w8a8_available():
+        summary = quantize_draft(_Draft(tied=True), rows=(1, 2, 8), measured=False, forced="w8a8")
+        assert all(r == [["w8a8", 1, 8]] for r in summary.kernels_by_shape.values())
 
 
-def test_the_measured_limit_is_a_probed_row_count():
-    limit = draft_int8.int8_row_limit(torch.randn(64, 64, dtype=torch.bfloat16), rows=(1, 2), sweeps=1)
-    assert limit in (0, 1, 2)
+def test_the_measured_plan_covers_every_count_up_to_the_largest_probed():
+    plan = draft_int8.kernel_plan(torch.randn(64, 64, dtype=torch.bfloat16), rows=(1, 2, 4), sweeps=1)
+    assert len(plan) == 4 and set(plan) <= {"dense", "int8", "w8a8"} and plan[2] == plan[3]
 
 
-@pytest.mark.parametrize("value, mode", [(None, "auto"), ("", "auto"), ("AUTO", "auto"), ("off", "off"), ("on", "on")])
+@pytest.mark.parametrize(
+    "value, mode", [(None, "auto"), ("", "auto"), ("AUTO", "auto"), ("off", "off"), ("on", "on"), ("w8a8", "w8a8")]
+)
 def test_the_mode_switch(monkeypatch, value, mode):
     if value is None:
         monkeypatch.delenv(DRAFT_INT8_ENV, raising=False)
@@ -136,5 +175,5 @@ def test_the_mode_switch(monkeypatch, value, mode):
 
 def test_an_unknown_mode_names_the_variable_and_the_fix(monkeypatch):
     monkeypatch.setenv(DRAFT_INT8_ENV, "int4")
-    with pytest.raises(ValueError, match=f"{DRAFT_INT8_ENV}='int4'.*'auto'.*'off'.*'on'"):
+    with pytest.raises(ValueError, match=f"{DRAFT_INT8_ENV}='int4'.*'auto'.*'off'.*'on'.*'w8a8'"):
         draft_int8_mode()

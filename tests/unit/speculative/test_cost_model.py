@@ -91,6 +91,20 @@ def test_a_model_that_has_not_run_borrows_its_priors_overhead_scaled():
     draft = ForwardCost((1, 8), (40.0, 50.0), prior=target, prior_share=0.5)
     target.observe(1, 180.0)  # the target's overhead: 80 ms
     assert draft.ms(1) == pytest.approx(40.0 + 40.0) and draft.info()["overhead_from_prior"]
-    draft.observe(1, 50.0)  # its own first forward: 10 ms of overhead, the prior is done
-    assert draft.ms(1) == pytest.approx(50.0) and "overhead_from_prior" not in draft.info()
+    draft.observe(1, 50.0)  # its own first forward: 10 ms of overhead
+    # The prior still counts as two forwards of the median: [10, 40, 40] -> 40.
+    assert draft.ms(1) == pytest.approx(80.0) and "overhead_from_prior" not in draft.info()
+    draft.observe(1, 50.0), draft.observe(1, 50.0)  # [10, 10, 10, 40, 40] -> 10
+    assert draft.ms(1) == pytest.approx(50.0)
+
+
+def test_one_slow_early_forward_does_not_set_a_models_overhead_alone():
+    target = ForwardCost((1,), (100.0,), overhead_ms=60.0)
+    draft = ForwardCost((1,), (40.0,), prior=target, prior_share=0.5, window=4)
+    draft.observe(1, 40.0 + 100.0)  # a first forward building kernels: 100 ms unexplained
+    assert draft.current_overhead_ms() == pytest.approx(30.0)  # the prior's, not 100
+    for _ in range(4):
+        draft.observe(1, 40.0 + 20.0)
+    # The window is full of its own forwards: the prior no longer counts.
+    assert draft.current_overhead_ms() == pytest.approx(20.0)
     assert ForwardCost((1,), (40.0,)).ms(1) == 40.0  # no prior: nothing added

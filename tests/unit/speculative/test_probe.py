@@ -53,6 +53,6 @@ def test_a_layer_with_an_int8_copy_is_timed_through_its_quant_method():
             return torch.nn.functional.linear(x, layer.weight)
 
     model = _Tiny()
-    model.proj.quant_method, model.proj.specsot_int8_rows = Method(), 4
+    model.proj.quant_method, model.proj.specsot_int8_plan = Method(), ("int8",) * 4
     probe.probe_forward_cost(model, rows=(1, 8), sweeps=1)
     assert calls == [1, 8, 1, 8]  # the warm-up sweep and one timed sweep, once per row count
