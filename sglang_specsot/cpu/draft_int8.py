@@ -91,9 +91,10 @@ def w8a8_available() -> bool:
 
 def pack_w8a8(weight: torch.Tensor):
     """fbgemm's packed int8 weight, one scale per output row (the rows of `quantize_rows`)."""
-    q, scales = quantize_rows(weight.float())
-    zero = torch.zeros(q.shape[0], dtype=torch.long)
-    wq = torch._make_per_channel_quantized_tensor(q, scales.double(), zero, 0)
+    w = weight.detach().float()
+    _, scales = quantize_rows(w)
+    zero = torch.zeros(w.shape[0], dtype=torch.long)
+    wq = torch.quantize_per_channel(w, scales.double(), zero, 0, torch.qint8)
     return torch.ops.quantized.linear_prepack(wq, None)
 
 
