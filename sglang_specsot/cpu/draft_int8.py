@@ -37,15 +37,17 @@ import torch
 logger = logging.getLogger(__name__)
 
 # In the server's environment: "auto" (the default) quantizes the draft model on CPU where a
-# row count measured faster; "off" keeps its weights as loaded; "on" uses int8 up to the
-# largest probed row count for every weight, unmeasured (tests that must reach this path).
+# row count measured faster; "off" keeps its weights as loaded; "on" ("w8a8") uses the int8
+# (w8a8) kernel up to the largest probed row count for every weight, unmeasured (tests that
+# must reach that path).
 DRAFT_INT8_ENV = "SGLANG_SPECSOT_DRAFT_INT8"
-MODES = ("auto", "off", "on", "w8a8")  # "w8a8": like "on", with the w8a8 kernel
+MODES = ("auto", "off", "on", "w8a8")
 # 5: the usual SoT branch batch; 10 and 16: a batch's draft-extends (2 rows a request).
 PROBE_ROWS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
 # `w8a8` answers more coarsely than `int8` (module docstring): taken only this much faster.
 W8A8_MARGIN = 0.9
 DENSE, INT8, W8A8 = "dense", "int8", "w8a8"
+FORCED_KERNEL = {"on": INT8, "w8a8": W8A8}  # the unmeasured modes' kernel
 # Only methods that multiply with the layer's own dense weight are wrapped: a layer already
 # quantized by its checkpoint has nothing for this to copy.
 _DENSE_METHODS = ("UnquantizedLinearMethod", "UnquantizedEmbeddingMethod")
@@ -67,10 +69,15 @@ def draft_int8_mode() -> str:
     return value
 
 
+def row_scales(w: torch.Tensor) -> torch.Tensor:
+    """Symmetric int8's scale of each output row of float32 `w`: [N] float32."""
+    return (w.abs().amax(dim=1) / 127.0).clamp_min(torch.finfo(torch.float32).tiny)
+
+
 def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric int8 with one scale per output row: (int8 [N, K], scales [N] in weight's dtype)."""
     w = weight.detach().float()
-    scales = (w.abs().amax(dim=1) / 127.0).clamp_min(torch.finfo(torch.float32).tiny)
+    scales = row_scales(w)
     q = torch.round(w / scales[:, None]).clamp_(-127, 127).to(torch.int8)
     return q.contiguous(), scales.to(weight.dtype)
 
@@ -92,9 +99,8 @@ def w8a8_available() -> bool:
 def pack_w8a8(weight: torch.Tensor):
     """fbgemm's packed int8 weight, one scale per output row (the rows of `quantize_rows`)."""
     w = weight.detach().float()
-    _, scales = quantize_rows(w)
     zero = torch.zeros(w.shape[0], dtype=torch.long)
-    wq = torch.quantize_per_channel(w, scales.double(), zero, 0, torch.qint8)
+    wq = torch.quantize_per_channel(w, row_scales(w).double(), zero, 0, torch.qint8)
     return torch.ops.quantized.linear_prepack(wq, None)
 
 

@@ -26,7 +26,9 @@ import time
 
 import torch
 
-from sglang_specsot.cpu.draft_int8 import DRAFT_INT8_ENV, Int8Summary, draft_int8_mode, quantize_draft
+from sglang_specsot.cpu.draft_int8 import (
+    DRAFT_INT8_ENV, FORCED_KERNEL, Int8Summary, draft_int8_mode, quantize_draft,
+)  # fmt: skip
 from sglang_specsot.speculative import adapter as sgl
 from sglang_specsot.speculative.budget import (
     AcceptanceStats, AdaptiveConfig, ChainStop, FirstDraftCalibration, best_plan, drafting_near,
@@ -92,9 +94,8 @@ class SpecSoTModelWorker(SpecSoTWorker):
         if torch.device(self.device).type != "cpu" or mode == "off":
             return None
         target = {p.data_ptr() for p in self.target_worker.model_runner.model.parameters()}
-        summary = quantize_draft(
-            self.draft_worker.draft_runner.model, exclude=target, measured=mode == "auto", forced=mode if mode != "on" else "int8"
-        )
+        model = self.draft_worker.draft_runner.model
+        summary = quantize_draft(model, exclude=target, measured=mode == "auto", forced=FORCED_KERNEL.get(mode, "int8"))
         logger.info("SPECSOT draft model weights in int8 where faster (%s=off keeps them): %s",
                     DRAFT_INT8_ENV, summary.info())  # fmt: skip
         return summary
@@ -409,7 +410,6 @@ class SpecSoTModelWorker(SpecSoTWorker):
         self._extended = True  # unless deferred just below
         if self.backlog is None:
             # SGLang's own draft-extend over the verify window (as with CUDA graphs).
-            self._fed = None
             self._topk_source = "extend"
             self._timed_extend(len(rids) * result.speculative_num_draft_tokens,
                                self.draft_worker.extend_after_verify, batch, result)  # fmt: skip
