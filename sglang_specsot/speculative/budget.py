@@ -45,7 +45,7 @@ class AdaptiveConfig:
     its size) to `candidate_steps`; for SPECSOT a candidate is a per-request draft budget in
     tokens (0 = plain decode). SPECSOT's keys live under "specsot" (SGLang's loader skips
     non-numeric keys): `decay`, `prior_accepts`, `prior_misses`, `min_token_prob`,
-    `defer_draft_extend`, `explore_share`, `explore_p`, `long_match`.
+    `defer_draft_extend`, `explore_share`, `explore_p`, `cold_verifies`, `long_match`.
     """
 
     buckets: tuple[tuple[int, tuple[int, ...]], ...]  # (smallest batch size, budgets), increasing
@@ -70,6 +70,13 @@ class AdaptiveConfig:
     # null: explore on schedule whatever the costs say (to measure acceptance where drafting
     # does not pay: studies, tests), funded or not (`ExploreFund`).
     explore_p: float | None = 0.8
+    # A role (plain, skeleton, branch) is cold, and explores off schedule whether exploring is
+    # funded or not, until the server has verified its drafts on this many steps. One or two
+    # steps are no verdict: a fresh 1.5B + 0.5B server whose first two chains (drafted from
+    # low-confidence tokens, 0.23 and 0.33) missed planned from a first-draft acceptance of
+    # ~0.3 where its drafts accept ~0.8, its exploring went unfunded, and it decoded all of its
+    # next 520 steps plain. 0 = never explore off schedule.
+    cold_verifies: int = 4
     # With a draft model: a step whose every request's recent tokens match its SoT context
     # (own text, siblings, corpus) over at least this many tokens weighs drafting from the
     # context alone, without the draft model's forwards, at the acceptance such context
@@ -87,6 +94,8 @@ class AdaptiveConfig:
             raise ValueError(f"specsot.explore_share={self.explore_share} outside [0, 1)")
         if self.explore_p is not None and not 0.0 < self.explore_p < 1.0:
             raise ValueError(f"specsot.explore_p={self.explore_p} outside (0, 1); null explores on schedule")
+        if not isinstance(self.cold_verifies, int) or isinstance(self.cold_verifies, bool) or self.cold_verifies < 0:
+            raise ValueError(f"specsot.cold_verifies={self.cold_verifies!r} must be an int >= 0 (0 = never cold)")
         if not isinstance(self.long_match, int) or isinstance(self.long_match, bool) or self.long_match < 0:
             raise ValueError(f"specsot.long_match={self.long_match!r} must be an int >= 0 (0 = never)")
         if not isinstance(self.defer_draft_extend, bool):
@@ -151,6 +160,7 @@ class AcceptanceStats:
         self._server = [0.0, 0.0]  # the same counts over every drafted verify of the server
         self._roles: dict[str, list[float]] = {}  # and over those of each role
         self._role_of: dict[str, str | None] = {}  # key -> the role its drafts were observed as
+        self._verifies: dict[str | None, int] = {}  # role (None: the server's) -> drafted verifies seen
 
     def prior(self, role: str | None = None) -> float:
         """What a group of `role` without evidence starts from (and drifts back to): the
@@ -165,6 +175,11 @@ class AcceptanceStats:
         """Whether the server has verified any drafts yet (each leaves an accept or a miss),
         of `role` where given."""
         return any(self._server if role is None else self._roles.get(role, ()))
+
+    def verifies(self, role: str | None = None) -> int:
+        """How many verifies of drafts the server has seen (of `role` where given): not decayed,
+        a count of the evidence behind `prior`."""
+        return self._verifies.get(role, 0)
 
     def p(self, key: str, role: str | None = None) -> float:
         """Estimated chance a drafted token is accepted, given its parent was."""
@@ -187,6 +202,9 @@ class AcceptanceStats:
             miss = 1.0 if accepted < budget else 0.0
             counts[0] += accepted
             counts[1] += miss
+            self._verifies[None] = self._verifies.get(None, 0) + 1
+            if role is not None:
+                self._verifies[role] = self._verifies.get(role, 0) + 1
             totals = [self._server] if role is None else [self._server, self._roles.setdefault(role, [0.0, 0.0])]
             for total in totals:
                 total[0] = total[0] * keep + accepted
@@ -263,6 +281,10 @@ class ChainAcceptance:
     def has_evidence(self, role: str | None = None) -> bool:
         """Whether the server has verified any drafts yet (of `role` where given)."""
         return self._first.has_evidence(role)
+
+    def verifies(self, role: str | None = None) -> int:
+        """How many verifies of drafts the server has seen (of `role` where given)."""
+        return self._first.verifies(role)
 
     def forget(self, key: str) -> None:
         self._first.forget(key)
@@ -393,9 +415,16 @@ class ChainStop:
     stays sure. Between forwards, `go_on` weighs one more draft token for the batch: the
     expected committed tokens of the step so far against its cost (`step_ms(depth)`: the
     batch's step with `depth` drafts per request, as the plan prices it), and goes on while
-    the next token (accepted with `p` if every draft so far was) raises tokens per ms. A
-    token's chance to be accepted given its parent was is the calibration's rate at the
-    draft's probability of it (`FirstDraftCalibration`, which `observe`s every depth).
+    stopping deeper, at any depth up to `max_depth` (tokens not yet drafted accepted with `p`
+    each given their parent was), raises tokens per ms. A drafted token's chance to be
+    accepted given its parent was is the calibration's rate at the draft's probability of it
+    (`FirstDraftCalibration`, which `observe`s every depth).
+
+    Deeper, not only one deeper: a step's cost is not linear in its depth. A step's first
+    draft forward carries the chain's setup, so at batch 1 (1.5B + 0.5B) steps of 1 / 2 / 3
+    drafts took 388 / 520 / 579 ms. Weighing the next token alone, a chain whose first draft
+    was accepted with 0.7 stopped at 1 (2.26 tokens in 520 ms is below 1.7 in 388), where 3
+    drafts bring 2.71 tokens in 579 ms, the best of the three; 91 of 223 steps stopped there.
 
     Requests whose plan drafts nothing (`ps` entry with budget 0) do not count. Plain Python.
     """
@@ -408,8 +437,10 @@ class ChainStop:
         step_ms: Callable[[int], float],
         min_token_prob: float,
         first_ps: Sequence[float] | None = None,
+        max_depth: int | None = None,
     ) -> None:
         assert len(ps) == len(first_q), f"{len(first_q)} first drafts for {len(ps)} requests"
+        assert max_depth is None or max_depth >= 1, f"max_depth {max_depth}"
         first_ps = list(ps) if first_ps is None else list(first_ps)
         assert len(first_ps) == len(ps), f"{len(first_ps)} first-draft estimates for {len(ps)} requests"
         self.ps, self.calibration, self.step_ms = list(ps), calibration, step_ms
@@ -422,11 +453,21 @@ class ChainStop:
         ]
         self.tokens = len(ps) + sum(r[-1] for r in self.reach if r)  # expected committed tokens so far
         self.depth = 1
+        self.max_depth = max_depth  # None: weigh one token more only
 
     def go_on(self) -> bool:
-        """Whether a draft token more per request raises the step's expected tokens per ms."""
-        more = sum(r[-1] * p for r, p in zip(self.reach, self.ps) if r)
-        return (self.tokens + more) * self.step_ms(self.depth) > self.tokens * self.step_ms(self.depth + 1)
+        """Whether stopping deeper (a token more per request, or up to `max_depth`) raises the
+        step's expected tokens per ms over stopping now."""
+        deepest = self.depth + 1 if self.max_depth is None else self.max_depth
+        now = self.tokens / self.step_ms(self.depth)
+        tokens, reach = self.tokens, [r[-1] for r in self.reach if r]
+        ps = [p for r, p in zip(self.reach, self.ps) if r]
+        for depth in range(self.depth + 1, deepest + 1):
+            reach = [x * p for x, p in zip(reach, ps)]
+            tokens += sum(reach)
+            if tokens / self.step_ms(depth) > now:
+                return True
+        return False
 
     def observe(self, qs: Sequence[float]) -> None:
         """The draft's probability of the tokens it drafted at the next depth, per request."""

@@ -216,7 +216,7 @@ class SpecSoTModelWorker(SpecSoTWorker):
         bs = len(sizes)
         return ChainStop(
             self._last_ps, first_q, self.first_calibration, lambda depth: self._step_ms(bs, depth + 1),
-            self.adaptive.min_token_prob, first_ps=self._last_firsts,
+            self.adaptive.min_token_prob, first_ps=self._last_firsts, max_depth=self.draft_worker.max_steps,
         )  # fmt: skip
 
     # -- skipping the draft model where the SoT context matches long ---------------------

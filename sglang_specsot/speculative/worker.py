@@ -346,14 +346,15 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
 
     def _cold(self, batch) -> bool:
         """Whether to explore now, off schedule and funded or not (ExploreFund): the server
-        has never verified a draft of some request's role, so it knows nothing of how such
-        text accepts drafts and plans from another role's acceptance or the blind prior
-        (0.5), where drafting seldom pays; it would decode plain until the schedule's first
-        turn (31 steps of a first answer with the 1.5B + 0.5B pair), or never while exploring
-        is unfunded. What one exploring step learns sets every later plan of that role: once
-        per role (plain, skeleton, branch) in a server's life. Not where drafting could not
-        pay even at `explore_p`."""
-        unknown = any(not self.stats.has_evidence(self._role(req.rid)) for req in batch.reqs)
+        has verified drafts of some request's role on fewer than `cold_verifies` steps, so it
+        knows too little of how such text accepts drafts and plans from another role's
+        acceptance, the blind prior (0.5) or a step or two, where drafting seldom pays; it
+        would decode plain until the schedule's turn (31 steps of a first answer with the
+        1.5B + 0.5B pair), or never while exploring is unfunded. What these steps learn sets
+        the later plans of that role: at most `cold_verifies` per role (plain, skeleton,
+        branch) in a server's life. Not where drafting could not pay even at `explore_p`."""
+        need = self.adaptive.cold_verifies
+        unknown = any(self.stats.verifies(self._role(req.rid)) < need for req in batch.reqs)
         return unknown and self._worth_exploring(len(batch.reqs))
 
     def _worth_exploring(self, bs: int) -> bool:

@@ -262,6 +262,8 @@ def test_sglang_config_format_with_specsot_keys():
         ({"1": {"candidate_steps": [1]}, "specsot": {"explore_p": 1.0}}, "explore_p"),
         ({"1": {"candidate_steps": [1]}, "specsot": {"long_match": -1}}, "long_match"),
         ({"1": {"candidate_steps": [1]}, "specsot": {"long_match": 2.5}}, "long_match"),
+        ({"1": {"candidate_steps": [1]}, "specsot": {"cold_verifies": -1}}, "cold_verifies"),
+        ({"1": {"candidate_steps": [1]}, "specsot": {"cold_verifies": True}}, "cold_verifies"),
     ],
 )
 def test_bad_configs_name_the_problem(data, message):
@@ -415,6 +417,25 @@ def test_a_chain_weighs_the_step_cost_against_the_tokens_it_expects():
     # Where a draft row costs a tenth of a step, it goes on.
     cheap = ChainStop([0.6], [0.5], calibration, lambda depth: 200.0 + 20.0 * depth, 0.05)
     assert cheap.go_on()
+
+
+def test_a_chain_looks_past_a_token_that_does_not_pay_alone():
+    # Steps of 1 / 2 / 3 / 4 drafts as measured at batch 1 (1.5B + 0.5B): the first draft
+    # forward carries the chain's setup, so the second token costs more than the third.
+    ms = {1: 388.0, 2: 520.0, 3: 579.0, 4: 745.0}
+    calibration = FirstDraftCalibration()  # uninformative: the first draft at first_ps, later ones at p
+    myopic = ChainStop([0.8], [0.5], calibration, ms.__getitem__, 0.05, first_ps=[0.7])
+    assert not myopic.go_on()  # 2.26 tokens in 520 ms < 1.7 in 388
+    ahead = ChainStop([0.8], [0.5], calibration, ms.__getitem__, 0.05, first_ps=[0.7], max_depth=4)
+    assert ahead.go_on()  # 2.71 tokens in 579 ms > 1.7 in 388
+    ahead.observe([0.5])
+    assert ahead.go_on()  # at depth 2 the third token pays on its own
+    ahead.observe([0.5])
+    assert not ahead.go_on()  # 3.07 tokens in 745 ms < 2.71 in 579
+    assert ahead.depths() == [3]
+    # Where the first draft is unlikely, nothing deeper pays either.
+    unsure = ChainStop([0.8], [0.5], calibration, ms.__getitem__, 0.05, first_ps=[0.2], max_depth=4)
+    assert not unsure.go_on()
 
 
 def test_requests_that_draft_nothing_do_not_count_in_the_chain():
@@ -588,3 +609,13 @@ def test_runs_without_measured_savings_give_no_verdict():
         runs.step(4, drafted=True)
         runs.step(4, drafted=False)
     assert runs.pays(4) is None and runs.expected(4) == 1.0
+
+
+def test_verifies_count_the_drafted_steps_behind_each_roles_estimate():
+    stats = ChainAcceptance(AdaptiveConfig.default(4))
+    stats.observe("g", 2, 1, "branch")
+    stats.observe("g", 0, 0, "branch")  # a plain step: no evidence
+    stats.observe("r", 3, 3, "plain")
+    stats.observe("r", 1, 0, None)
+    assert (stats.verifies("branch"), stats.verifies("plain"), stats.verifies("skeleton")) == (1, 1, 0)
+    assert stats.verifies() == 3  # the server's: every drafted verify, of any role or none

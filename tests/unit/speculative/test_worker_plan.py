@@ -3,6 +3,7 @@ drafts, so the acceptance estimates can learn again (exploring, `explore_share`)
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -37,6 +38,13 @@ def _exploring_worker(config: AdaptiveConfig) -> SpecSoTWorker:
     return worker
 
 
+def _warm(worker, role: str = "plain", key: str = "earlier") -> None:
+    """The server has verified drafts of `role` on enough steps not to be cold for it (each
+    missed both of its 2 drafts)."""
+    for _ in range(worker.adaptive.cold_verifies):
+        worker.stats.observe(key, 2, 0, role)
+
+
 def _batch(n: int):
     return SimpleNamespace(reqs=[SimpleNamespace(rid=f"r{i}") for i in range(n)])
 
@@ -46,7 +54,7 @@ def test_a_batch_that_stopped_drafting_explores_within_its_time_share():
     # at explore_p (0.8), so the batch explores.
     config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25, prior_accepts=0.1, prior_misses=0.9)
     worker, batch = _exploring_worker(config), _batch(2)
-    worker.stats.observe("earlier", 2, 0, "plain")  # the server has verified drafts before (not cold)
+    _warm(worker)  # the server has verified drafts before (not cold)
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))  # 20 ms a row more
     widths = [max(worker._tree_sizes(batch)) for _ in range(24)]
     # A plain step of 2 rows costs 120 ms, an exploring one (2 drafts, 3 rows per request)
@@ -65,9 +73,35 @@ def test_a_server_that_never_verified_a_draft_explores_at_once():
     worker, batch = _exploring_worker(config), _batch(2)
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))
     assert worker._tree_sizes(batch) == [3, 3] and worker._exploring and worker._explored == 1
-    worker.stats.observe("r0", 2, 0, "plain")  # verify saw both drafts miss: no longer cold
+    worker.stats.observe("r0", 2, 0, "plain")  # verify saw both drafts miss
     worker.stats.observe("r1", 2, 0, "plain")
-    assert [max(worker._tree_sizes(batch)) for _ in range(6)] == [1, 1, 3] * 2
+    # One step is no verdict: it stays cold until cold_verifies (4) drafted verifies.
+    assert worker.stats.verifies("plain") == 2 < config.cold_verifies
+    assert worker._tree_sizes(batch) == [3, 3] and worker._explored == 2
+    worker.stats.observe("r0", 2, 0, "plain")
+    worker.stats.observe("r1", 2, 0, "plain")
+    assert [max(worker._tree_sizes(batch)) for _ in range(6)] == [1, 1, 3] * 2  # on schedule now
+
+
+def test_a_fresh_server_whose_first_drafts_missed_learns_before_it_gives_up():
+    # A fresh server's first step drafted from a low-confidence token and missed, and
+    # exploring once has spent the fund: before cold_verifies it drafted nothing more for
+    # hundreds of steps, planning from a first-draft estimate built on one miss.
+    config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25)
+    worker, batch = _exploring_worker(config), _batch(1)
+    worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))
+    worker.stats.observe("r0", 2, 0, "plain")
+    worker.explore_fund.charge(-200.0)
+    assert worker._tree_sizes(batch) == [3] and worker._exploring  # cold: funded or not
+    assert worker.explore_fund.unfunded == 0
+    worker.stats.observe("r0", 2, 2, "plain")  # what exploring finds: the drafts accept
+    assert max(worker._tree_sizes(batch)) > 1 and not worker._exploring  # the plan drafts now
+    # Before cold_verifies, that first miss was the verdict: the fund spent, nothing explored.
+    worker = _exploring_worker(dataclasses.replace(config, cold_verifies=1))
+    worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))
+    worker.stats.observe("r0", 2, 0, "plain")
+    worker.explore_fund.charge(-200.0)
+    assert {max(worker._tree_sizes(batch)) for _ in range(50)} == {1}
 
 
 def test_no_exploring_where_drafting_could_not_pay_even_at_explore_p():
@@ -440,11 +474,11 @@ def test_exploring_counts_the_catch_up_it_needs_against_its_share():
 
     config = AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.25)
     current = _chain_worker(config)
-    current.stats.observe("earlier", 1, 0, "plain")  # not a cold server: exploring on schedule
+    _warm(current)  # not a cold server: exploring on schedule
     # An exploring step costs 40 ms more than a plain one: 40 / (0.25 x 100) -> every 2nd.
     assert plain_steps_per_explore(current) == 2
     behind = _chain_worker(config)
-    behind.stats.observe("earlier", 1, 0, "plain")
+    _warm(behind)
     behind.backlog.add(["r0"], [80])
     # Its catch-up over 80 tokens costs 200 ms more (50 ms at 65 rows, 10 ms a row on):
     # 240 / 25 -> every 10th.
@@ -567,7 +601,7 @@ def test_exploring_waits_while_it_has_spent_more_than_drafting_saved():
     # As in the first test: p = 0.1, drafting pays only at explore_p; one step in 3 explores.
     config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25, prior_accepts=0.1, prior_misses=0.9)
     worker, batch = _exploring_worker(config), _batch(2)
-    worker.stats.observe("earlier", 2, 0, "plain")
+    _warm(worker)
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))
     worker.explore_fund.charge(-80.0)  # an exploring step that cost 80 ms more than plain decoding
     widths = [max(worker._tree_sizes(batch)) for _ in range(9)]
@@ -580,7 +614,7 @@ def test_exploring_waits_while_it_has_spent_more_than_drafting_saved():
     assert worker.speculative_state_report()["specsot"]["explore_fund"] == {"balance_ms": 20.0, "unfunded": 9}
 
 
-def test_a_role_never_drafted_for_explores_once_funded_or_not():
+def test_a_role_little_drafted_for_explores_funded_or_not():
     # The server has drafted only for SoT branches, lost doing so (the fund is spent), and
     # learned they accept nothing. A normal answer (untagged: plain) starts from the server's
     # acceptance, where drafting does not pay: without exploring once it would never learn
@@ -596,7 +630,7 @@ def test_a_role_never_drafted_for_explores_once_funded_or_not():
     worker.explore_fund.charge(-500.0)
     assert worker._tree_sizes(batch) == [3, 3] and worker._explored == 1  # cold for its role
     assert worker.explore_fund.unfunded == 0
-    worker.stats.observe("r0", 2, 0, "plain")  # what it learned: its drafts missed too
+    _warm(worker, key="r0")  # what it learned: its drafts missed too
     assert [max(worker._tree_sizes(batch)) for _ in range(3)] == [1, 1, 1]  # now it waits
     assert worker.explore_fund.unfunded == 3
     branches = SimpleNamespace(reqs=[SimpleNamespace(rid="b0")])
@@ -624,7 +658,7 @@ def test_a_cache_flush_forgets_the_groups_not_what_drafting_earns_here():
 def test_exploring_on_schedule_whatever_the_costs_is_not_funded_either():
     config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25, explore_p=None)
     worker, batch = _exploring_worker(config), _batch(2)
-    worker.stats.observe("earlier", 2, 0, "plain")
+    _warm(worker)
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))
     worker.explore_fund.charge(-1000.0)
     assert [max(worker._tree_sizes(batch)) for _ in range(3)] == [1, 1, 3] and worker.explore_fund.unfunded == 0
