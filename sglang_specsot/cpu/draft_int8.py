@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import torch
 
+from sglang_specsot.speculative.probe import best_of_sweeps
+
 logger = logging.getLogger(__name__)
 
 # In the server's environment: "auto" (the default) quantizes the draft model on CPU where a
@@ -248,16 +250,11 @@ def kernel_plan(weight: torch.Tensor, rows: tuple[int, ...] = PROBE_ROWS, sweeps
         packed = pack_w8a8(weight)
         kernels[W8A8] = lambda x: w8a8_linear(x, packed, None)
     inputs = {n: torch.randn(n, weight.shape[1], dtype=weight.dtype) for n in rows}
-    best = {(k, n): float("inf") for k in kernels for n in rows}
     # Small matrices take ~0.05 ms: time a few products per try so the timer's own cost and
     # one interruption do not decide; an LM head takes ~20 ms and needs no repeats.
     reps = 1 if weight.numel() > 2**25 else 5
-    for sweep in range(sweeps + 1):
-        for n in rows:
-            for k, fn in kernels.items():
-                ms = _ms(lambda: fn(inputs[n]), reps)
-                if sweep > 0:  # the first sweep builds oneDNN's kernels for each shape
-                    best[k, n] = min(best[k, n], ms)
+    keys = [(k, n) for n in rows for k in kernels]
+    best = best_of_sweeps(keys, lambda key: _ms(lambda: kernels[key[0]](inputs[key[1]]), reps), sweeps)
     return plan_from_times({n: {k: best[k, n] for k in kernels} for n in rows})
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 
@@ -20,6 +21,8 @@ from sglang_specsot.speculative.cost_model import ForwardCost
 logger = logging.getLogger(__name__)
 
 PROBE_ROWS = (1, 4, 8, 16, 32, 64)
+
+K = TypeVar("K")
 
 
 def _products(model: torch.nn.Module) -> list[tuple[int, torch.dtype, Callable[[torch.Tensor], torch.Tensor]]]:
@@ -72,17 +75,27 @@ def probe_forward_cost(model: torch.nn.Module, rows: tuple[int, ...] = PROBE_ROW
     assert products, f"{type(model).__name__} has no 2-D floating weights to probe"
     device = next(model.parameters()).device
     inputs = {n: {(k, dt): torch.randn(n, k, device=device, dtype=dt) for k, dt, _ in products} for n in rows}
-    best = {n: float("inf") for n in rows}
-    for sweep in range(sweeps + 1):
-        for n in rows:
-            ms = _time_products(products, inputs[n], device)
-            if sweep > 0:  # the first sweep warms caches and kernels
-                best[n] = min(best[n], ms)
+    best = best_of_sweeps(rows, lambda n: _time_products(products, inputs[n], device), sweeps)
     times = [best[n] for n in rows]
     # Noise can make a larger probe look cheaper; the model assumes cost never falls with rows.
     for i in range(1, len(times)):
         times[i] = max(times[i], times[i - 1])
     return ForwardCost(probe_rows=tuple(rows), probe_ms=tuple(times))
+
+
+def best_of_sweeps(keys: Sequence[K], time_ms: Callable[[K], float], sweeps: int) -> dict[K, float]:
+    """Each key's least time over `sweeps` sweeps through every key in turn, after one
+    warm-up sweep (it builds oneDNN's kernels for each shape and warms the caches).
+
+    Sweeps rather than repeats of one key back to back: a disturbance lasting seconds then
+    spoils one sweep's time of a key, not every try of it (see `probe_forward_cost`)."""
+    best = {key: float("inf") for key in keys}
+    for sweep in range(sweeps + 1):
+        for key in keys:
+            ms = time_ms(key)
+            if sweep > 0:
+                best[key] = min(best[key], ms)
+    return best
 
 
 def _time_products(products, inputs: dict[tuple[int, torch.dtype], torch.Tensor], device: torch.device) -> float:
