@@ -102,8 +102,12 @@ def test_draft_model_parity(qwen05_path, qwen05_draft_path, qwen05_parity, tmp_p
     prompts, plain_ids = qwen05_parity
     # The 12-layer draft may never pay here, and then the policy would never draft: explore
     # on schedule, often, so that drafted steps, deferred extends and catch-ups all run.
+    # Exploring drafts the smallest positive candidate: 3 tokens, so that its chains run draft
+    # forwards (a 1-token draft reads the last extend's top-k and runs none) and the draft's
+    # cost is measured whether or not a plan ever drafts; plans still cut chains shorter
+    # (per-request budgets, the draft's confidence).
     config = tmp_path / "explore.json"
-    config.write_text(json.dumps({"1": {"candidate_steps": [0, 1, 3]}, "specsot": {"explore_share": 0.5, "explore_p": None}}))
+    config.write_text(json.dumps({"1": {"candidate_steps": [0, 3]}, "specsot": {"explore_share": 0.5, "explore_p": None}}))
     args = MODEL_ARGS + ["--speculative-draft-model-path", qwen05_draft_path, "--speculative-adaptive-config", str(config)]
     with leak_checked_server(qwen05_path, args, tmp_path / "server.log") as server:
         report = _check(server, prompts, plain_ids, "draft model")
