@@ -172,9 +172,8 @@ class AcceptanceStats:
         return (acc + c.prior_accepts) / (acc + miss + c.prior_accepts + c.prior_misses)
 
     def has_evidence(self, role: str | None = None) -> bool:
-        """Whether the server has verified any drafts yet (each leaves an accept or a miss),
-        of `role` where given."""
-        return any(self._server if role is None else self._roles.get(role, ()))
+        """Whether the server has verified any drafts yet, of `role` where given."""
+        return self.verifies(role) > 0
 
     def verifies(self, role: str | None = None) -> int:
         """How many verifies of drafts the server has seen (of `role` where given): not decayed,
