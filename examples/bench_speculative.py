@@ -61,7 +61,7 @@ def fetch(name: str) -> str:
 
 def configs(
     draft_path: str | None, num_draft: int, steps: int, topk: int, model_tree: int, adaptive: bool = False,
-    fixed: bool = False, bf16_draft: bool = False,
+    fixed: bool = False, bf16_draft: bool = False, variants: dict[str, str] | None = None,
 ) -> dict[str, list[str]]:  # fmt: skip
     """Plain, NGRAM and SPECSOT from the SoT context alone; with a draft model also
     STANDALONE and SPECSOT, both drafting a `model_tree`-node tree (`steps` x `topk`) with it;
@@ -80,6 +80,8 @@ def configs(
         out["SPECSOT"] = ["--speculative-algorithm", "SPECSOT", *shape,
                           "--speculative-num-draft-tokens", str(model_tree + 3)]  # fmt: skip
     plain_specsot = [n for n in out if n.startswith("SPECSOT")]
+    for name, path in (variants or {}).items():
+        out[f"SPECSOT-{name}"] = out["SPECSOT"] + ["--speculative-adaptive-config", path]
     if adaptive:
         for name in plain_specsot:
             out[f"{name}+ad"] = out[name] + ["--speculative-adaptive"]
@@ -89,6 +91,23 @@ def configs(
     if bf16_draft:
         for name in [n for n in out if n.startswith("SPECSOT") and not n.startswith("SPECSOT-ctx")]:
             out[f"{name}-bf16"] = list(out[name])
+    return out
+
+
+def parse_variants(specs: list[str], directory: Path, max_budget: int) -> dict[str, str]:
+    """NAME=JSON per variant -> NAME: the path of its adaptive config, every budget 0..
+    `max_budget` a candidate (SPECSOT's default) and the JSON's keys under "specsot"."""
+    out = {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        if not sep or not name.isidentifier():
+            raise ValueError(f"--variant {spec!r}: write NAME=JSON, e.g. noru='{{\"runner_ups\": false}}'")
+        keys = json.loads(text)
+        if not isinstance(keys, dict):
+            raise ValueError(f"--variant {spec!r}: the JSON must be an object of SPECSOT's adaptive keys")
+        path = directory / f"adaptive-{name}.json"
+        path.write_text(json.dumps({"1": {"candidate_steps": list(range(max_budget + 1))}, "specsot": keys}))
+        out[name] = str(path)
     return out
 
 
@@ -162,6 +181,9 @@ def main() -> None:
     parser.add_argument("--bf16-draft", action="store_true",
                         help="also run each SPECSOT config with a draft model keeping the draft's weights as "
                              "loaded (\"-bf16\", SGLANG_SPECSOT_DRAFT_INT8=off)")  # fmt: skip
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=JSON",
+                        help="also run SPECSOT (with --draft) as SPECSOT-NAME with these keys under \"specsot\" "
+                             "in its adaptive config, e.g. noru='{\"runner_ups\": false}' (repeatable)")  # fmt: skip
     parser.add_argument("--mem-fraction", type=float, default=0.6,
                         help="--mem-fraction-static of every server: SGLang counts the RAM the servers started "
                              "before took, so three servers with a 1.5B target and a draft need ~0.9")  # fmt: skip
@@ -179,11 +201,14 @@ def main() -> None:
         parser.error(f"--workloads: unknown {sorted(unknown)}; choose from {sorted(loads)}")
     loads = {name: batches for name, batches in loads.items() if name in wanted}
     logs = Path(tempfile.mkdtemp(prefix="bench-speculative-"))
+    variants = parse_variants(args.variant, logs, max_budget=(args.model_tree or 1 + args.steps * args.topk) + 2)
+    if variants and not draft:
+        parser.error("--variant: SPECSOT variants need --draft")
     servers = {name: ServerProcess(model, COMMON + ["--dtype", args.dtype, "--mem-fraction-static", str(args.mem_fraction)] + extra,
                                    env=server_env(name), log_path=logs / f"{name}.log")  # fmt: skip
                for name, extra in configs(draft, args.num_draft_tokens, args.steps, args.topk,
                                      args.model_tree or 1 + args.steps * args.topk, args.adaptive,
-                                     args.fixed, args.bf16_draft).items()
+                                     args.fixed, args.bf16_draft, variants).items()
                if args.only is None or name == "plain" or name in args.only.split(",")}
     stats = {(c, w): {"tokens": 0, "seconds": 0.0, "accept": [], "spent": [], "depth": {}, "texts": {}}
              for c in servers for w in loads}  # fmt: skip

@@ -112,6 +112,26 @@ class TreeBuilder:
         return DraftTree(tokens, parents)
 
 
+def with_runner_ups(chain: DraftTree, runner_ups: dict[int, int]) -> DraftTree:
+    """`chain` (nodes in chain order: node d is its draft at depth d) with each
+    `runner_ups[d]` token beside its draft at depth d, as a leaf under depth d - 1's node.
+
+    A runner-up is the draft's second choice where its first is drafted: verify accepts it
+    where the target's token is that one, one token more than the chain's miss would leave.
+    It is never a parent: the draft ran no forward from it. A runner-up equal to the chain's
+    token there (none, for a top-2) would give a node two children of one token, which tree
+    sampling does not allow, so it is left out."""
+    assert all(chain.parents[i] == i - 1 for i in range(1, chain.size)), "runner-ups go beside a chain"
+    assert all(1 <= d < chain.size for d in runner_ups), f"runner-up depths {sorted(runner_ups)} outside the chain"
+    builder = TreeBuilder(budget=chain.size - 1 + len(runner_ups))
+    for i, token in enumerate(chain.tokens):
+        builder.add_node(token, i - 1)
+    for depth, token in sorted(runner_ups.items()):
+        if token != chain.tokens[depth]:
+            builder.add_node(token, depth - 1)
+    return builder.to_bfs_tree()
+
+
 def tree_mask(tree: DraftTree, size: int) -> list[list[bool]]:
     """`size` x `size` ancestor-or-self mask; rows past the tree see only themselves."""
     mask = [[False] * size for _ in range(size)]

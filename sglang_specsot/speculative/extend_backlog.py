@@ -80,6 +80,11 @@ class ExtendBacklog:
         self.shared_rows = 0  # backlog rows a catch-up left to another request (deduplicated)
         self.step_extends = 0  # draft-extends of a drafting step's own tokens (not catch-ups)
         self.reused_rows = 0  # committed tokens whose draft KV the draft's chain had written
+        # Catch-ups (not a drafting step's own extend): their rows, their time, and what the
+        # cost model priced them at before they ran (`_setup_ms`), all summed.
+        self.catch_up_rows_total = 0
+        self.catch_up_ms_total = 0.0
+        self.catch_up_priced_ms = 0.0
 
     def lag(self, rids: Sequence[str]) -> list[int]:
         return [self._behind.get(rid, 0) for rid in rids]
@@ -140,5 +145,8 @@ class ExtendBacklog:
             "shared_rows": self.shared_rows,
             "step_extends": self.step_extends,
             "reused_rows": self.reused_rows,
+            "catch_up_rows": self.catch_up_rows_total,
+            "catch_up_ms": round(self.catch_up_ms_total, 1),
+            "catch_up_priced_ms": round(self.catch_up_priced_ms, 1),
             "requests_behind": sum(1 for b in self._behind.values() if b > 0),
         }

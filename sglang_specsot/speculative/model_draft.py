@@ -12,6 +12,7 @@ model's own tree.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass, field
 
 import torch
 
@@ -36,6 +37,10 @@ def model_tree_size(num_steps: int, topk: int, num_draft_tokens: int) -> int:
 
 class SoTDraftModel(sgl.DraftModelWorker):
     """SGLang's standalone draft worker, drafting `model_tree_size` nodes per request."""
+
+    # Set by the worker whose chains take runner-ups (AdaptiveConfig.runner_ups): each extend
+    # and draft forward then keeps its rows' second choice.
+    runner_ups: RunnerUps | None = None
 
     def __init__(self, server_args, gpu_id: int, nccl_port: int, target_worker):
         spec = sgl.get_spec()
@@ -119,10 +124,16 @@ class SoTDraftModel(sgl.DraftModelWorker):
         assert steps == self.max_steps or self.variable_steps, "this draft backend drafts full chains only"
         assert stop is None or (self.topk == 1 and self.variable_steps), "chains stop early on our eager CPU path only"
         size = model_tree_size(steps, self.topk, self.verify_width)
-        stoppable = (
-            contextlib.nullcontext() if stop is None
-            else sgl.stoppable_forwards(self.draft_runner, stop.go_on, lambda logits: stop.observe(_top1_probs(logits)))
-        )  # fmt: skip
+        if self.runner_ups is not None:
+            self.runner_ups.by_forward.clear()
+        if stop is not None:
+            stoppable = sgl.stoppable_forwards(
+                self.draft_runner, stop.go_on, lambda logits: stop.observe(self._seen(logits))
+            )  # fmt: skip
+        elif self.runner_ups is not None:  # every forward runs; each one's second choices are kept
+            stoppable = sgl.stoppable_forwards(self.draft_runner, lambda: True, self._seen)
+        else:
+            stoppable = contextlib.nullcontext()
         with self._steps(steps), self._width(size), sgl.draft_model_context(self.parallel_layout), stoppable:
             verify_input = self.draft(batch)
         bs = len(batch.reqs)
@@ -131,6 +142,14 @@ class SoTDraftModel(sgl.DraftModelWorker):
             verify_input.retrieve_next_token.cpu(),
             verify_input.retrieve_next_sibling.cpu(),
         )
+
+    def _seen(self, logits: torch.Tensor) -> list[float]:
+        """A draft forward's rows: the draft's probability of the token it drafts (its
+        argmax), its runner-up kept where asked for."""
+        top = torch.softmax(logits.float(), dim=-1).topk(2, dim=-1)
+        if self.runner_ups is not None:
+            self.runner_ups.by_forward.append(list(zip(top.indices[:, 1].tolist(), top.values[:, 1].tolist())))
+        return top.values[:, 0].tolist()
 
     @property
     def keeps_confidence(self) -> bool:
@@ -154,11 +173,27 @@ class SoTDraftModel(sgl.DraftModelWorker):
         draft_input = result.next_draft_input
         probs = torch.softmax(kept[-1].next_token_logits.float(), dim=-1)  # one row per request
         draft_input.topk_p = probs.gather(-1, draft_input.topk_index.to(probs.device))
+        self._keep_first_runner_ups(batch, probs)
+
+    def _keep_first_runner_ups(self, batch, probs: torch.Tensor) -> None:
+        """After an extend (`probs`: one row per request of `batch`), each request's first
+        two choices for its next draft, for that draft's runner-up (`RunnerUps.first`)."""
+        if self.runner_ups is None:
+            return
+        assert probs.shape[0] == len(batch.reqs), f"{probs.shape[0]} extend rows for {len(batch.reqs)} requests"
+        top = probs.topk(2, dim=-1)
+        for req, (first, second), q in zip(batch.reqs, top.indices.tolist(), top.values[:, 1].tolist()):
+            self.runner_ups.first[req.rid] = (first, second, q)
 
     def extend_after_prefill(self, batch, next_token_ids: torch.Tensor):
         """Draft-extend over the prompt; returns SGLang's draft input (top-k for step one)."""
-        with sgl.draft_model_context(self.parallel_layout):
-            return self.draft_extend_for_prefill(batch, None, next_token_ids)
+        if self.runner_ups is None:
+            with sgl.draft_model_context(self.parallel_layout):
+                return self.draft_extend_for_prefill(batch, None, next_token_ids)
+        with sgl.draft_model_context(self.parallel_layout), sgl.kept_forward_logits(self.draft_runner) as kept:
+            first = self.draft_extend_for_prefill(batch, None, next_token_ids)
+        self._keep_first_runner_ups(batch, torch.softmax(kept[-1].next_token_logits.float(), dim=-1))
+        return first
 
     def extend_ranges(self, batch, ranges: list[tuple[int, int]], tokens: list[list[int]]):
         """Draft-extend over positions [start, end) of each request, all committed; returns the
@@ -206,9 +241,21 @@ class SoTDraftModel(sgl.DraftModelWorker):
             self._draft_extend(batch, result)
 
 
-def _top1_probs(logits: torch.Tensor) -> list[float]:
-    """The draft's probability of its argmax token, per row (one row per request: top-1)."""
-    return torch.softmax(logits.float(), dim=-1).amax(dim=-1).tolist()
+@dataclass
+class RunnerUps:
+    """The draft's second choices, kept for the chain's runner-ups (`with_runner_ups`).
+
+    `first`: per request, after its last extend, (first choice, second choice, the
+    draft's probability of the second): the chain's first draft is the first choice, which
+    the worker checks before it takes the second. `by_forward`: per draft forward of the
+    current chain, per row (second choice, its probability): forward i gives the second
+    choice beside the chain's draft at depth i + 1."""
+
+    first: dict[str, tuple[int, int, float]] = field(default_factory=dict)
+    by_forward: list[list[tuple[int, float]]] = field(default_factory=list)
+
+    def forget(self, rid: str) -> None:
+        self.first.pop(rid, None)
 
 
 def trees_from_links(

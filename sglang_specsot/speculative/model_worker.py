@@ -32,13 +32,13 @@ from sglang_specsot.cpu.draft_int8 import (
 from sglang_specsot.speculative import adapter as sgl
 from sglang_specsot.speculative.budget import (
     AcceptanceStats, AdaptiveConfig, ChainStop, FirstDraftCalibration, best_plan, drafting_near,
-    expected_drafts_accepted,
+    expected_drafts_accepted, pick_runner_ups, runner_up_gains,
 )  # fmt: skip
-from sglang_specsot.speculative.draft_tree import DraftTree
+from sglang_specsot.speculative.draft_tree import DraftTree, with_runner_ups
 from sglang_specsot.speculative.draft_kv import DraftKVSlots, shared_backlog
 from sglang_specsot.speculative.extend_backlog import ExtendBacklog, catch_up_passes, deduplicated
 from sglang_specsot.speculative.inputs import SoTDraftInput
-from sglang_specsot.speculative.model_draft import SoTDraftModel
+from sglang_specsot.speculative.model_draft import RunnerUps, SoTDraftModel
 from sglang_specsot.speculative.probe import probe_forward_cost
 from sglang_specsot.speculative.worker import SpecSoTWorker
 
@@ -79,6 +79,11 @@ class SpecSoTModelWorker(SpecSoTWorker):
         self._extended = False  # whether the last step's draft-extend ran (not deferred)
         # Per request, the chain tokens this step's draft forwards fed (their KV is written).
         self._fed: list[list[int]] | None = None
+        # This step's chains (their drafts, root excluded) where runner-ups joined them: what
+        # a request's acceptance estimate learns is how far its chain was right.
+        self._step_chains: list[tuple[int, ...]] | None = None
+        self._chain_width: int | None = None  # the width the plan priced, without runner-ups
+        self.runner_up_counts = {"steps": 0, "verified": 0, "accepted": 0}
         logger.info("SPECSOT cost model measured at start-up (draft, ms by rows): %s", self.cost.draft.info())
         logger.info(
             "SPECSOT drafts with %s: %d-node %s per request, up to %d SoT-context nodes more",
@@ -158,6 +163,8 @@ class SpecSoTModelWorker(SpecSoTWorker):
 
     def _draft_trees(self, batch, sizes: list[int]) -> list[DraftTree]:
         self._draft_source, self._step_drafts, self._fed = "context", None, None
+        self._step_chains, self._chain_width = None, None
+        self._takes_runner_ups  # noqa: B018 - decided at the first draft (see there)
         seeds: list[DraftTree | None] = [None] * len(sizes)
         self._shadow = self._long_match_chains(batch)
         drafts = self._chain_steps(max(sizes)) > 0
@@ -181,6 +188,9 @@ class SpecSoTModelWorker(SpecSoTWorker):
         if self._chain_adaptive:
             seeds = [_chain_prefix(seed, n - 1) for seed, n in zip(seeds, sizes)]
             self._note_drafts(batch, seeds, stop)
+        if self._takes_runner_ups and any(seeds):
+            reach = stop.reach if stop is not None else self._planned_reach(seeds)
+            seeds, sizes = self._with_runner_ups(batch, seeds, sizes, reach)
         # The model's tree goes in whole; SoT-context nodes fill the request's budget.
         return [
             self._context_tree(req, max(n, seed.size if seed else 1), seed)
@@ -201,6 +211,67 @@ class SpecSoTModelWorker(SpecSoTWorker):
             per_forward = (time.perf_counter() - start) * 1e3 / forwards
             self.cost.draft.observe(len(batch.reqs) * self.draft_worker.topk, per_forward)
         return seeds
+
+    @functools.cached_property
+    def _takes_runner_ups(self) -> bool:
+        """Whether chains take runner-ups (`AdaptiveConfig.runner_ups`, an adaptive chain);
+        asked from the first draft on, when the draft's backends exist. From then on, the
+        draft model keeps its second choices (`RunnerUps`)."""
+        if not (self._chain_adaptive and self.adaptive.runner_ups):
+            return False
+        self.draft_worker.runner_ups = RunnerUps()
+        return True
+
+    def _planned_reach(self, seeds: list[DraftTree | None]) -> list[list[float]]:
+        """Per request, the chance its chain is accepted through each depth, from the
+        plan's estimates (a step without `ChainStop`: exploring)."""
+        return [
+            [] if seed is None else [f * p**d for d in range(seed.size - 1)]
+            for seed, p, f in zip(seeds, self._last_ps, self._last_firsts)
+        ]  # fmt: skip
+
+    def _with_runner_ups(
+        self, batch, seeds: list[DraftTree | None], sizes: list[int], reach: list[list[float]]
+    ) -> tuple[list[DraftTree | None], list[int]]:  # fmt: skip
+        """The chains with the draft's second choices beside their drafts, as many as the
+        cost model says pay (`pick_runner_ups`), and the trees' new sizes. `reach[i]`: the
+        chance request i's chain is accepted through each depth. The draft ran no forward
+        for the runner-ups: they cost verify rows only."""
+        ups, bs = self.draft_worker.runner_ups, len(seeds)
+        seconds = [self._second_choices(req.rid, i, seed, ups) for i, (req, seed) in enumerate(zip(batch.reqs, seeds))]
+        gains = [runner_up_gains(r, [q for _, q in second]) for r, second in zip(reach, seconds)]
+        depths = [0 if seed is None else seed.size - 1 for seed in seeds]
+        tokens = bs + sum(sum(r[:d]) for r, d in zip(reach, depths))
+        width = max(sizes)
+        picks = pick_runner_ups(
+            gains, sizes, self.num_draft_tokens, lambda w: self.cost.target.ms(bs * w), self._step_ms(bs, width), tokens
+        )  # fmt: skip
+        if not any(picks):
+            return seeds, sizes
+        self._chain_width = width
+        self._step_chains = [() if seed is None else seed.tokens[1:] for seed in seeds]
+        out = []
+        for seed, second, chosen in zip(seeds, seconds, picks):
+            out.append(seed if not chosen else with_runner_ups(seed, {d: second[d - 1][0] for d in chosen}))
+        self.runner_up_counts["steps"] += 1
+        self.runner_up_counts["verified"] += sum(len(c) for c in picks)
+        return out, [max(n, 1 if t is None else t.size) for n, t in zip(sizes, out)]
+
+    def _second_choices(self, rid: str, row: int, seed: DraftTree | None, ups: RunnerUps) -> list[tuple[int, float]]:
+        """(token, the draft's probability of it) of the second choice at each depth of the
+        chain `seed` (row `row` of the step's forwards), up to the first depth where it is not
+        known: the extend's top two must have the chain's first draft first."""
+        if seed is None or seed.size < 2:
+            return []
+        first = ups.first.get(rid)
+        if first is None or first[0] != seed.tokens[1]:
+            return []
+        out = [(first[1], first[2])]
+        for depth in range(2, seed.size):
+            if depth - 2 >= len(ups.by_forward):
+                break
+            out.append(ups.by_forward[depth - 2][row])
+        return out
 
     def _chain_stop(self, batch, sizes: list[int]) -> ChainStop | None:
         """Where the chains of this step may stop by the draft's confidence (`ChainStop`):
@@ -391,6 +462,8 @@ class SpecSoTModelWorker(SpecSoTWorker):
         if self._chain_adaptive:
             report["specsot"]["first_draft_calibration"] = self.first_calibration.info()
             report["specsot"]["chain_depths"] = list(self.chain_depths)
+            if self.draft_worker.runner_ups is not None:
+                report["specsot"]["runner_ups"] = dict(self.runner_up_counts)
             report["specsot"]["long_match"] = {
                 "p": round(self.long_match_stats.p(_LONG_MATCH), 3), "draft_model_skips": self.draft_model_skips,
             }  # fmt: skip
@@ -437,6 +510,29 @@ class SpecSoTModelWorker(SpecSoTWorker):
         draft_input.topk_p, draft_input.topk_index = self._catch_up(
             batch, result.new_seq_lens, after_verify=was_current
         )
+
+    def _forget(self, rid: str) -> None:
+        super()._forget(rid)
+        if self.draft_worker.runner_ups is not None:
+            self.draft_worker.runner_ups.forget(rid)
+
+    def _priced_width(self, result) -> int:
+        # Runner-ups widen a step's verify beyond what its plan priced, where the cost model
+        # said the rows were free: its time is the time of a step of its chains' width.
+        return self._chain_width or result.speculative_num_draft_tokens
+
+    def _drafts_accepted(self, row: int, committed: list[int]) -> int:
+        # With runner-ups, how far the chain itself was right: a request's acceptance
+        # estimate is its chain's (what plans and ChainStop price); a runner-up verify took
+        # is counted apart (`runner_up_counts`).
+        if self._step_chains is None:
+            return super()._drafts_accepted(row, committed)
+        chain, agree = self._step_chains[row], 0
+        while agree < min(len(chain), len(committed)) and chain[agree] == committed[agree]:
+            agree += 1
+        if agree < min(len(chain), len(committed)):
+            self.runner_up_counts["accepted"] += 1
+        return agree
 
     def _written_by_chain(self, result) -> list[int]:
         """Per request, how many of this step's committed tokens the draft's KV holds: the
@@ -567,6 +663,7 @@ class SpecSoTModelWorker(SpecSoTWorker):
             # per-forward overhead: beyond the probed products it pays what grows with its rows
             # (prefill attention), which read as overhead priced every draft forward at ~140 ms
             # where ~45 was real, until no plan, not even exploring's, could pay.
+            start = time.perf_counter()
             topk = self._timed_extend(
                 extend_rows, self.draft_worker.extend_ranges, batch, ranges, tokens, observe=after_verify
             )
@@ -575,6 +672,9 @@ class SpecSoTModelWorker(SpecSoTWorker):
                 self.backlog.step_extends += 1
             else:
                 self.backlog.catch_ups += 1
+                self.backlog.catch_up_rows_total += extend_rows
+                self.backlog.catch_up_ms_total += (time.perf_counter() - start) * 1e3
+                self.backlog.catch_up_priced_ms += self.cost.draft.ms(extend_rows)
         self.backlog.clear(rids)
         self._topk_source = "extend" if after_verify else "catch_up"
         assert topk is not None, "catch-up called with no backlog"

@@ -164,8 +164,9 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
                 self.explore_fund.charge(saved)
             else:
                 self.explore_fund.earn(saved)
-        if self._measures_step_cost(catch_ups, result.speculative_num_draft_tokens):
-            self.step_costs.observe(len(batch.reqs), result.speculative_num_draft_tokens, ms)
+        width = self._priced_width(result)
+        if self._measures_step_cost(catch_ups, width):
+            self.step_costs.observe(len(batch.reqs), width, ms)
         if self._step_log is not None:
             phases = {"draft": drafted - start, "verify": verified - drafted, "draft_extend": end - verified}
             phases = {k: round(v * 1e3, 3) for k, v in phases.items()} | {"target_forward": round(self._target_ms, 3)}
@@ -174,6 +175,10 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
 
     def _catch_ups(self) -> int:
         return 0  # deferred draft-extends' catch-ups so far (a draft model's)
+
+    def _priced_width(self, result) -> int:
+        """The verify width the step's plan priced, under which its time is kept."""
+        return result.speculative_num_draft_tokens
 
     def _measures_step_cost(self, catch_ups_before: int, width: int) -> bool:
         """Whether this step's time is what a step of its batch size and width costs: not
@@ -629,13 +634,13 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             accept_tokens_cpu=result.next_token_ids.view(-1, n).cpu(),
             rids=tuple(req.rid for req in batch.reqs),
         )
-        lens = extend.num_accept_tokens.tolist()
+        lens, rows = extend.num_accept_tokens.tolist(), extend.accept_tokens_cpu.tolist()
         self._step_tokens = sum(lens)  # committed this step (DraftingRuns' savings)
-        for rid, row, k in zip(extend.rids, extend.accept_tokens_cpu.tolist(), lens):
+        for rid, row, k in zip(extend.rids, rows, lens):
             if self.drafter.has(rid):
                 self.drafter.append(rid, row[:k])
                 self._observe_shadows(rid, row[:k])
-        self._observe_acceptance(extend.rids, lens)
+        self._observe_acceptance(extend.rids, lens, rows)
         current = set(extend.rids)
         for rid in current:
             self._awaiting_decode.pop(rid, None)
@@ -643,14 +648,20 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             self._forget(rid)
         self._decode_rids = current
 
-    def _observe_acceptance(self, rids: tuple[str, ...], accept_lens: list[int]) -> None:
-        for rid, tree, k in zip(rids, self._step_trees, accept_lens):
+    def _observe_acceptance(self, rids: tuple[str, ...], accept_lens: list[int], rows: list[list[int]]) -> None:
+        """`rows`: each request's committed tokens this step (its first `accept_lens`)."""
+        for i, (rid, tree, k) in enumerate(zip(rids, self._step_trees, accept_lens)):
             depth = tree.height  # drafts a chain through the tree could have accepted
-            self._observe(rid, self._draft_source, depth, min(k - 1, depth))
+            self._observe(rid, self._draft_source, depth, min(self._drafts_accepted(i, rows[i][: k - 1]), depth))
         self._steps += 1
         if self._steps % 2000 == 0:
             logger.info("SPECSOT cost model after %d steps: %s", self._steps, self.cost.info())
 
+
+    def _drafts_accepted(self, row: int, committed: list[int]) -> int:
+        """Drafts of request `row`'s tree that verify accepted, given the tokens it committed
+        before its bonus token: all of them, whatever path of the tree they took."""
+        return len(committed)
 
     def _observe(self, rid: str, source: str, depth: int, accepted: int) -> None:
         """One tree of `depth` whose first `accepted` drafts were (or would have been) right:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 _PATH = Path(__file__).resolve().parents[3] / "examples" / "bench_speculative.py"
 _spec = importlib.util.spec_from_file_location("bench_speculative", _PATH)
 bench = importlib.util.module_from_spec(_spec)
@@ -34,3 +36,17 @@ def test_bf16_draft_twins_only_for_configs_with_a_draft_model_and_keep_its_weigh
     assert names["SPECSOT-bf16"] == names["SPECSOT"]
     assert bench.server_env("SPECSOT-bf16") == {bench.DRAFT_INT8_ENV: "off"}
     assert bench.server_env("SPECSOT") == {}
+
+
+def test_a_variant_runs_specsot_with_its_own_adaptive_keys(tmp_path):
+    from sglang_specsot.speculative.budget import AdaptiveConfig
+
+    variants = bench.parse_variants(['noru={"runner_ups": false}'], tmp_path, max_budget=7)
+    names = bench.configs("/draft", 6, 4, 1, 5, variants=variants)
+    assert names["SPECSOT-noru"] == names["SPECSOT"] + ["--speculative-adaptive-config", variants["noru"]]
+    # The file is SGLang's format with SPECSOT's default candidates, and SPECSOT reads it.
+    config = AdaptiveConfig.from_json((tmp_path / "adaptive-noru.json").read_text(), max_budget=7)
+    assert config.runner_ups is False and config.candidates(1) == tuple(range(8))
+    for bad in ("noru", "no ru={}", "noru=[1]"):
+        with pytest.raises(ValueError, match="--variant"):
+            bench.parse_variants([bad], tmp_path, max_budget=7)

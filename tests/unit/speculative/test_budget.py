@@ -19,6 +19,8 @@ from sglang_specsot.speculative.budget import (
     explore_every,
     explore_plan,
     may_pay,
+    pick_runner_ups,
+    runner_up_gains,
     plan_step,
     speedup_ceiling,
     useful_budget,
@@ -264,6 +266,7 @@ def test_sglang_config_format_with_specsot_keys():
         ({"1": {"candidate_steps": [1]}, "specsot": {"long_match": 2.5}}, "long_match"),
         ({"1": {"candidate_steps": [1]}, "specsot": {"cold_verifies": -1}}, "cold_verifies"),
         ({"1": {"candidate_steps": [1]}, "specsot": {"cold_verifies": True}}, "cold_verifies"),
+        ({"1": {"candidate_steps": [1]}, "specsot": {"runner_ups": 1}}, "runner_ups"),
     ],
 )
 def test_bad_configs_name_the_problem(data, message):
@@ -619,3 +622,32 @@ def test_verifies_count_the_drafted_steps_behind_each_roles_estimate():
     stats.observe("r", 1, 0, None)
     assert (stats.verifies("branch"), stats.verifies("plain"), stats.verifies("skeleton")) == (1, 1, 0)
     assert stats.verifies() == 3  # the server's: every drafted verify, of any role or none
+
+
+def test_a_runner_up_is_worth_its_probability_where_verify_reaches_it():
+    # Depth 1 is always reached; depth 3 only where drafts 1 and 2 were accepted.
+    assert runner_up_gains([0.8, 0.6, 0.3], [0.1, 0.2, 0.5]) == pytest.approx([0.1, 0.16, 0.3])
+    assert runner_up_gains([0.8], []) == []
+
+
+def test_runner_ups_fill_free_rows_best_first_and_stay_out_of_costly_ones():
+    gains = [[0.1, 0.16, 0.3, 0.01]]  # a chain of 4 drafts: 5 nodes
+    free = lambda width: 100.0  # noqa: E731 - a verify costs the same for any width here
+    # Free rows: every runner-up with a gain that fits an 8-wide window, best first.
+    assert pick_runner_ups(gains, [5], 8, free, step_ms=200.0, tokens=3.0) == [[1, 2, 3]]
+    assert pick_runner_ups(gains, [5], 10, free, step_ms=200.0, tokens=3.0) == [[1, 2, 3, 4]]
+    # 15 ms a row, at 3 tokens in 200 ms: the best runner-up (0.3) pays for its row, the
+    # next (0.16) does not pay for another.
+    costly = lambda width: 100.0 + 15.0 * width  # noqa: E731
+    assert pick_runner_ups(gains, [5], 8, costly, step_ms=200.0, tokens=3.0) == [[3]]
+    # Dearer still: none. No gain: none, however free.
+    assert pick_runner_ups(gains, [5], 8, lambda w: 100.0 + 60.0 * w, step_ms=200.0, tokens=3.0) == [[]]
+    assert pick_runner_ups([[0.0, 0.0]], [3], 8, free, step_ms=200.0, tokens=3.0) == [[]]
+
+
+def test_runner_ups_of_a_batch_are_weighed_by_the_width_every_request_is_verified_at():
+    # The window is the widest tree's: a request with a shorter chain takes more runner-ups
+    # at the same width; a request that drafts nothing takes none.
+    gains, sizes = [[0.2, 0.1, 0.05], [0.3], []], [4, 2, 1]
+    picks = pick_runner_ups(gains, sizes, 6, lambda width: 100.0, step_ms=300.0, tokens=5.0)
+    assert picks == [[1, 2], [1], []]

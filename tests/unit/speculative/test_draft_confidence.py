@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from sglang_specsot.speculative import adapter
-from sglang_specsot.speculative.model_draft import SoTDraftModel
+from sglang_specsot.speculative.model_draft import RunnerUps, SoTDraftModel
 
 
 class _Runner:
@@ -86,3 +86,21 @@ def test_a_draft_extend_leaves_the_drafts_probability_of_its_top_token():
     draft.keeps = False  # not asked for (or a tree, or rejection sampling): SGLang's 1.0 stays
     draft._draft_extend(batch, result)
     assert result.next_draft_input.topk_p.flatten().tolist() == [1.0, 1.0]
+
+
+def test_runner_ups_are_kept_from_each_extend_and_each_draft_forward():
+    draft = _Draft.__new__(_Draft)
+    draft.runner_ups = RunnerUps()
+    logits = torch.tensor([[0.0, 0.0, 0.0], [5.0, 0.0, 2.0], [0.0, 0.0, 0.0], [0.0, 3.0, 1.0]])
+    draft.draft_runner = _Runner(logits)
+    batch = SimpleNamespace(select=torch.tensor([1, 3]), reqs=[SimpleNamespace(rid="a"), SimpleNamespace(rid="b")])
+    draft._draft_extend(batch, SimpleNamespace(next_draft_input=SimpleNamespace()))
+    a, b = torch.softmax(logits[1], -1), torch.softmax(logits[3], -1)
+    assert draft.runner_ups.first["a"][:2] == (0, 2) and draft.runner_ups.first["a"][2] == pytest.approx(a[2].item())
+    assert draft.runner_ups.first["b"][:2] == (1, 2) and draft.runner_ups.first["b"][2] == pytest.approx(b[2].item())
+    # A draft forward's rows: the drafted token's probability for ChainStop, the runner-up kept.
+    top1 = draft._seen(logits[[1, 3]])
+    assert top1 == pytest.approx([a[0].item(), b[1].item()])
+    assert [t for t, _ in draft.runner_ups.by_forward[0]] == [2, 2]
+    draft.runner_ups.forget("a")
+    assert "a" not in draft.runner_ups.first and "b" in draft.runner_ups.first

@@ -163,10 +163,10 @@ def test_acceptance_by_depth_is_split_by_where_the_chain_started():
     chain = DraftTree((7, 8, 9, 10), (-1, 0, 1, 2))  # root + a chain of 3 drafts
     worker._step_trees = (chain, chain)
     worker._draft_source = "catch_up"
-    worker._observe_acceptance(("a", "b"), [4, 1])  # a: all 3 drafts and the bonus; b: none
+    worker._observe_acceptance(("a", "b"), [4, 1], [[8, 9, 10, 5], [3]])  # a: all 3 drafts and the bonus; b: none
     worker._draft_source = "extend"
     worker._step_trees = (chain,)
-    worker._observe_acceptance(("a",), [2])
+    worker._observe_acceptance(("a",), [2], [[8, 4]])
     report = worker.speculative_state_report()["specsot"]["acceptance_by_depth"]
     assert report == {
         "catch_up": {"p_by_depth": [0.5, 1.0, 1.0], "reached": [2, 1, 1], "accepted": [1, 1, 1]},
@@ -881,3 +881,41 @@ def test_a_drafting_step_is_priced_with_the_extend_it_runs():
     assert worker._modelled_step_ms(5, 5) == 100.0 + 3 * 55.0 + 80.0  # forwards of 5 rows, an extend of 10
     worker.__dict__["backlog"] = None  # SGLang's extend over the window: 5 rows at batch 1
     assert worker._modelled_step_ms(1, 5) == 100.0 + 3 * 40.0 + 55.0
+
+
+def test_runner_ups_join_chains_where_rows_are_free_and_acceptance_learns_the_chain_alone():
+    from sglang_specsot.speculative.budget import ChainStop, FirstDraftCalibration
+    from sglang_specsot.speculative.model_draft import RunnerUps
+
+    worker = _model_worker(AdaptiveConfig(buckets=((1, (0, 1, 2, 3)),), explore_share=0.0))
+    ups = RunnerUps()
+    worker._draft_worker = SimpleNamespace(topk=1, variable_steps=True, max_steps=3, runner_ups=ups)
+    worker.num_draft_tokens, worker.runner_up_counts = 6, {"steps": 0, "verified": 0, "accepted": 0}
+    batch = _batch(2)
+    # r0 drafted 1, 2, 3 (second choices 41 at depth 1, 42 and 43 from the two forwards);
+    # r1's last extend put another token first: its first runner-up is unknown, so none.
+    ups.first.update({"r0": (1, 41, 0.2), "r1": (9, 19, 0.3)})
+    ups.by_forward.extend([[(42, 0.1), (52, 0.1)], [(43, 0.05), (53, 0.1)]])
+    stop = ChainStop([0.8, 0.8], [0.9, 0.9], FirstDraftCalibration(), lambda depth: 100.0 + 40 * depth, 0.0)
+    stop.observe([0.7, 0.7])
+    stop.observe([0.6, 0.6])
+    chain = DraftTree((7, 1, 2, 3), (-1, 0, 1, 2))
+    other = DraftTree((8, 5, 6), (-1, 0, 1))
+    seeds, sizes = worker._with_runner_ups(batch, [chain, other], [4, 3], stop.reach)
+    # Rows are free (the target costs 100 ms at 1-64 rows), and the window holds 6 nodes:
+    # r0's chain of 4 takes its two best runner-ups (depth 1's 0.2, then depth 2's).
+    assert seeds[1] == other and sizes[1] == 3
+    assert seeds[0].size == sizes[0] == 6 and set(seeds[0].tokens) == {7, 1, 2, 3, 41, 42}
+    assert worker._priced_width(SimpleNamespace(speculative_num_draft_tokens=6)) == 4
+    assert worker.runner_up_counts == {"steps": 1, "verified": 2, "accepted": 0}
+    # Verify took r0's runner-up at depth 2 (1, 42, then the bonus): its chain was right once.
+    assert worker._drafts_accepted(0, [1, 42]) == 1 and worker.runner_up_counts["accepted"] == 1
+    assert worker._drafts_accepted(1, [5, 6]) == 2 and worker.runner_up_counts["accepted"] == 1
+    # Nothing to add where the cost model prices every row: 1,000 ms a row more.
+    worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 64), probe_ms=(100.0, 64000.0)), draft=worker.cost.draft)
+    worker._step_chains = worker._chain_width = None
+    seeds, sizes = worker._with_runner_ups(batch, [chain, other], [4, 3], stop.reach)
+    assert seeds == [chain, other] and sizes == [4, 3] and worker._step_chains is None
+    # An exploring step (no ChainStop) reaches depths at the plan's estimates.
+    worker._last_ps, worker._last_firsts = [0.5, 0.8], [0.9, 0.6]
+    assert worker._planned_reach([chain, None]) == [pytest.approx([0.9, 0.45, 0.225]), []]
