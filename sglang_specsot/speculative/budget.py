@@ -859,6 +859,7 @@ def pick_runner_ups(
     verify_ms: Callable[[int], float],
     step_ms: float,
     tokens: float,
+    min_gain: float = 0.0,
 ) -> list[list[int]]:
     """Which runner-ups join the verify window: per request, the depths (1-based) chosen.
 
@@ -869,10 +870,11 @@ def pick_runner_ups(
     more than one of the chains' width, `verify_ms(w)`). The width with the best rate wins;
     ties go to the narrower. Where the cost model says a wider verify costs nothing (a
     batch's rows under what a matrix product costs the same for), every runner-up that fits
-    is verified: rows that are free."""
+    is verified: rows that are free. A runner-up worth less than `min_gain` never is (the
+    worker passes `min_token_prob`, where a chain stops too): a row is not quite free."""
     assert len(gains) == len(sizes), f"{len(gains)} gain lists for {len(sizes)} requests"
     base = max(sizes, default=1)
-    order = [sorted(range(len(g)), key=lambda d, g=g: -g[d]) for g in gains]
+    order = [sorted((d for d in range(len(g)) if g[d] >= min_gain and g[d] > 0), key=lambda d, g=g: -g[d]) for g in gains]
     best_rate, best_width = tokens / step_ms, base
     base_ms = verify_ms(base)
     for width in range(base + 1, max_width + 1):

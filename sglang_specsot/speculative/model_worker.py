@@ -244,7 +244,8 @@ class SpecSoTModelWorker(SpecSoTWorker):
         tokens = bs + sum(sum(r[:d]) for r, d in zip(reach, depths))
         width = max(sizes)
         picks = pick_runner_ups(
-            gains, sizes, self.num_draft_tokens, lambda w: self.cost.target.ms(bs * w), self._step_ms(bs, width), tokens
+            gains, sizes, self.num_draft_tokens, lambda w: self.cost.target.ms(bs * w), self._step_ms(bs, width), tokens,
+            min_gain=self.adaptive.min_token_prob,
         )  # fmt: skip
         if not any(picks):
             return seeds, sizes

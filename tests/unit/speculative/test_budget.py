@@ -643,6 +643,8 @@ def test_runner_ups_fill_free_rows_best_first_and_stay_out_of_costly_ones():
     # Dearer still: none. No gain: none, however free.
     assert pick_runner_ups(gains, [5], 8, lambda w: 100.0 + 60.0 * w, step_ms=200.0, tokens=3.0) == [[]]
     assert pick_runner_ups([[0.0, 0.0]], [3], 8, free, step_ms=200.0, tokens=3.0) == [[]]
+    # Under `min_gain` (the worker's min_token_prob) a runner-up is left out, free or not.
+    assert pick_runner_ups(gains, [5], 10, free, step_ms=200.0, tokens=3.0, min_gain=0.12) == [[2, 3]]
 
 
 def test_runner_ups_of_a_batch_are_weighed_by_the_width_every_request_is_verified_at():
