@@ -81,7 +81,8 @@ def configs(
                           "--speculative-num-draft-tokens", str(model_tree + 3)]  # fmt: skip
     plain_specsot = [n for n in out if n.startswith("SPECSOT")]
     for name, path in (variants or {}).items():
-        out[f"SPECSOT-{name}"] = out["SPECSOT"] + ["--speculative-adaptive-config", path]
+        # SPECSOT reads a config file only with the flag (worker.adaptive_config).
+        out[f"SPECSOT-{name}"] = out["SPECSOT"] + ["--speculative-adaptive", "--speculative-adaptive-config", path]
     if adaptive:
         for name in plain_specsot:
             out[f"{name}+ad"] = out[name] + ["--speculative-adaptive"]

@@ -43,7 +43,8 @@ def test_a_variant_runs_specsot_with_its_own_adaptive_keys(tmp_path):
 
     variants = bench.parse_variants(['noru={"runner_ups": false}'], tmp_path, max_budget=7)
     names = bench.configs("/draft", 6, 4, 1, 5, variants=variants)
-    assert names["SPECSOT-noru"] == names["SPECSOT"] + ["--speculative-adaptive-config", variants["noru"]]
+    extra = ["--speculative-adaptive", "--speculative-adaptive-config", variants["noru"]]
+    assert names["SPECSOT-noru"] == names["SPECSOT"] + extra  # the file is read only with the flag
     # The file is SGLang's format with SPECSOT's default candidates, and SPECSOT reads it.
     config = AdaptiveConfig.from_json((tmp_path / "adaptive-noru.json").read_text(), max_budget=7)
     assert config.runner_ups is False and config.candidates(1) == tuple(range(8))
