@@ -98,6 +98,14 @@ class ExtendBacklog:
             lags = [b - s for b, s in zip(lags, shared)]
         return sum(max(1, b) for b in lags) if any(lags) else 0
 
+    def count_catch_up(self, rows: int, ms: float, priced_ms: float) -> None:
+        """One catch-up pass of `rows` rows that took `ms` where the cost model priced it at
+        `priced_ms`."""
+        self.catch_ups += 1
+        self.catch_up_rows_total += rows
+        self.catch_up_ms_total += ms
+        self.catch_up_priced_ms += priced_ms
+
     def current(self, rids: Sequence[str]) -> bool:
         """Whether the draft's KV holds every committed token of these requests."""
         return not any(self.lag(rids))

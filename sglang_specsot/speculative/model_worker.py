@@ -331,9 +331,7 @@ class SpecSoTModelWorker(SpecSoTWorker):
         for chain, row, k in zip(chains, rows, lens):
             if not chain:
                 continue
-            agree = 0
-            while agree < min(len(chain), k) and chain[agree] == row[agree]:
-                agree += 1
+            agree = _leading_agreement(chain, row[:k])
             # All k committed tokens agreed: what the chain says beyond them is unknown.
             self.long_match_stats.observe(_LONG_MATCH, agree if agree == k else len(chain), agree)
 
@@ -528,9 +526,8 @@ class SpecSoTModelWorker(SpecSoTWorker):
         # is counted apart (`runner_up_counts`).
         if self._step_chains is None:
             return super()._drafts_accepted(row, committed)
-        chain, agree = self._step_chains[row], 0
-        while agree < min(len(chain), len(committed)) and chain[agree] == committed[agree]:
-            agree += 1
+        chain = self._step_chains[row]
+        agree = _leading_agreement(chain, committed)
         if agree < min(len(chain), len(committed)):
             self.runner_up_counts["accepted"] += 1
         return agree
@@ -545,13 +542,7 @@ class SpecSoTModelWorker(SpecSoTWorker):
             return [0] * len(lens)
         n = result.speculative_num_draft_tokens
         rows = result.next_token_ids.view(-1, n).tolist()  # from the root: the target's tokens
-        written = []
-        for chain, row, k in zip(fed, rows, lens):
-            w = 0
-            while w < min(len(chain), k - 1) and chain[w] == row[w]:
-                w += 1
-            written.append(w)
-        return written
+        return [_leading_agreement(chain, row[: k - 1]) for chain, row, k in zip(fed, rows, lens)]
 
     def _defer_extend(self, batch, rids: list[str]) -> bool:
         """A plain next step (as the policy now plans it) may leave the extend for later.
@@ -664,33 +655,42 @@ class SpecSoTModelWorker(SpecSoTWorker):
             # per-forward overhead: beyond the probed products it pays what grows with its rows
             # (prefill attention), which read as overhead priced every draft forward at ~140 ms
             # where ~45 was real, until no plan, not even exploring's, could pay.
-            start = time.perf_counter()
-            topk = self._timed_extend(
+            priced_ms = self.cost.draft.ms(extend_rows)
+            topk, ms = self._timed_extend(
                 extend_rows, self.draft_worker.extend_ranges, batch, ranges, tokens, observe=after_verify
             )
             self.draft_kv.mark(req_to_token, pool_rows, ranges, valid=True)
             if after_verify:
                 self.backlog.step_extends += 1
             else:
-                self.backlog.catch_ups += 1
-                self.backlog.catch_up_rows_total += extend_rows
-                self.backlog.catch_up_ms_total += (time.perf_counter() - start) * 1e3
-                self.backlog.catch_up_priced_ms += self.cost.draft.ms(extend_rows)
+                self.backlog.count_catch_up(extend_rows, ms, priced_ms)
         self.backlog.clear(rids)
         self._topk_source = "extend" if after_verify else "catch_up"
         assert topk is not None, "catch-up called with no backlog"
         return topk
 
     def _timed_extend(self, rows: int, extend, *args, observe: bool = True):
+        """`extend(*args)` and its time in ms (folded into the draft's cost where `observe`)."""
         start = time.perf_counter()
         out = extend(*args)
+        ms = (time.perf_counter() - start) * 1e3
         if self._refresh_costs and observe:
-            self.cost.draft.observe(rows, (time.perf_counter() - start) * 1e3)
-        return out
+            self.cost.draft.observe(rows, ms)
+        return out, ms
 
     @staticmethod
     def _rids(batch) -> list[str]:
         return [req.rid for req in batch.reqs]
+
+
+def _leading_agreement(chain, committed) -> int:
+    """How many leading tokens of `chain` equal `committed`'s (up to the shorter's length)."""
+    agree = 0
+    for drafted, kept in zip(chain, committed):
+        if drafted != kept:
+            break
+        agree += 1
+    return agree
 
 
 def check_vocab_compatible(target_worker, draft: SoTDraftModel) -> None:
