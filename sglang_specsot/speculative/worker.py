@@ -707,7 +707,14 @@ def adaptive_config(server_args, max_budget: int) -> AdaptiveConfig | None:
         logger.info("SPECSOT drafts the whole window every step (%s=1)", FIXED_WINDOW_ENV)
         return None
     path = getattr(server_args, "speculative_adaptive_config", None)
-    if path is None or not getattr(server_args, "speculative_adaptive", False):
+    if path is not None and not getattr(server_args, "speculative_adaptive", False):
+        # SGLang reads the file only with the flag, and SPECSOT is adaptive without it: a
+        # file given alone would be dropped without a word, and a run would measure defaults.
+        raise ValueError(
+            f"--speculative-adaptive-config {path} is read only with --speculative-adaptive: "
+            "add --speculative-adaptive, or drop the config to use SPECSOT's defaults"
+        )
+    if path is None:
         config = AdaptiveConfig.default(max_budget)
     else:
         with open(path) as f:

@@ -138,10 +138,13 @@ def test_without_speculative_adaptive_every_budget_is_weighed(monkeypatch, tmp_p
     assert worker._tree_sizes(batch) == [5, 5] and worker._last_plan.budgets == (4, 4)
     report = worker.speculative_state_report()["specsot"]
     assert report["budget_mode"] == "adaptive" and report["adaptive"] is True
-    # A config file is SGLang's: it is read with --speculative-adaptive, as SGLang reads it.
+    # A config file is SGLang's: it is read with --speculative-adaptive, as SGLang reads it,
+    # and refused without the flag rather than silently dropped.
     path = tmp_path / "adaptive.json"
     path.write_text('{"1": {"candidate_steps": [0, 2]}}')
-    assert adaptive_config(SimpleNamespace(speculative_adaptive=False, speculative_adaptive_config=str(path)), 5) == config
+    alone = SimpleNamespace(speculative_adaptive=False, speculative_adaptive_config=str(path))
+    with pytest.raises(ValueError, match=r"read only with --speculative-adaptive: add --speculative-adaptive"):
+        adaptive_config(alone, 5)
     with_flag = SimpleNamespace(speculative_adaptive=True, speculative_adaptive_config=str(path))
     assert adaptive_config(with_flag, 5).candidates(8) == (0, 2)
 
