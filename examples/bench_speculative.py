@@ -97,7 +97,9 @@ def configs(
 
 def parse_variants(specs: list[str], directory: Path, max_budget: int) -> dict[str, str]:
     """NAME=JSON per variant -> NAME: the path of its adaptive config, every budget 0..
-    `max_budget` a candidate (SPECSOT's default) and the JSON's keys under "specsot"."""
+    `max_budget` a candidate (SPECSOT's default) unless the JSON names its own
+    `candidate_steps` (for every batch size; [0] never drafts: SPECSOT's own plain steps),
+    and the JSON's other keys under "specsot"."""
     out = {}
     for spec in specs:
         name, sep, text = spec.partition("=")
@@ -106,8 +108,9 @@ def parse_variants(specs: list[str], directory: Path, max_budget: int) -> dict[s
         keys = json.loads(text)
         if not isinstance(keys, dict):
             raise ValueError(f"--variant {spec!r}: the JSON must be an object of SPECSOT's adaptive keys")
+        steps = keys.pop("candidate_steps", list(range(max_budget + 1)))
         path = directory / f"adaptive-{name}.json"
-        path.write_text(json.dumps({"1": {"candidate_steps": list(range(max_budget + 1))}, "specsot": keys}))
+        path.write_text(json.dumps({"1": {"candidate_steps": steps}, "specsot": keys}))
         out[name] = str(path)
     return out
 
@@ -184,7 +187,8 @@ def main() -> None:
                              "loaded (\"-bf16\", SGLANG_SPECSOT_DRAFT_INT8=off)")  # fmt: skip
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=JSON",
                         help="also run SPECSOT (with --draft) as SPECSOT-NAME with these keys under \"specsot\" "
-                             "in its adaptive config, e.g. noru='{\"runner_ups\": false}' (repeatable)")  # fmt: skip
+                             "in its adaptive config, e.g. noru='{\"runner_ups\": false}' (repeatable); a \"candidate_steps\" "
+                             "list sets its budgets: plainonly='{\"candidate_steps\": [0]}' never drafts")  # fmt: skip
     parser.add_argument("--mem-fraction", type=float, default=0.6,
                         help="--mem-fraction-static of every server: SGLang counts the RAM the servers started "
                              "before took, so three servers with a 1.5B target and a draft need ~0.9")  # fmt: skip

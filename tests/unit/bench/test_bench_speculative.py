@@ -48,6 +48,10 @@ def test_a_variant_runs_specsot_with_its_own_adaptive_keys(tmp_path):
     # The file is SGLang's format with SPECSOT's default candidates, and SPECSOT reads it.
     config = AdaptiveConfig.from_json((tmp_path / "adaptive-noru.json").read_text(), max_budget=7)
     assert config.runner_ups is False and config.candidates(1) == tuple(range(8))
+    # Its own budgets: [0] is a SPECSOT server that never drafts (its plain steps' own cost).
+    variants = bench.parse_variants(['plainonly={"candidate_steps": [0]}'], tmp_path, max_budget=7)
+    config = AdaptiveConfig.from_json((tmp_path / "adaptive-plainonly.json").read_text(), max_budget=7)
+    assert config.candidates(1) == config.candidates(8) == (0,) and config.runner_ups is True
     for bad in ("noru", "no ru={}", "noru=[1]"):
         with pytest.raises(ValueError, match="--variant"):
             bench.parse_variants([bad], tmp_path, max_budget=7)
