@@ -25,7 +25,8 @@ GRID = (0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 def load(url: str | None, path: str | None) -> dict:
-    """SPECSOT's part of /server_info (`internal_states[0].specsot`)."""
+    """SPECSOT's part of /server_info (`internal_states[0].specsot`), with the server's verify
+    window (`speculative_num_draft_tokens`) as `verify_width`."""
     if (url is None) == (path is None):
         raise ValueError("pass exactly one of --url (a running SPECSOT server) or --server-info (a saved JSON)")
     if url is not None:
@@ -37,7 +38,7 @@ def load(url: str | None, path: str | None) -> dict:
     specsot = info.get("internal_states", [{}])[0].get("specsot")
     if specsot is None:
         raise ValueError("no internal_states[0].specsot in the server info: is it a SPECSOT server?")
-    return specsot
+    return {**specsot, "verify_width": info.get("speculative_num_draft_tokens")}
 
 
 def cost_model(info: dict) -> CostModel:
@@ -62,6 +63,12 @@ def measured_p(info: dict) -> list[float]:
     return out
 
 
+def runner_up_hit(info: dict) -> float:
+    """The share of verified runner-ups the target took (0.0 where none were verified)."""
+    counts = info.get("runner_ups") or {}
+    return counts.get("accepted", 0) / counts["verified"] if counts.get("verified") else 0.0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default=None)
@@ -78,16 +85,22 @@ def main() -> None:
     # did not write; they report `step_extends`. Older ones extended the whole window.
     narrow = "step_extends" in (info.get("draft_extend") or {})
     ps = measured_p(info)
+    hit, width = runner_up_hit(info), info.get("verify_width")
     print(f"cost model (as the server measured it): {json.dumps(info['cost_model'])}")
     print(f"measured acceptance by depth: {[round(p, 3) for p in ps] or 'none (nothing drafted yet)'}")
     if draft:
         print(f"draft-extend priced over {'what the chain did not write' if narrow else 'the whole verify window'}")
+    if hit:
+        print(f"runner-ups: {hit:.3f} of those verified were taken; priced beside each drafted token, "
+              f"up to {width} nodes a request")
     header = ["bs", "measured"] + [f"p={p}" for p in GRID]
     print(" | ".join(f"{h:>14}" for h in header))
     for bs in BATCH_SIZES:
         cells = [f"{bs:>14}"]
         for p_by_depth in ([ps] if ps else [[]]) + [[p] * args.max_budget for p in GRID]:
-            gain, budget = speedup_ceiling(cost, bs, p_by_depth, draft, narrow_extend=narrow)
+            gain, budget = speedup_ceiling(
+                cost, bs, p_by_depth, draft, narrow_extend=narrow, runner_up_hit=hit, max_width=width
+            )  # fmt: skip
             cells.append(f"{gain:>8.2f}x b={budget:<2}" if p_by_depth else f"{'-':>14}")
         print(" | ".join(cells))
 

@@ -808,7 +808,8 @@ def explore_plan(ps: Sequence[float], candidates: Sequence[int], step_ms: Callab
 
 
 def speedup_ceiling(
-    cost: CostModel, bs: int, p_by_depth: Sequence[float], draft_model: bool, narrow_extend: bool = False
+    cost: CostModel, bs: int, p_by_depth: Sequence[float], draft_model: bool, narrow_extend: bool = False,
+    runner_up_hit: float = 0.0, max_width: int | None = None,
 ) -> tuple[float, int]:
     """The most speculation can gain over plain decoding for a batch of `bs` under `cost`,
     and the draft budget that gains it: (best tokens per ms / plain's, budget; 1.0 and 0
@@ -823,15 +824,26 @@ def speedup_ceiling(
     that extends nothing (the extend is deferred). It is the limit of any budget policy on this machine at this
     acceptance, not a prediction: padding, attention under the tree mask and sampling over
     the window cost more than the matrix products the probe timed.
+
+    With `runner_up_hit` (the share of verified runner-ups the target took, as /server_info's
+    `runner_ups` counts them), each drafted depth also verifies its runner-up, up to
+    `max_width` nodes a request: a hit adds one token where the chain reached its parent
+    (`runner_up_gains`), and the verify is as wide as chain and runner-ups together.
     """
     plain_rate = bs / cost.target.ms(bs)
     best, budget, reach, accepted = 1.0, 0, 1.0, 0.0
+    reaches: list[float] = []
     for b, p in enumerate(p_by_depth, start=1):
         reach *= p
         accepted += reach
+        reaches.append(reach)
         rows = bs * (1.0 + reach) if narrow_extend else None
+        ups = min(b, max(0, (max_width or 0) - (b + 1))) if runner_up_hit > 0 else 0
+        extra = sum(runner_up_gains(reaches, [runner_up_hit] * b)[:ups])
         ms = cost.step_ms(bs, b + 1, draft_steps=b - 1 if draft_model else 0, draft_extend=draft_model, extend_rows=rows)
-        gain = (bs * (1.0 + accepted) / ms) / plain_rate
+        # The draft forwards and the extend are the chain's; only the verify is wider.
+        ms += cost.target.ms(bs * (b + 1 + ups)) - cost.target.ms(bs * (b + 1))
+        gain = (bs * (1.0 + accepted + extra) / ms) / plain_rate
         if gain > best:
             best, budget = gain, b
     return best, budget

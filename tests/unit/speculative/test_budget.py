@@ -384,6 +384,17 @@ def test_the_ceiling_is_the_best_budgets_gain_under_the_measured_costs():
     narrow, budget = speedup_ceiling(with_draft, 1, [0.8] * 4, draft_model=True, narrow_extend=True)
     extend = 73.2 + (95.1 - 73.2) * 0.64 / 3  # 1.64 rows, on the line from 1 to 4 rows
     assert budget == 2 and narrow > gain and narrow == pytest.approx(2.44 * 195.6 / (230.8 + 73.2 + extend), rel=1e-3)
+    # Runner-ups in rows that are free (a flat target up to 8 rows): two drafts and their two
+    # runner-ups, each right 0.2 of the time where the chain reached its parent (1, then
+    # 0.8), add 0.36 tokens for nothing; on the measured costs (rows not free) a wider verify
+    # pays less than that; without a window there is no room for them.
+    flat = CostModel(target=ForwardCost(probe_rows=(1, 8, 16), probe_ms=(195.6, 195.6, 317.0)), draft=draft)
+    chains, _ = speedup_ceiling(flat, 1, [0.8] * 2, draft_model=True, narrow_extend=True)
+    ups, budget = speedup_ceiling(flat, 1, [0.8] * 2, draft_model=True, narrow_extend=True, runner_up_hit=0.2, max_width=8)
+    assert budget == 2 and ups == pytest.approx(chains * (2.44 + 0.36) / 2.44, rel=1e-6)
+    costly, _ = speedup_ceiling(with_draft, 1, [0.8] * 2, draft_model=True, narrow_extend=True, runner_up_hit=0.2, max_width=8)
+    assert narrow < costly < narrow * (2.44 + 0.36) / 2.44
+    assert speedup_ceiling(flat, 1, [0.8] * 2, True, True, runner_up_hit=0.2)[0] == chains  # no window, no room
     # Drafting from the context costs the verify rows alone: at batch 1 and p 0.8 the whole
     # 6 (7 rows: 248.4 + 3/4 of the way to 317.0 ms) bring 1 + 4 (1 - 0.8^6) tokens.
     gain, budget = speedup_ceiling(CostModel(target=target), 1, [0.8] * 6, draft_model=False)
