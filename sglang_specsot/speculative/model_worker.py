@@ -566,14 +566,20 @@ class SpecSoTModelWorker(SpecSoTWorker):
         if best.width > 1 or not drafting_near(plans, best) or losing:
             # Drafting would not repay a catch-up (or runs here have measured it does not):
             # a flush would ready a run that is not coming.
-            return self.backlog.may_defer(rids, self.cost.draft.ms, math.inf)
+            return self.backlog.may_defer(rids, self._catch_up_ms, math.inf)
         limit = self.cost.draft.ms(bs) + self.cost.target.ms(bs)
         shared = self._shared(batch)
-        if self.cost.draft.ms(self.backlog.catch_up_rows(rids, shared=shared)) > limit:
+        if self._catch_up_ms(self.backlog.catch_up_rows(rids, shared=shared)) > limit:
             # A prompt behind (a deferred prefill): no flush keeps the next catch-up within
             # a plain step any more, so it waits until a drafting plan repays it.
             return True
-        return self.backlog.may_defer(rids, self.cost.draft.ms, limit, shared=shared)
+        return self.backlog.may_defer(rids, self._catch_up_ms, limit, shared=shared)
+
+    def _catch_up_ms(self, rows: int) -> float:
+        """A catch-up of `rows` rows as the cost model prices it, corrected by what catch-ups
+        have really cost here (`ExtendBacklog.price_ratio`): the model priced them ~13-29%
+        under, so drafting runs began whose catch-up they did not repay."""
+        return self.cost.draft.ms(rows) * self.backlog.price_ratio()
 
     def _extended_on_plain_step(self) -> bool:
         # Read after the step's draft_extend: a plain step that did not defer flushed the
@@ -592,7 +598,7 @@ class SpecSoTModelWorker(SpecSoTWorker):
         if self.backlog is None:
             return 0.0
         rows = self.backlog.catch_up_rows(self._rids(batch), shared=self._shared(batch))
-        return self.cost.draft.ms(rows) if rows else 0.0
+        return self._catch_up_ms(rows) if rows else 0.0
 
     def _shared(self, batch) -> list[int]:
         """Per request, the leading positions of its backlog that an earlier request of the
@@ -654,7 +660,8 @@ class SpecSoTModelWorker(SpecSoTWorker):
             # A backlog's catch-up (a prompt's, or many plain steps') does not teach the draft's
             # per-forward overhead: beyond the probed products it pays what grows with its rows
             # (prefill attention), which read as overhead priced every draft forward at ~140 ms
-            # where ~45 was real, until no plan, not even exploring's, could pay.
+            # where ~45 was real, until no plan, not even exploring's, could pay. The model's
+            # own price, uncorrected: price_ratio is measured against it.
             priced_ms = self.cost.draft.ms(extend_rows)
             topk, ms = self._timed_extend(
                 extend_rows, self.draft_worker.extend_ranges, batch, ranges, tokens, observe=after_verify

@@ -142,3 +142,18 @@ def test_a_shared_prefix_is_extended_by_each_request_when_the_catch_up_takes_pas
 def test_shared_positions_must_lie_within_the_backlog():
     with pytest.raises(AssertionError):
         deduplicated([10, 10], [5, 5], [0, 5], max_rows=64)  # a request keeps its last row
+
+
+def test_catch_ups_are_priced_at_what_they_have_really_cost_within_bounds():
+    backlog = ExtendBacklog()
+    assert backlog.price_ratio() == 1.0  # nothing seen: the cost model's price
+    backlog.count_catch_up(rows=10, ms=300.0, priced_ms=100.0)  # one pass moves it a little
+    assert backlog.price_ratio() == pytest.approx(1300.0 / 1100.0)
+    backlog.count_catch_up(rows=400, ms=4800.0, priced_ms=3900.0)
+    assert backlog.price_ratio() == pytest.approx(6100.0 / 5000.0)
+    assert backlog.info()["catch_up_price_ratio"] == 1.22
+    backlog.count_catch_up(rows=400, ms=100000.0, priced_ms=1000.0)
+    assert backlog.price_ratio() == 3.0  # bounded: one machine stall does not stop drafting
+    cheap = ExtendBacklog()
+    cheap.count_catch_up(rows=400, ms=10.0, priced_ms=100000.0)
+    assert cheap.price_ratio() == 0.5

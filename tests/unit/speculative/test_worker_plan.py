@@ -527,6 +527,24 @@ def test_the_catch_up_must_be_repaid_within_the_drafting_runs_measured_at_this_b
     assert first_width([2, 3, 4], runs_at="1 skeleton") == 2  # nor runs of skeletons
 
 
+def test_a_catch_up_is_priced_at_what_catch_ups_have_really_cost():
+    def first_width(real_ms: float, priced_ms: float) -> int:
+        worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
+        worker._acceptance = worker._first_acceptance = lambda reqs: [0.9] * len(reqs)
+        for n in (5, 6, 7):  # runs of ~6 drafting steps, 50 ms saved each: 300 ms repays
+            for _ in range(n):
+                worker.drafting_runs.step("1 plain", drafted=True, saved_ms=10.0)
+            worker.drafting_runs.step("1 plain", drafted=False)
+        worker.backlog.count_catch_up(rows=400, ms=real_ms, priced_ms=priced_ms)
+        worker.backlog.add(["r0"], [80])  # priced by the model at 200 ms
+        req = SimpleNamespace(rid="r0", output_ids=[1] * 5, sampling_params=SimpleNamespace(max_new_tokens=100))
+        return max(worker._tree_sizes(SimpleNamespace(reqs=[req])))
+
+    assert first_width(real_ms=4000.0, priced_ms=4000.0) == 2  # priced right: 200 ms < 300 ms
+    # Catch-ups took twice their price ((9000 + 1000) / (4000 + 1000)): this one 400 ms > 300 ms.
+    assert first_width(real_ms=9000.0, priced_ms=4000.0) == 1
+
+
 def test_no_catch_up_where_the_runs_begun_at_this_batch_size_cost_more_than_they_saved():
     def first_width(saved_by_run: list[float], runs_at: str = "1 plain") -> int:
         worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
