@@ -176,7 +176,11 @@ def main() -> None:
     parser.add_argument("--topk", type=int, default=1, help="draft-model top-k: 1 = a chain, more = a tree")
     parser.add_argument("--model-tree", type=int, default=None,
                         help="draft-model tree nodes incl. the root (default 1 + steps x topk)")
-    parser.add_argument("--only", default=None, help="comma-separated configs to run (default: all)")
+    parser.add_argument("--only", default=None, help="comma-separated configs to run (default: all; the baseline always runs)")
+    parser.add_argument("--baseline", default="plain",
+                        help="the config every other is compared with (default plain). An A/B of two SPECSOT "
+                             "configs with a draft, e.g. --only SPECSOT,SPECSOT-noru --baseline SPECSOT-noru, "
+                             "then needs only two servers, which fit in memory together: interleaved")  # fmt: skip
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--adaptive", action="store_true", help="also run each SPECSOT config with --speculative-adaptive")
     parser.add_argument("--fixed", action="store_true",
@@ -209,12 +213,14 @@ def main() -> None:
     variants = parse_variants(args.variant, logs, max_budget=(args.model_tree or 1 + args.steps * args.topk) + 2)
     if variants and not draft:
         parser.error("--variant: SPECSOT variants need --draft")
+    every = configs(draft, args.num_draft_tokens, args.steps, args.topk, args.model_tree or 1 + args.steps * args.topk,
+                    args.adaptive, args.fixed, args.bf16_draft, variants)  # fmt: skip
+    if args.baseline not in every:
+        parser.error(f"--baseline {args.baseline!r} is not a configuration of this run; choose from {sorted(every)}")
     servers = {name: ServerProcess(model, COMMON + ["--dtype", args.dtype, "--mem-fraction-static", str(args.mem_fraction)] + extra,
                                    env=server_env(name), log_path=logs / f"{name}.log")  # fmt: skip
-               for name, extra in configs(draft, args.num_draft_tokens, args.steps, args.topk,
-                                     args.model_tree or 1 + args.steps * args.topk, args.adaptive,
-                                     args.fixed, args.bf16_draft, variants).items()
-               if args.only is None or name == "plain" or name in args.only.split(",")}
+               for name, extra in every.items()
+               if args.only is None or name == args.baseline or name in args.only.split(",")}
     stats = {(c, w): {"tokens": 0, "seconds": 0.0, "accept": [], "spent": [], "depth": {}, "texts": {}}
              for c in servers for w in loads}  # fmt: skip
     print(f"load average at start: {os.getloadavg()}", flush=True)
@@ -323,20 +329,21 @@ def report(stats: dict, names: list[str], loads: list[str], args) -> None:
           f"{args.questions} questions x {args.rounds} rounds, {args.max_new_tokens} new tokens, "
           f"{args.points} branches per SoT batch, dtype {args.dtype}")  # fmt: skip
     print(f"load average at the end: {os.getloadavg()}")
-    # "same as plain": answers whose text is plain decoding's for the same prompt and round.
-    # Speculation is lossless, so greedy answers differ only by numerics (bf16 rounds a
-    # verify of several rows differently from a one-row decode): a speed-up with fewer or
-    # other tokens would show here.
-    print(f"{'workload':10} {'config':14} {'accept len':>10} {'drafts/verify':>13} {'tok/s':>8} {'vs plain':>9} "
-          f"{'same as plain':>13}")  # fmt: skip
+    # "same as plain": answers whose text is plain decoding's (the baseline's) for the same
+    # prompt and round. Speculation is lossless, so greedy answers differ only by numerics
+    # (bf16 rounds a verify of several rows differently from a one-row decode): a speed-up
+    # with fewer or other tokens would show here.
+    baseline = args.baseline
+    print(f"{'workload':10} {'config':14} {'accept len':>10} {'drafts/verify':>13} {'tok/s':>8} "
+          f"{'vs ' + baseline:>9} {'same as ' + baseline:>13}")  # fmt: skip
     for w in loads:
-        base = stats[("plain", w)]["tokens"] / stats[("plain", w)]["seconds"]
+        base = stats[(baseline, w)]["tokens"] / stats[(baseline, w)]["seconds"]
         for name in names:
             s = stats[(name, w)]
             rate = s["tokens"] / s["seconds"]
             acc = f"{statistics.mean(s['accept']):.2f}" if s["accept"] else "-"
             spent = f"{statistics.mean(s['spent']):.2f}" if s["spent"] else "-"
-            same, n = same_as(s["texts"], stats[("plain", w)]["texts"])
+            same, n = same_as(s["texts"], stats[(baseline, w)]["texts"])
             print(f"{w:10} {name:14} {acc:>10} {spent:>13} {rate:8.2f} {rate / base:8.2f}x {f'{same}/{n}':>13}")
     print("\nSPECSOT acceptance by chain depth, given the parent was accepted (accepted/reached):")
     for w in loads:

@@ -55,3 +55,22 @@ def test_a_variant_runs_specsot_with_its_own_adaptive_keys(tmp_path):
     for bad in ("noru", "no ru={}", "noru=[1]"):
         with pytest.raises(ValueError, match="--variant"):
             bench.parse_variants([bad], tmp_path, max_budget=7)
+
+
+def test_every_config_is_reported_against_the_baseline(capsys):
+    from types import SimpleNamespace
+
+    def stats(tokens: int, seconds: float, texts: dict) -> dict:
+        return {"tokens": tokens, "seconds": seconds, "accept": [3.0], "spent": [4.0], "depth": {}, "texts": texts}
+
+    # An A/B of two SPECSOT configs, no plain server: ratios and equal answers are the
+    # baseline's, and the table says which config that is.
+    runs = {("SPECSOT", "vicuna"): stats(300, 100.0, {(0, "a"): "x", (0, "b"): "y"}),
+            ("SPECSOT-noru", "vicuna"): stats(200, 100.0, {(0, "a"): "x", (0, "b"): "z"})}  # fmt: skip
+    args = SimpleNamespace(model="m", draft="d", steps=4, topk=1, questions=2, rounds=1, max_new_tokens=8,
+                           points=4, dtype="bfloat16", baseline="SPECSOT-noru")  # fmt: skip
+    bench.report(runs, ["SPECSOT", "SPECSOT-noru"], ["vicuna"], args)
+    out = capsys.readouterr().out
+    assert "vs SPECSOT-noru" in out and "same as SPECSOT-noru" in out
+    rows = {line.split()[1]: line.split() for line in out.splitlines() if line.startswith("vicuna ")}
+    assert rows["SPECSOT"][-2:] == ["1.50x", "1/2"] and rows["SPECSOT-noru"][-2:] == ["1.00x", "2/2"]
