@@ -119,7 +119,8 @@ class ExtendBacklog:
         context, which grows with both), as a factor for the next catch-up's price. Starts at
         1 and moves as catch-up time accrues (`PRICE_PRIOR_MS` of agreement first), within
         `PRICE_RATIO_BOUNDS`. Measured: 5.1 s real where 4.0 s was priced over one SpecSoT
-        answer's catch-ups (1.5B + 0.5B), 5.1 against 4.5 over a batch-1 benchmark's."""
+        answer's catch-ups (1.5B + 0.5B), 5.1 against 4.5 and 6.5 against 3.8 over two
+        stretches of one benchmark's servers."""
         ratio = (self.catch_up_ms_total + PRICE_PRIOR_MS) / (self.catch_up_priced_ms + PRICE_PRIOR_MS)
         low, high = PRICE_RATIO_BOUNDS
         return min(high, max(low, ratio))

@@ -577,7 +577,7 @@ class SpecSoTModelWorker(SpecSoTWorker):
 
     def _catch_up_ms(self, rows: int) -> float:
         """A catch-up of `rows` rows as the cost model prices it, corrected by what catch-ups
-        have really cost here (`ExtendBacklog.price_ratio`): the model priced them ~13-29%
+        have really cost here (`ExtendBacklog.price_ratio`): the model priced them 13-72%
         under, so drafting runs began whose catch-up they did not repay."""
         return self.cost.draft.ms(rows) * self.backlog.price_ratio()
 
