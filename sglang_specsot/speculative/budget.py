@@ -826,9 +826,10 @@ def speedup_ceiling(
     the window cost more than the matrix products the probe timed.
 
     With `runner_up_hit` (the share of verified runner-ups the target took, as /server_info's
-    `runner_ups` counts them), each drafted depth also verifies its runner-up, up to
-    `max_width` nodes a request: a hit adds one token where the chain reached its parent
-    (`runner_up_gains`), and the verify is as wide as chain and runner-ups together.
+    `runner_ups` counts them), drafted depths may also verify their runner-ups, up to
+    `max_width` nodes a request, as many as pay (`pick_runner_ups`, the worker's own choice):
+    a hit adds one token where the chain reached its parent (`runner_up_gains`), and only the
+    verify is wider (the draft forwards and the extend are the chain's).
     """
     plain_rate = bs / cost.target.ms(bs)
     best, budget, reach, accepted = 1.0, 0, 1.0, 0.0
@@ -838,12 +839,15 @@ def speedup_ceiling(
         accepted += reach
         reaches.append(reach)
         rows = bs * (1.0 + reach) if narrow_extend else None
-        ups = min(b, max(0, (max_width or 0) - (b + 1))) if runner_up_hit > 0 else 0
-        extra = sum(runner_up_gains(reaches, [runner_up_hit] * b)[:ups])
         ms = cost.step_ms(bs, b + 1, draft_steps=b - 1 if draft_model else 0, draft_extend=draft_model, extend_rows=rows)
-        # The draft forwards and the extend are the chain's; only the verify is wider.
-        ms += cost.target.ms(bs * (b + 1 + ups)) - cost.target.ms(bs * (b + 1))
-        gain = (bs * (1.0 + accepted + extra) / ms) / plain_rate
+        tokens = bs * (1.0 + accepted)
+        if runner_up_hit > 0 and max_width:
+            gains = runner_up_gains(reaches, [runner_up_hit] * b)
+            verify_ms = lambda w: cost.target.ms(bs * w)  # noqa: E731
+            chosen = pick_runner_ups([gains] * bs, [b + 1] * bs, max_width, verify_ms, ms, tokens)
+            tokens += bs * sum(gains[d - 1] for d in chosen[0])
+            ms += verify_ms(b + 1 + len(chosen[0])) - verify_ms(b + 1)
+        gain = (tokens / ms) / plain_rate
         if gain > best:
             best, budget = gain, b
     return best, budget
