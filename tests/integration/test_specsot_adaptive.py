@@ -73,20 +73,28 @@ def _check(server, prompts, plain_ids, label: str) -> dict:
     return report
 
 
-@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "no-overlap"])
-@pytest.mark.parametrize("with_config", [False, True], ids=["own-policy", "sglang-config"])
+# Each policy with each scheduler loop, three servers for the four pairs: SPECSOT's own policy
+# with the overlap loop is the no-flag test below (the flag changes nothing in the policy), and
+# an SGLang-format config changes the budgets, not the loop, so one loop for it is enough.
+@pytest.mark.parametrize(
+    ("with_config", "overlap"), [(False, False), (True, True)], ids=["own-policy-no-overlap", "sglang-config-overlap"]
+)
 def test_context_drafting_parity(smollm2_path, smollm2_plain, config_path, tmp_path, overlap, with_config):
     prompts, plain_ids = smollm2_plain
     args = CONTEXT_ARGS + ([] if overlap else ["--disable-overlap-schedule"])
     args += ["--speculative-adaptive-config", config_path] if with_config else []
     with leak_checked_server(smollm2_path, args, tmp_path / "server.log") as server:
         _check(server, prompts, plain_ids, f"context, config={with_config}, overlap={overlap}")
-    assert "SPECSOT adaptive draft budgets on" in (tmp_path / "server.log").read_text()
+    log = (tmp_path / "server.log").read_text()
+    assert "SPECSOT adaptive draft budgets on" in log
+    loop = "overlap (event_loop_overlap)" if overlap else "synchronous"
+    assert f"SPECSOT worker driven by the {loop} scheduler loop" in log
 
 
 def test_without_the_flag_specsot_still_decides_from_its_costs(smollm2_path, smollm2_plain, tmp_path):
     # No --speculative-adaptive and SGLANG_SPECSOT_FIXED_WINDOW unset: the same policy, every
-    # budget from 0 to the window's weighed each step. Lossless like every other mode.
+    # budget from 0 to the window's weighed each step, under the overlap loop (the default).
+    # Lossless like every other mode.
     prompts, plain_ids = smollm2_plain
     args = cpu_args(max_total_tokens=8192) + SPECSOT
     with leak_checked_server(smollm2_path, args, tmp_path / "server.log") as server:
@@ -95,7 +103,9 @@ def test_without_the_flag_specsot_still_decides_from_its_costs(smollm2_path, smo
     assert not mismatches(results, plain_ids), "SPECSOT (no flag) differs from plain decoding"
     assert report["budget_mode"] == "adaptive" and report["adaptive"] is True, report
     assert report["last_plan"] is not None and report["cost_model"]["target"]["observed_steps"] > 0, report
-    assert "SPECSOT adaptive draft budgets on" in (tmp_path / "server.log").read_text()
+    log = (tmp_path / "server.log").read_text()
+    assert "SPECSOT adaptive draft budgets on" in log
+    assert "SPECSOT worker driven by the overlap (event_loop_overlap) scheduler loop" in log
 
 
 def test_draft_model_parity(qwen05_path, qwen05_draft_path, qwen05_parity, tmp_path):
