@@ -39,9 +39,9 @@ from sglang_specsot.speculative.probe import best_of_sweeps
 logger = logging.getLogger(__name__)
 
 # In the server's environment: "auto" (the default) quantizes the draft model on CPU where a
-# row count measured faster; "off" keeps its weights as loaded; "on" ("w8a8") uses the int8
-# (w8a8) kernel up to the largest probed row count for every weight, unmeasured (tests that
-# must reach that path).
+# row count measured faster; "off" keeps its weights as loaded; "on" uses the `int8` kernel
+# up to INT8_FORCED_ROWS rows and "w8a8" the `w8a8` kernel up to the largest probed row count,
+# for every weight, unmeasured (tests that must reach that path).
 DRAFT_INT8_ENV = "SGLANG_SPECSOT_DRAFT_INT8"
 MODES = ("auto", "off", "on", "w8a8")
 # 5: the usual SoT branch batch; 10 and 16: a batch's draft-extends (2 rows a request).
@@ -50,6 +50,11 @@ PROBE_ROWS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
 W8A8_MARGIN = 0.9
 DENSE, INT8, W8A8 = "dense", "int8", "w8a8"
 FORCED_KERNEL = {"on": INT8, "w8a8": W8A8}  # the unmeasured modes' kernel
+# `int8` is measured fastest only up to ~4 rows (bf16, module docstring), and in float32 its
+# cost grows with every row (the 12-layer draft of the 0.5B: 263 ms a forward at 1 row, 4.2 s
+# at 16, against 16 and 29 ms with `w8a8`): forced wider it reaches no path "auto" takes and
+# turned a float32 parity run of minutes into seven. Dense above it.
+INT8_FORCED_ROWS = 4
 # Only methods that multiply with the layer's own dense weight are wrapped: a layer already
 # quantized by its checkpoint has nothing for this to copy.
 _DENSE_METHODS = ("UnquantizedLinearMethod", "UnquantizedEmbeddingMethod")
@@ -203,13 +208,14 @@ def quantize_draft(
     """Give every dense layer of `model` the int8 copies its weight shape's plan uses: for each
     row count up to the largest of `rows`, the kernel measured fastest (`kernel_plan`); a
     shape whose plan is dense throughout keeps only its own weights. Unmeasured
-    (`measured=False`), every shape uses `forced` up to the largest of `rows`."""
+    (`measured=False`), every shape uses `forced` up to the largest of `rows` (`int8` up to
+    INT8_FORCED_ROWS of them, dense above)."""
     layers = dense_layers(model, exclude)
     by_shape: dict[tuple[int, int], list[torch.nn.Module]] = {}
     for layer in layers:
         by_shape.setdefault(tuple(layer.weight.shape), []).append(layer)
     plans = {
-        shape: kernel_plan(group[0].weight, rows, sweeps) if measured else (forced,) * max(rows)
+        shape: kernel_plan(group[0].weight, rows, sweeps) if measured else forced_plan(forced, max(rows))
         for shape, group in by_shape.items()
     }
     added, count = 0, 0
@@ -221,6 +227,13 @@ def quantize_draft(
             added += _add_copies(layer, plan)
             count += 1
     return Int8Summary(count, added / 2**20, {f"{n}x{k}": plan_ranges(plans[(n, k)]) for n, k in by_shape})
+
+
+def forced_plan(kernel: str, rows: int) -> tuple[str, ...]:
+    """The unmeasured plan for row counts 1..rows: `kernel` throughout, `int8` only up to
+    INT8_FORCED_ROWS and dense above."""
+    forced = min(rows, INT8_FORCED_ROWS) if kernel == INT8 else rows
+    return (kernel,) * forced + (DENSE,) * (rows - forced)
 
 
 def _add_copies(layer: torch.nn.Module, plan: tuple[str, ...]) -> int:

@@ -150,8 +150,12 @@ def test_a_shape_whose_plan_is_dense_keeps_its_method(monkeypatch):
 
 def test_unmeasured_every_shape_uses_the_forced_kernel_up_to_the_largest_row_count(monkeypatch):
     monkeypatch.setattr(draft_int8, "kernel_plan", lambda *a: pytest.fail("unmeasured means no timing"))
+    summary = quantize_draft(_Draft(tied=True), rows=(1, 2, 3), measured=False)
+    assert summary.layers == 3 and all(r == [["int8", 1, 3]] for r in summary.kernels_by_shape.values())
+    # The weight-only kernel only as wide as it is ever measured fastest; dense above.
     summary = quantize_draft(_Draft(tied=True), rows=(1, 2, 8), measured=False)
-    assert summary.layers == 3 and all(r == [["int8", 1, 8]] for r in summary.kernels_by_shape.values())
+    assert draft_int8.INT8_FORCED_ROWS == 4
+    assert all(r == [["int8", 1, 4], ["dense", 5, 8]] for r in summary.kernels_by_shape.values())
     if w8a8_available():
         summary = quantize_draft(_Draft(tied=True), rows=(1, 2, 8), measured=False, forced="w8a8")
         assert all(r == [["w8a8", 1, 8]] for r in summary.kernels_by_shape.values())
