@@ -28,6 +28,12 @@ STRICT_MEM_CHECK_ENV = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}
 # parity tests that must see verify run on every step.
 FIXED_WINDOW_ENV = {budget.FIXED_WINDOW_ENV: "1"}
 LEAK_NEEDLES = ("memory leak detected", "double free", "use-after-free")
+
+
+def scheduler_loop_line(overlap: bool) -> str:
+    """The log line saying which of SGLang's scheduler loops drives the SPECSOT worker."""
+    loop = "overlap (event_loop_overlap)" if overlap else "synchronous"
+    return f"SPECSOT worker driven by the {loop} scheduler loop"
 IDLE_CHECK_ROUNDS = 3  # fresh idle snapshots to see; the first may predate the idle loop
 IDLE_CHECK_DEADLINE = 120.0  # a hang guard: an idle scheduler publishes one about every second
 

@@ -15,7 +15,7 @@ from sglang_specsot.launch import ServerProcess
 from sglang_specsot.serving.skeleton_constraint import skeleton_processor_for
 from sglang_specsot.sot import SoTConfig, parse_skeleton, skeleton_prompt
 from sglang_specsot.sot.runner import SoTOptions
-from tests.integration.conftest import SPECSOT, cpu_args
+from tests.integration.conftest import SPECSOT, cpu_args, scheduler_loop_line
 
 pytestmark = pytest.mark.integration
 
@@ -95,7 +95,7 @@ def test_specsot_gives_the_plain_constrained_output(plain, specsot):
     got = [o["output_ids"] for o in specsot["outputs"]]
     want = [o["output_ids"] for o in plain["constrained"]]
     assert got == want
-    assert "SPECSOT worker driven by the overlap (event_loop_overlap) scheduler loop" in specsot["log"]
+    assert scheduler_loop_line(overlap=True) in specsot["log"]
 
 
 def test_the_frontend_program_constrains_its_skeleton_on_its_own(specsot):

@@ -26,6 +26,7 @@ from tests.integration.conftest import (
     SPECSOT,
     cpu_args,
     leak_checked_server,
+    scheduler_loop_line,
 )
 from tests.integration.parity import generate, mismatches, parity_prompts, run_batches
 
@@ -87,8 +88,7 @@ def test_context_drafting_parity(smollm2_path, smollm2_plain, config_path, tmp_p
         _check(server, prompts, plain_ids, f"context, config={with_config}, overlap={overlap}")
     log = (tmp_path / "server.log").read_text()
     assert "SPECSOT adaptive draft budgets on" in log
-    loop = "overlap (event_loop_overlap)" if overlap else "synchronous"
-    assert f"SPECSOT worker driven by the {loop} scheduler loop" in log
+    assert scheduler_loop_line(overlap) in log
 
 
 def test_without_the_flag_specsot_still_decides_from_its_costs(smollm2_path, smollm2_plain, tmp_path):
@@ -105,7 +105,7 @@ def test_without_the_flag_specsot_still_decides_from_its_costs(smollm2_path, smo
     assert report["last_plan"] is not None and report["cost_model"]["target"]["observed_steps"] > 0, report
     log = (tmp_path / "server.log").read_text()
     assert "SPECSOT adaptive draft budgets on" in log
-    assert "SPECSOT worker driven by the overlap (event_loop_overlap) scheduler loop" in log
+    assert scheduler_loop_line(overlap=True) in log
 
 
 def test_draft_model_parity(qwen05_path, qwen05_draft_path, qwen05_parity, tmp_path):

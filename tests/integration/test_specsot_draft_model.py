@@ -17,7 +17,13 @@ import re
 import pytest
 from sglang_specsot.cpu.draft_int8 import DRAFT_INT8_ENV
 from sglang_specsot.launch import ServerProcess
-from tests.integration.conftest import FIXED_WINDOW_ENV, QWEN05_PARITY_TOKENS, cpu_args, leak_checked_server
+from tests.integration.conftest import (
+    FIXED_WINDOW_ENV,
+    QWEN05_PARITY_TOKENS,
+    cpu_args,
+    leak_checked_server,
+    scheduler_loop_line,
+)
 from tests.integration.parity import mismatches, run_batches
 
 pytestmark = pytest.mark.integration
@@ -77,8 +83,7 @@ def test_greedy_parity_with_a_draft_model(draft_server, prompts, plain_ids):
     assert sum(accept) / len(accept) > 1.3, accept
     log = draft_server.log_path.read_text()
     assert "SPECSOT drafts with" in log  # the draft-model worker, not the context-only one
-    loop = "synchronous" if "no-overlap" in draft_server.config else "overlap (event_loop_overlap)"
-    assert f"SPECSOT worker driven by the {loop} scheduler loop" in log
+    assert scheduler_loop_line("no-overlap" not in draft_server.config) in log
     int8 = re.search(r"SPECSOT draft model weights in int8 .*'layers': (\d+)", log)
     assert int8, "the draft model's int8 weights were not set up"
     forced = INT8_FORCED.get(draft_server.config)

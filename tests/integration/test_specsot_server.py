@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from tests.integration.conftest import FIXED_WINDOW_ENV, SMOLLM2_PARITY_TOKENS, SPECSOT, cpu_args, leak_checked_server
+from tests.integration.conftest import FIXED_WINDOW_ENV, SMOLLM2_PARITY_TOKENS, SPECSOT, cpu_args, leak_checked_server, scheduler_loop_line
 from tests.integration.parity import generate, mismatches, run_batches
 
 pytestmark = pytest.mark.integration
@@ -70,8 +70,7 @@ def test_greedy_parity_and_accept_length(specsot_server, prompts, plain_ids):
 
 def test_the_expected_scheduler_loop_drives_the_worker(specsot_server):
     log = specsot_server.log_path.read_text()
-    want = "overlap (event_loop_overlap)" if specsot_server.mode == "overlap" else "synchronous"
-    assert f"SPECSOT worker driven by the {want} scheduler loop" in log
+    assert scheduler_loop_line(specsot_server.mode == "overlap") in log
 
 
 def test_siblings_draft_from_each_other(specsot_server, tokenizer):
