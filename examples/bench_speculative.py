@@ -124,15 +124,29 @@ def server_env(name: str) -> dict[str, str]:
     return env
 
 
-def workloads(tokenizer, n_questions: int, points: int = 4) -> dict[str, list[tuple[list[str], dict | None]]]:
+def suitable_questions(question_set: str, n_questions: int, skip: int = 0) -> list[str]:
+    """The SoT-suitable questions `skip` .. `skip + n_questions` of a question set ("vicuna80"
+    or a JSONL path whose rows carry "sot_suitable")."""
+    rows = load_questions(question_set)
+    suitable = [r["question"] for r in rows if r.get("sot_suitable")]
+    if skip < 0 or n_questions < 1 or skip + n_questions > len(suitable):
+        raise ValueError(
+            f"--skip {skip} --questions {n_questions}: {question_set} has {len(suitable)} SoT-suitable "
+            f"questions; pick skip >= 0 and questions >= 1 with skip + questions <= {len(suitable)}"
+        )
+    return suitable[skip : skip + n_questions]
+
+
+def workloads(
+    tokenizer, n_questions: int, points: int = 4, question_set: str = "vicuna80", skip: int = 0
+) -> dict[str, list[tuple[list[str], dict | None]]]:
     """Each workload: a list of (batch of prompts, SoT tag factory or None); a branch batch
     expands the first `points` points of SKELETON."""
     if not 1 <= points <= len(SKELETON):
         raise ValueError(f"--points {points} is outside 1..{len(SKELETON)}; pass a point count in that range")
     skeleton = SKELETON[:points]
     chat = lambda msgs: tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)  # noqa: E731
-    rows = load_questions("vicuna80")
-    questions = [r["question"] for r in rows if r["sot_suitable"]][:n_questions]
+    questions = suitable_questions(question_set, n_questions, skip)
     vicuna = [([chat([{"role": "user", "content": q}])], None) for q in questions]
     branches = [
         ([expansion_prompt(q, skeleton, i).render(chat) for i in range(points)], {"n": points})
@@ -167,6 +181,11 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--draft", default=None, help="draft model (a fetched name or a directory; same tokenizer)")
     parser.add_argument("--questions", type=int, default=4)
+    parser.add_argument("--question-set", default="vicuna80",
+                        help="vicuna80 or a JSONL path (e.g. sglang_specsot/data/router_holdout2.jsonl); "
+                        "its SoT-suitable rows are used")
+    parser.add_argument("--skip", type=int, default=0,
+                        help="start after this many suitable questions (the first ones are every earlier run's)")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--points", type=int, default=4, help="branches per SoT batch (1-8)")
     parser.add_argument("--workloads", default="vicuna,branches", help="comma-separated: vicuna, branches")
@@ -203,7 +222,10 @@ def main() -> None:
     model = fetch(args.model)
     draft = (args.draft if Path(args.draft).is_dir() else fetch(args.draft)) if args.draft else None
     tokenizer = AutoTokenizer.from_pretrained(model)
-    loads = workloads(tokenizer, args.questions, args.points)
+    try:
+        loads = workloads(tokenizer, args.questions, args.points, args.question_set, args.skip)
+    except ValueError as exc:
+        parser.error(str(exc))
     wanted = args.workloads.split(",")
     unknown = set(wanted) - set(loads)
     if unknown:
@@ -326,7 +348,8 @@ def run_one_at_a_time(servers, loads, stats, args) -> None:
 
 def report(stats: dict, names: list[str], loads: list[str], args) -> None:
     print(f"\nmodel {args.model}, draft {args.draft} ({args.steps} steps x top-{args.topk}), "
-          f"{args.questions} questions x {args.rounds} rounds, {args.max_new_tokens} new tokens, "
+          f"{args.questions} suitable questions of {args.question_set} after {args.skip} x {args.rounds} rounds, "
+          f"{args.max_new_tokens} new tokens, "
           f"{args.points} branches per SoT batch, dtype {args.dtype}")  # fmt: skip
     print(f"load average at the end: {os.getloadavg()}")
     # "same as plain": answers whose text is plain decoding's (the baseline's) for the same

@@ -67,10 +67,26 @@ def test_every_config_is_reported_against_the_baseline(capsys):
     # baseline's, and the table says which config that is.
     runs = {("SPECSOT", "vicuna"): stats(300, 100.0, {(0, "a"): "x", (0, "b"): "y"}),
             ("SPECSOT-noru", "vicuna"): stats(200, 100.0, {(0, "a"): "x", (0, "b"): "z"})}  # fmt: skip
-    args = SimpleNamespace(model="m", draft="d", steps=4, topk=1, questions=2, rounds=1, max_new_tokens=8,
-                           points=4, dtype="bfloat16", baseline="SPECSOT-noru")  # fmt: skip
+    args = SimpleNamespace(model="m", draft="d", steps=4, topk=1, questions=2, question_set="vicuna80", skip=0,
+                           rounds=1, max_new_tokens=8, points=4, dtype="bfloat16", baseline="SPECSOT-noru")  # fmt: skip
     bench.report(runs, ["SPECSOT", "SPECSOT-noru"], ["vicuna"], args)
     out = capsys.readouterr().out
     assert "vs SPECSOT-noru" in out and "same as SPECSOT-noru" in out
     rows = {line.split()[1]: line.split() for line in out.splitlines() if line.startswith("vicuna ")}
     assert rows["SPECSOT"][-2:] == ["1.50x", "1/2"] and rows["SPECSOT-noru"][-2:] == ["1.00x", "2/2"]
+
+
+def test_questions_come_from_any_set_after_the_ones_earlier_runs_used():
+    from sglang_specsot.data import load_questions
+
+    suitable = [r["question"] for r in load_questions("vicuna80") if r["sot_suitable"]]
+    assert bench.suitable_questions("vicuna80", 4) == suitable[:4]
+    assert bench.suitable_questions("vicuna80", 8, skip=12) == suitable[12:20]
+    path = str(Path(bench.__file__).parents[1] / "sglang_specsot" / "data" / "router_holdout2.jsonl")
+    held_out = [r["question"] for r in load_questions(path) if r["sot_suitable"]]
+    assert len(held_out) == 16 and bench.suitable_questions(path, 16) == held_out  # no math or code comes in
+    for n, skip in ((0, 0), (4, -1), (len(suitable), 1)):
+        with pytest.raises(ValueError, match=f"--skip {skip} --questions {n}: vicuna80 has {len(suitable)}"):
+            bench.suitable_questions("vicuna80", n, skip)
+    with pytest.raises(ValueError, match="unknown question set"):
+        bench.suitable_questions("no-such-set", 1)
