@@ -22,18 +22,27 @@ SERVER_RUNTIME_BYTES = 3 * 2**30
 MEMORY_SHARE = 0.85
 
 
-def resolve_model(name: str, what: str) -> str:
-    """A checkpoint directory for a registry name (fetched if needed) or a directory."""
+def check_model(name: str, what: str) -> None:
+    """A ValueError unless `name` is a checkpoint directory or a registry name; fetches
+    nothing, so every argument is checked before a download of minutes."""
     if Path(name).is_dir():
         if not (Path(name) / "config.json").exists():
             raise ValueError(f"--{what} {name} is a directory without config.json, not a checkpoint")
-        return str(Path(name).resolve())
-    from sglang_specsot.models import fetch, get_spec
-
+        return
     if "/" in name:
         raise ValueError(f"--{what} {name}: no such directory (give a checkpoint directory or a registry name)")
+    from sglang_specsot.models import get_spec
 
     get_spec(name)  # a ValueError listing the known names
+
+
+def resolve_model(name: str, what: str) -> str:
+    """A checkpoint directory for a registry name (fetched if needed) or a directory."""
+    check_model(name, what)
+    if Path(name).is_dir():
+        return str(Path(name).resolve())
+    from sglang_specsot.models import fetch
+
     return str(fetch(name))
 
 
@@ -77,9 +86,10 @@ def plan_from_args(args) -> RunPlan:
     from sglang_specsot.data import load_questions
 
     questions = pick_questions(load_questions(args.questions), args.limit, args.suitable, args.unsuitable)
-    target = resolve_model(args.target, "target")
-    draft = resolve_model(args.draft, "draft") if args.draft else None
-    configs = select(matrix(draft is not None), args.configs.split(",") if args.configs else None)
+    check_model(args.target, "target")
+    if args.draft:
+        check_model(args.draft, "draft")
+    configs = select(matrix(bool(args.draft)), args.configs.split(",") if args.configs else None)
     sot_config = json.loads(args.sot_config) if args.sot_config else None
     if sot_config is not None:
         from sglang_specsot.sot import SoTConfig
@@ -87,6 +97,9 @@ def plan_from_args(args) -> RunPlan:
         SoTConfig(**sot_config)  # validate now, not in every cell
     if args.system_prompt is not None and not args.system_prompt.strip():
         raise ValueError("--system-prompt is empty; give the system message's text, or leave the flag out")
+    # Every argument is checked; only now the downloads.
+    target = resolve_model(args.target, "target")
+    draft = resolve_model(args.draft, "draft") if args.draft else None
     specs = servers(draft)
     if args.one_at_a_time == "auto":
         needed = {specs[c.server] for c in configs}

@@ -63,6 +63,12 @@ def test_bad_model_names_get_one_clear_error(tmp_path):
     (["report", "/no/such/run"], "has no cells.jsonl"),
 ])  # fmt: skip
 def test_the_command_line_reports_bad_input_in_one_line(argv, message, capsys, tmp_path, monkeypatch):
+    import sglang_specsot.models as models
+
+    def no_fetch(name):  # every argument is checked before a download of minutes
+        raise AssertionError(f"fetched {name} before the bad argument was reported")
+
+    monkeypatch.setattr(models, "fetch", no_fetch)
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
