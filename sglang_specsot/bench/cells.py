@@ -249,6 +249,7 @@ def from_trace(trace: dict) -> dict:
                             b.get("completion_tokens", 0), b.get("finish_reason", ""), b.get("ended", ""))
                      for b in items)  # fmt: skip
     normal = trace.get("normal") or {}
+    merge = trace.get("merge")
     capped = any(b.finish_reason == "length" for b in branches) or normal.get("finish_reason") == "length"
     return {
         "output_tokens": (trace.get("usage") or {}).get("completion_tokens", 0),
@@ -261,4 +262,5 @@ def from_trace(trace: dict) -> dict:
         "fallback": bool(trace.get("fallback")),
         "skeleton_constrained": skeleton.get("constrained") if skeleton else None,
         "branches": branches,
+        "empty_points": len(merge.get("empty_points") or ()) if merge is not None else None,
     }

@@ -36,6 +36,7 @@ class Row:
     hit_cap: float | None  # share whose answer (or a branch) hit the token cap
     looped: float | None
     branch_loops: float | None  # share of SoT branches that ended in a loop (trace "ended")
+    empty_points: float | None  # share of SoT points whose branch gave nothing but the title
     flawed_skeletons: int | None  # skeletons holding code or a repeated point (see skeleton_flawed)
     normal_covered: float | None
     min_normal_covered: float | None  # the worst question's coverage
@@ -102,12 +103,20 @@ def _row(name, subset, mine: list[CellResult], ups, quality_by, judged: dict, ca
         _mean(c.skeleton_seconds for c in ok), _mean(c.longest_branch for c in sot),
         _mean(c.points for c in sot), attr(lambda c: c.accept_length),
         attr(lambda c: float(c.path == "sot")), attr(lambda c: float(c.fallback)), attr(lambda c: float(c.hit_cap)), attr(lambda c: float(c.looped)),
-        _mean(float(b.ended == "loop") for c in sot for b in c.branches),
+        _mean(float(b.ended == "loop") for c in sot for b in c.branches), _empty_share(sot),
         sum(skeleton_flawed(c.skeleton_text) for c in ok if c.skeleton_text) if ok else None,
         _mean(x.normal_covered for x in q), min((x.normal_covered for x in q if x.normal_covered is not None), default=None), _mean(x.answer_covered for x in q), _mean(x.cosine for x in q),
         _mean(x.length_ratio for x in q), _mean(x.asks_addressed for x in q),
         _wtl(judged, ok), _wtl(calibrated, ok),
     )  # fmt: skip
+
+
+def _empty_share(sot: list[CellResult]) -> float | None:
+    """Empty points over the points of the SoT answers that counted them (runs before the
+    count have None)."""
+    counted = [c for c in sot if c.empty_points is not None]
+    points = sum(c.points for c in counted)
+    return sum(c.empty_points for c in counted) / points if points else None
 
 
 def skeleton_flawed(text: str) -> bool:
@@ -143,7 +152,8 @@ def per_question(cells: dict[tuple[int, str], CellResult], quality: list[Quality
                "tokens": cell.output_tokens, "tokens_per_s": cell.tokens_per_s, "path": cell.path,
                "skeleton_s": cell.skeleton_seconds, "longest_branch_s": cell.longest_branch,
                "points": cell.points, "accept_length": cell.accept_length, "hit_cap": cell.hit_cap,
-               "looped": cell.looped, "fallback": cell.fallback, "load": cell.load, "commit": cell.commit}  # fmt: skip
+               "looped": cell.looped, "fallback": cell.fallback, "empty_points": cell.empty_points,
+               "load": cell.load, "commit": cell.commit}  # fmt: skip
         q = quality_by.get(key, {})
         row.update({k: q[k] for k in ("normal_covered", "answer_covered", "cosine", "length_ratio",
                                        "asks", "asks_addressed") if k in q})  # fmt: skip
@@ -156,6 +166,7 @@ COLUMNS = [("config", "config"), ("subset", "subset"), ("ok", "ok"), ("failed", 
            ("tokens_per_s", "tok/s"), ("skeleton_s", "skeleton s"), ("longest_branch_s", "longest branch s"),
            ("points", "points"), ("accept_length", "accept"), ("sot_share", "SoT path"),
            ("fallback", "fallback"),           ("hit_cap", "hit cap"), ("looped", "looped"), ("branch_loops", "branch loops"),
+           ("empty_points", "empty points"),
            ("flawed_skeletons", "flawed skeletons"), ("normal_covered", "covers normal"),
            ("min_normal_covered", "worst covers normal"), ("answer_covered", "covered by normal"), ("cosine", "cosine"), ("length_ratio", "length ratio"),
            ("asks_addressed", "asks addressed"), ("judge", "judge W/T/L"),

@@ -42,6 +42,7 @@ class CellResult:
     points: int = 0
     fallback: bool = False  # SoT was tried but the skeleton was no plan
     skeleton_constrained: bool | None = None  # a logit processor kept it to numbered points
+    empty_points: int | None = None  # points whose branch gave only the title (None: older runs)
     branches: tuple[Branch, ...] = field(default=())
     load: float | None = None  # the machine's 1-minute load average when the answer arrived
     commit: str = ""  # the git commit of the code that measured it

@@ -68,6 +68,12 @@ def test_from_trace_places_branches_after_the_skeleton():
     assert fields["path"] == "sot" and fields["points"] == 2 and fields["finish_reason"] == "length"
     assert [(b.start, b.end) for b in fields["branches"]] == [(1.5, 3.5), (1.6, 4.5)]
     assert fields["output_tokens"] == 30
+    assert fields["empty_points"] is None  # a trace without a merge (a fallback) counts none
+
+
+def test_from_trace_counts_the_points_the_merge_found_empty():
+    assert from_trace({**TRACE, "merge": {"seconds": 0.0, "empty_points": [1]}})["empty_points"] == 1
+    assert from_trace({**TRACE, "merge": {"seconds": 0.0, "empty_points": []}})["empty_points"] == 0
 
 
 def test_a_normal_cell_reads_generate(fake):

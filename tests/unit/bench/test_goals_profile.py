@@ -54,6 +54,7 @@ def test_quality_goals_count_loop_ended_branches_flawed_skeletons_and_the_worst_
     (row,) = [r for r in summarize(cells, quality, {}) if r.config == "SpecSoT-server" and r.subset == "suitable"]
     assert row.branch_loops == pytest.approx(0.25) and row.flawed_skeletons == 1
     assert row.min_normal_covered == pytest.approx(0.5)
+    assert row.empty_points is None  # neither cell counted its empty points (an older run)
     goals = {g.name: g for g in check([row])}
     assert goals["SpecSoT-server loop-ended branches"].met is False
     assert goals["SpecSoT-server skeletons with code or repeated points"].met is False
@@ -87,3 +88,13 @@ def test_the_coverage_ceiling_averages_the_sampled_answers_and_names_questions_b
     assert sot.below_every_sample == [2]  # q1's 0.7 is between its samples' 0.6 and 0.8
     assert "| SoT-server | 2 | 0.50 | 0.60 | q2 |" in ceiling_markdown(ceiling)
     assert coverage_ceiling(per_question(CELLS, [])) is None  # no sampled cells
+
+
+def test_empty_points_are_a_share_of_the_points_of_the_answers_that_counted_them():
+    cells = cells_of(
+        cell(1, "plain", 12.0), sot_cell(1, "SpecSoT-server", 4.0, empty_points=1),
+        cell(2, "plain", 12.0), sot_cell(2, "SpecSoT-server", 4.0, empty_points=0),
+        cell(3, "plain", 12.0), sot_cell(3, "SpecSoT-server", 4.0),  # an older cell: not counted
+    )  # fmt: skip
+    (row,) = [r for r in summarize(cells, []) if r.config == "SpecSoT-server" and r.subset == "suitable"]
+    assert row.empty_points == pytest.approx(1 / 4)  # 1 of the 2 + 2 points counted
