@@ -177,6 +177,7 @@ class ProgramBackend:
         self.state = state
         self.prefix = ""  # the branches' shared prompt prefix, committed once by fork_branches
         self.forks: dict[int, object] = {}  # skeleton index -> the branch's forked state
+        self.asked: set[int] = set()  # skeleton indices whose fork has generated
 
     async def generate(self, request: GenRequest, on_text=None) -> GenResult:
         return await asyncio.to_thread(self._generate, request)
@@ -185,9 +186,21 @@ class ProgramBackend:
         if request.tag.role == SKELETON:
             return self._skeleton(request)
         if request.tag.role == BRANCH:
-            fork = self.forks[request.tag.point]
-            return _gen(fork, request, "branch", request.prompt[len(self.prefix) :])
+            assert request.prompt.startswith(self.prefix), "a branch prompt outside the committed prefix"
+            if request.tag.point in self.asked:
+                return self._retry(request)
+            self.asked.add(request.tag.point)
+            return _gen(self.forks[request.tag.point], request, "branch", request.prompt[len(self.prefix) :])
         return _gen(self.state, request, "answer", request.prompt)
+
+    def _retry(self, request: GenRequest) -> GenResult:
+        """A branch asked once more (runner.retry_request): its own fork holds the first
+        answer, so the second runs in a new fork of the root, which holds the shared prefix."""
+        forks = self.state.fork(1)
+        try:
+            return _gen(forks[0], request, "branch", request.prompt[len(self.prefix) :])
+        finally:
+            forks.join()
 
     def _skeleton(self, request: GenRequest) -> GenResult:
         forks = self.state.fork(1)

@@ -36,6 +36,10 @@ class SoTConfig:
     # Point expansion: SoT pre-fills "i. point" in the assistant turn, but on the small
     # models we test that gave near-empty expansions, so it is opt-in.
     prefill_point_header: bool = False
+    # A branch that stops after writing only its point's title ("Use time management apps.")
+    # leaves the point empty; it is asked once more with the title and a colon pre-filled,
+    # within what is left of its budget (runner.retry_request).
+    retry_empty_points: bool = True
 
     # A question that names MIN_ITEMS or more items in a series ("compare A, B, C and D")
     # has stated its plan: the items are the points and no skeleton is generated. The answer
@@ -66,7 +70,7 @@ class SoTConfig:
                 f"predicted_length_slack={self.predicted_length_slack} is outside [1.0, 4.0]; "
                 "use 1.0 to trust predicted lengths exactly, or a little more for headroom"
             )
-        for flag in ("prefill_point_header", "derive_skeleton"):
+        for flag in ("prefill_point_header", "derive_skeleton", "retry_empty_points"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag}={getattr(self, flag)!r} must be True or False")
 

@@ -118,6 +118,9 @@ class BranchResult:
     result: GenResult
     started: float  # seconds after the branch phase began
     finished: float
+    # The first answer of a branch that was asked again (it wrote only its point's title);
+    # `request` and `result` are then the second one's.
+    first_try: GenResult | None = None
 
     @property
     def ended(self) -> str:
@@ -166,7 +169,8 @@ class SoTAnswer:
     def results(self) -> tuple[GenResult, ...]:
         """Every generation of this answer (skeleton, branches, normal answer)."""
         out = [self.skeleton.result] if self.skeleton else []
-        out += [b.result for b in self.branches.results] if self.branches else []
+        for branch in self.branches.results if self.branches else ():
+            out += [branch.first_try, branch.result] if branch.first_try else [branch.result]
         out += [self.normal.result] if self.normal else []
         return tuple(out)
 
@@ -267,7 +271,8 @@ def _branches_trace(branches: BranchesPhase) -> dict:
         "items": [
             {"index": b.index, "point": b.point, "text": b.result.text, "started": b.started,
              "finished": b.finished, "max_new_tokens": b.request.max_new_tokens,
-             **_gen_trace(b.result)}
+             **_gen_trace(b.result),
+             **({"first_try": {"text": b.first_try.text, **_gen_trace(b.first_try)}} if b.first_try else {})}
             for b in branches.results
         ],
     }  # fmt: skip

@@ -100,6 +100,11 @@ def skeleton_prompt(question: str, *, instructions: str | None = None, system_ro
     return ChatPrompt(_with_system(system, turns, system_role), SKELETON_PREFILL)
 
 
+def title_lead_in(point: str) -> str:
+    """The point's title ending in a colon: what a retried branch's answer starts with."""
+    return point.rstrip(" .:;!?") + ":"
+
+
 def expansion_prompt(
     question: str,
     points: Sequence[str],
@@ -108,10 +113,14 @@ def expansion_prompt(
     prefill_header: bool = False,
     instructions: str | None = None,
     system_role: bool = True,
+    lead_in: bool = False,
 ) -> ChatPrompt:
     """Ask to write only point `index` (0-based) as a short paragraph, seeing the whole skeleton.
 
     `instructions` is the client's system prompt, if any: each point is written under it.
+    `lead_in` pre-fills the point's title and a colon ("Use time management apps:"), so the
+    text goes on with the point's content: how a branch that wrote only its title is asked
+    again (runner.retry_request).
 
     A paragraph, not the SoT paper's "1-2 sentences": the joined answer has to say what the
     normal answer says, and one sentence per point halved it.
@@ -135,7 +144,9 @@ def expansion_prompt(
         + (_EXPAND_REMINDER.format(instructions=instructions) if instructions else "")
         + f'Write only point {number}, "{point}".'
     )
-    prefix = f"{number}. {point}" if prefill_header else ""
+    if prefill_header and lead_in:
+        raise ValueError("prefill_header and lead_in both pre-fill the assistant turn; pass at most one")
+    prefix = f"{number}. {point}" if prefill_header else (title_lead_in(point) if lead_in else "")
     system = _EXPAND_SYSTEM
     if instructions:
         system += "\n\n" + _EXPAND_INSTRUCTIONS.format(instructions=instructions)

@@ -40,6 +40,7 @@ from sglang_specsot.sot.phases import (  # noqa: F401 (re-exported: callers impo
     SkeletonPhase,
     SoTAnswer,
     SoTPhaseError,
+    ended_by,
 )
 from sglang_specsot.sot.tag import BRANCH, MODES, PLAIN, SKELETON, SoTTag
 
@@ -50,6 +51,7 @@ SKELETON_CHANNEL, ANSWER_CHANNEL = "skeleton", "answer"
 
 Render = Callable[[list[dict[str, str]]], str]  # messages -> prompt text, generation prompt added
 DeltaSink = Callable[[str, str], None]  # (channel, new text)
+Retry = Callable[[GenRequest, GenResult], "GenRequest | None"]  # a branch's second request, if it needs one
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +203,33 @@ def branch_requests(
     return requests
 
 
+# A retried branch needs room to write a sentence or two; with less left it keeps its title.
+RETRY_MIN_TOKENS = 16
+
+
+def retry_request(
+    question: str, points: Sequence[str], render: Render, options: SoTOptions, first: GenRequest, result: GenResult
+) -> GenRequest | None:
+    """A second request for a branch that stopped after writing only its point's title, or
+    None when the first answer stands.
+
+    Qwen2.5-Coder-0.5B (the demo's model) ends some points right after restating the title
+    ("Use time management apps."), which leaves the point empty. Asked again with the title
+    and a colon pre-filled, it writes the point's content; with the header "3. Use ..."
+    pre-filled it wrote nothing at all. The retry gets what is left of the branch's budget,
+    so the answer stays within its cap."""
+    index = first.tag.point
+    if not options.config.retry_empty_points or result.finish_reason != "stop" or ended_by(result) != "stop":
+        return None
+    if merged_point(points, index, result.text).expansion:
+        return None
+    left = first.max_new_tokens - result.completion_tokens
+    if left < RETRY_MIN_TOKENS:
+        return None
+    chat = expansion_prompt(question, points, index, instructions=options.system_prompt, lead_in=True)
+    return GenRequest(chat.render(render), left, first.tag, chat.assistant_prefix, stop_on_loop=first.stop_on_loop)
+
+
 def shared_prefix(prompts: Iterable[str]) -> str:
     """The text every prompt starts with, up to its last line break: what a fork commits once
     for all branches.
@@ -296,7 +325,8 @@ async def run_sot(
         return assemble_answer(group, NORMAL, reason, route, started, skeleton=skeleton, normal=normal)
     requests = branch_requests(question, plan, render, options, group)
     releaser = PointReleaser(plan.points, to_answer)
-    branches = await run_branches(backend, plan, requests, releaser.finish)
+    retry = lambda request, result: retry_request(question, plan.points, render, options, request, result)  # noqa: E731
+    branches = await run_branches(backend, plan, requests, releaser.finish, retry)
     merge = merge_phase(branches)
     assert merge.merged.text == releaser.released, "streamed points differ from the merged answer"
     return assemble_answer(group, SOT, route.decision.reason, route, started, skeleton, branches, merge)
@@ -376,13 +406,15 @@ async def run_branches(
     plan: BranchPlan,
     requests: dict[int, GenRequest],
     on_finish: Callable[[int, str], None] | None = None,
+    retry: Retry | None = None,
 ) -> BranchesPhase:
     """Run the plan's branches, at most `plan.max_running` at once, starting waiting ones as
-    others finish. On any failure or cancellation every running branch is cancelled."""
+    others finish; a branch `retry` gives a second request for runs it once more, in its own
+    slot. On any failure or cancellation every running branch is cancelled."""
     started = time.perf_counter()  # the phase includes committing the shared prefix
     scope = backend.fork_branches(requests) if isinstance(backend, ForkingBackend) else _no_fork()
     async with scope:
-        return await _run_branches(backend, plan, requests, on_finish, started)
+        return await _run_branches(backend, plan, requests, on_finish, started, retry)
 
 
 @contextlib.asynccontextmanager
@@ -396,8 +428,11 @@ async def _run_branches(
     requests: dict[int, GenRequest],
     on_finish: Callable[[int, str], None] | None,
     started: float,
+    retry: Retry | None = None,
 ) -> BranchesPhase:
     scheduler = plan.scheduler()
+    requests = dict(requests)  # a retried branch's entry becomes its second request
+    first_tries: dict[int, GenResult] = {}
     running: dict[int, asyncio.Task] = {}
     started_at: dict[int, float] = {}
     done: dict[int, BranchResult] = {}
@@ -413,9 +448,15 @@ async def _run_branches(
             finished, _ = await asyncio.wait(running.values(), return_when=asyncio.FIRST_COMPLETED)
             for index in sorted(i for i, task in running.items() if task in finished):
                 result = _branch_result(running.pop(index), index)
+                again = retry(requests[index], result) if retry is not None and index not in first_tries else None
+                if again is not None:  # still running, in the slot it had: no other branch waits longer
+                    logger.info("SoT branch %d wrote only its title; asking once more", index + 1)
+                    first_tries[index], requests[index] = result, again
+                    running[index] = asyncio.create_task(backend.generate(again))
+                    continue
                 branch = BranchResult(
                     index, plan.points[index], requests[index], result,
-                    started_at[index], time.perf_counter() - started,
+                    started_at[index], time.perf_counter() - started, first_tries.get(index),
                 )  # fmt: skip
                 done[index] = branch
                 if on_finish is not None:

@@ -50,6 +50,12 @@ def test_expansion_prompt_sees_question_and_whole_skeleton():
     assert prompt.assistant_prefix == ""
     prefilled = expansion_prompt(QUESTION, POINTS, 1, prefill_header=True)
     assert prefilled.assistant_prefix == "2. Prioritize tasks"
+    # A retried branch's answer starts with its title and a colon, whatever the title ends in.
+    led = expansion_prompt(QUESTION, POINTS, 1, lead_in=True)
+    assert led.assistant_prefix == "Prioritize tasks:" and led.messages == prompt.messages
+    assert expansion_prompt(QUESTION, ["Why rest?", "Sleep.", "Eat"], 0, lead_in=True).assistant_prefix == "Why rest:"
+    with pytest.raises(ValueError, match="pass at most one"):
+        expansion_prompt(QUESTION, POINTS, 1, prefill_header=True, lead_in=True)
 
 
 def test_expansion_prompts_share_everything_but_the_last_instruction():

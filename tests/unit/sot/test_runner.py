@@ -450,6 +450,7 @@ class FakeHTTP:
         self.finished = 0
         self.release = threading.Semaphore(0)
         self.failing_point: int | None = None  # this branch's request gets an HTTP 500
+        self.first_replies: dict[int, str] = {}  # point -> its branch's first reply, if not the usual
 
     def __call__(self, url, json=None, **kwargs):
         if url.endswith("/get_model_info"):
@@ -472,7 +473,9 @@ class FakeHTTP:
                 self.running -= 1
                 self.finished += 1
             point = params["custom_params"]["specsot"]["point"]
-            return _Response({"text": f"Expansion {point + 1}.", "meta_info": _meta(body, 2)})
+            with self.lock:
+                reply = self.first_replies.pop(point, f"Expansion {point + 1}.")
+            return _Response({"text": reply, "meta_info": _meta(body, 2)})
         text = self.skeleton if role == "skeleton" else "Normal answer."
         return _Response({"text": text, "meta_info": _meta(body, len(text.split()))})
 
@@ -640,3 +643,70 @@ def test_the_answers_accept_length_pools_the_speculated_generations():
     assert trace["skeleton"]["spec_verify_ct"] == 0
     # A server that does not speculate: no accept length, not a division by zero.
     assert run(run_sot(QUESTION, FakeBackend(), render, options())).trace()["spec_accept_length"] is None
+
+
+class TitleOnly(FakeBackend):
+    """Point 2's branch first writes only its title and stops, as Qwen2.5-Coder-0.5B did;
+    `again` is what it writes when asked once more."""
+
+    def __init__(self, again: str = " Silence the phone and close the mail.", finish: str = "stop") -> None:
+        super().__init__()
+        self.again, self.finish = again, finish
+
+    async def _reply(self, text, request, on_text):
+        if request.tag.role == BRANCH and request.tag.point == 1:
+            asked = len([r for r in self.of_role(BRANCH) if r.tag.point == 1])
+            reply = "Avoid distractions." if asked == 1 else self.again
+            return GenResult(reply, len(request.prompt), 4, self.finish if asked == 1 else "stop")
+        return await super()._reply(text, request, on_text)
+
+
+def test_a_branch_that_writes_only_its_title_is_asked_once_more_with_the_title_led_in():
+    fake = TitleOnly()
+    answer = run(run_sot(QUESTION, fake, render, options(default_branch_tokens=40)))
+    assert answer.answer.split("\n")[1] == "2. Avoid distractions. Silence the phone and close the mail."
+    first, second = [r for r in fake.of_role(BRANCH) if r.tag.point == 1]
+    assert second.tag == first.tag and second.prefill == "Avoid distractions:"
+    assert second.prompt == first.prompt + "Avoid distractions:"  # the same prompt, its answer led in
+    assert second.max_new_tokens == first.max_new_tokens - 4  # what the first try left of the budget
+    assert len(fake.of_role(BRANCH)) == 4  # one branch asked twice, the others once
+    # The first try counts in the answer's usage, and the trace keeps it.
+    assert len(answer.results) == 5 and answer.completion_tokens == sum(r.completion_tokens for r in answer.results)
+    item = answer.trace()["branches"]["items"][1]
+    assert item["first_try"]["text"] == "Avoid distractions." and item["first_try"]["ended"] == "stop"
+    assert item["text"] == " Silence the phone and close the mail." and item["max_new_tokens"] == 36
+    assert answer.trace()["merge"]["empty_points"] == []
+
+
+@pytest.mark.parametrize("kwargs, config", [
+    ({"again": " Avoid distractions."}, {}),  # empty again: asked twice at most
+    ({"finish": "length"}, {}),  # cut by its budget: nothing is left to ask with
+    ({}, {"retry_empty_points": False}),
+    ({}, {"default_branch_tokens": 19, "min_branch_tokens": 8}),  # 15 tokens left: too few for content
+])  # fmt: skip
+def test_a_title_only_branch_keeps_its_title_when_asking_again_cannot_help(kwargs, config):
+    fake = TitleOnly(**kwargs)
+    answer = run(run_sot(QUESTION, fake, render, options(**config)))
+    asked = len([r for r in fake.of_role(BRANCH) if r.tag.point == 1])
+    assert asked == (2 if "again" in kwargs else 1)
+    assert answer.answer.split("\n")[1] == "2. Avoid distractions"
+    assert answer.trace()["merge"]["empty_points"] == [1]
+
+
+def test_the_frontend_program_asks_a_title_only_branch_again_in_a_fork_of_its_own(fake_http):
+    from sglang_specsot.frontend import SoTEndpoint, answer_question
+
+    fake_http.release = threading.Semaphore(100)  # branches run without being held
+    fake_http.first_replies = {1: "Avoid distractions."}
+    answer = answer_question(SoTEndpoint("http://fake"), QUESTION, render, options(skeleton_max_tokens=30),
+                             constrain_skeleton=False)
+    assert answer.answer.split("\n")[1] == "2. Avoid distractions. Expansion 2."
+    tags = [(b, b["sampling_params"].get("custom_params", {}).get("specsot", {})) for b in fake_http.bodies]
+    branches = [b for b, tag in tags if tag.get("role") == "branch"]
+    again = [b for b, tag in tags if tag.get("role") == "branch" and tag["point"] == 1]
+    assert len(branches) == 5 and len(again) == 2
+    # The second ask is the first's prompt with the title led in, after the one committed prefix.
+    commits = [b for b in fake_http.bodies if b["sampling_params"]["max_new_tokens"] == 0]
+    assert len(commits) == 1 and again[1]["text"].startswith(commits[0]["text"])
+    assert again[1]["text"] == again[0]["text"] + "Avoid distractions:"
+    assert answer.branches.results[1].first_try.text == "Avoid distractions."
