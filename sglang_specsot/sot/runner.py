@@ -409,8 +409,8 @@ async def run_branches(
     retry: Retry | None = None,
 ) -> BranchesPhase:
     """Run the plan's branches, at most `plan.max_running` at once, starting waiting ones as
-    others finish; a branch `retry` gives a second request for runs it once more, in its own
-    slot. On any failure or cancellation every running branch is cancelled."""
+    others finish; a branch for which `retry` returns a second request runs once more, in
+    the slot it had. On any failure or cancellation every running branch is cancelled."""
     started = time.perf_counter()  # the phase includes committing the shared prefix
     scope = backend.fork_branches(requests) if isinstance(backend, ForkingBackend) else _no_fork()
     async with scope:
