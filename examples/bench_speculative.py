@@ -137,16 +137,13 @@ def suitable_questions(question_set: str, n_questions: int, skip: int = 0) -> li
     return suitable[skip : skip + n_questions]
 
 
-def workloads(
-    tokenizer, n_questions: int, points: int = 4, question_set: str = "vicuna80", skip: int = 0
-) -> dict[str, list[tuple[list[str], dict | None]]]:
+def workloads(tokenizer, questions: list[str], points: int = 4) -> dict[str, list[tuple[list[str], dict | None]]]:
     """Each workload: a list of (batch of prompts, SoT tag factory or None); a branch batch
     expands the first `points` points of SKELETON."""
     if not 1 <= points <= len(SKELETON):
         raise ValueError(f"--points {points} is outside 1..{len(SKELETON)}; pass a point count in that range")
     skeleton = SKELETON[:points]
     chat = lambda msgs: tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)  # noqa: E731
-    questions = suitable_questions(question_set, n_questions, skip)
     vicuna = [([chat([{"role": "user", "content": q}])], None) for q in questions]
     branches = [
         ([expansion_prompt(q, skeleton, i).render(chat) for i in range(points)], {"n": points})
@@ -219,13 +216,14 @@ def main() -> None:
                         help="one server alive at a time (a 1.5B target with a draft needs ~8 GB per server)")
     args = parser.parse_args()
 
+    try:  # before the downloads: a bad --skip or --question-set should not wait minutes for its error
+        questions = suitable_questions(args.question_set, args.questions, args.skip)
+    except ValueError as exc:
+        parser.error(str(exc))
     model = fetch(args.model)
     draft = (args.draft if Path(args.draft).is_dir() else fetch(args.draft)) if args.draft else None
     tokenizer = AutoTokenizer.from_pretrained(model)
-    try:
-        loads = workloads(tokenizer, args.questions, args.points, args.question_set, args.skip)
-    except ValueError as exc:
-        parser.error(str(exc))
+    loads = workloads(tokenizer, questions, args.points)
     wanted = args.workloads.split(",")
     unknown = set(wanted) - set(loads)
     if unknown:

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_speculative import COMMON, workloads  # noqa: E402  (the benchmark's exact prompts)
+from bench_speculative import COMMON, suitable_questions, workloads  # noqa: E402  (the benchmark's exact prompts)
 
 from sglang_specsot.speculative.context_draft import ContextDraftConfig, ContextDrafter, DraftTree  # noqa: E402
 
@@ -56,7 +56,7 @@ def record(out: Path) -> None:
 
     model = str(fetch(MODEL))
     tokenizer = AutoTokenizer.from_pretrained(model)
-    loads = workloads(tokenizer, QUESTIONS)
+    loads = workloads(tokenizer, suitable_questions("vicuna80", QUESTIONS))
     traces: dict[str, list[list[dict]]] = {}
     with ServerProcess(model, COMMON + ["--dtype", "bfloat16"], log_path=Path("/tmp/simulate-record.log")) as server:
         for name, batches in loads.items():

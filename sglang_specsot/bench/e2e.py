@@ -36,6 +36,13 @@ def check_model(name: str, what: str) -> None:
     get_spec(name)  # a ValueError listing the known names
 
 
+def check_models(target: str, draft: str | None) -> None:
+    """`check_model` for the target and, if given, the draft: both before either is fetched."""
+    check_model(target, "target")
+    if draft:
+        check_model(draft, "draft")
+
+
 def resolve_model(name: str, what: str) -> str:
     """A checkpoint directory for a registry name (fetched if needed) or a directory."""
     check_model(name, what)
@@ -86,9 +93,7 @@ def plan_from_args(args) -> RunPlan:
     from sglang_specsot.data import load_questions
 
     questions = pick_questions(load_questions(args.questions), args.limit, args.suitable, args.unsuitable)
-    check_model(args.target, "target")
-    if args.draft:
-        check_model(args.draft, "draft")
+    check_models(args.target, args.draft)
     configs = select(matrix(bool(args.draft)), args.configs.split(",") if args.configs else None)
     sot_config = json.loads(args.sot_config) if args.sot_config else None
     if sot_config is not None:

@@ -110,7 +110,7 @@ def merge(rows: list[dict]) -> str:
 
 
 def main(args) -> int:
-    from sglang_specsot.bench.e2e import check_model, pick_questions, resolve_model
+    from sglang_specsot.bench.e2e import check_models, pick_questions, resolve_model
     from sglang_specsot.bench.runner import COMMON, MEM_FRACTION
     from sglang_specsot.data import load_questions
     from sglang_specsot.launch import ServerProcess
@@ -120,9 +120,7 @@ def main(args) -> int:
     if unknown:
         raise ValueError(f"unknown configuration(s) {unknown}; known: {', '.join(CONFIGS)}")
     questions = pick_questions(load_questions(args.questions), args.limit, args.suitable, args.unsuitable)
-    check_model(args.target, "target")
-    if args.draft:
-        check_model(args.draft, "draft")  # before a download of minutes for the target
+    check_models(args.target, args.draft)  # the draft too, before a download of minutes for the target
     target = resolve_model(args.target, "target")
     draft = resolve_model(args.draft, "draft") if args.draft else None
     specs = servers(draft)
