@@ -23,6 +23,7 @@ import time
 
 import torch
 
+from sglang_specsot.cpu.threads import spin_report
 from sglang_specsot.speculative import adapter as sgl
 from sglang_specsot.speculative.budget import (
     FIXED_WINDOW_ENV, AdaptiveConfig, ChainAcceptance, DepthAcceptance, DraftingRuns, ExploreFund, StepPlan, best_plan, candidate_plans,
@@ -134,6 +135,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             "drafting_runs_total": self.drafting_runs.totals(),
             "acceptance_by_depth": {source: d.info() for source, d in self.by_depth.items()},
             "memory": memory_report(self.drafter, self._trace),
+            "omp_spin": spin_report(),
         }}  # fmt: skip
 
     def forward_batch_generation(

@@ -68,6 +68,9 @@ def _check(server, prompts, plain_ids, label: str) -> dict:
     target = report["cost_model"]["target"]
     assert target["observed_steps"] > 0 and len(target["probe_ms"]) == len(target["probe_rows"]) > 1, target
     assert report["last_plan"] is not None and report["last_plan"]["width"] >= 1, report
+    # The scheduler inherited the launcher's spin count (cpu/threads.py), unless the run set its own.
+    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+        assert report["omp_spin"] == {"GOMP_SPINCOUNT": "10M", "OMP_WAIT_POLICY": None, "source": "sglang-specsot"}
     spent = [r["meta_info"].get("spec_cap_length", 0.0) for r in results]
     assert all("spec_accept_length" in r["meta_info"] for r in results)
     assert any(s > 0 for s in spent), "no request was given a draft"
