@@ -21,11 +21,13 @@ from pathlib import Path
 
 
 def cpu_server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment a CPU server needs: SGLang's CPU switch, quiet threads, venv tools."""
+    """The environment a CPU server needs: SGLang's CPU switch and the venv's tools.
+
+    OpenMP's wait policy is the plugin's (cpu/threads.py: workers spin ~0.1 s, then sleep),
+    as on a server a user starts; this set OMP_WAIT_POLICY=PASSIVE until a51282a, which made
+    every region of a step wait for a sleeping worker (SPECSOT 7.05 against 8.39 tok/s)."""
     env = dict(os.environ)
     env["SGLANG_USE_CPU_ENGINE"] = "1"  # SGLang's own gate for its CPU path (utils/common.py:221)
-    # Spinning OpenMP threads made decoding 5-10x slower when two processes share 2 cores.
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     # SGLang JIT-builds the NGRAM corpus with the `ninja` on PATH; ours lives in the venv.
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")

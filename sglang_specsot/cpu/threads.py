@@ -2,21 +2,22 @@
 
 torch's x86 wheels run their intra-op pool on GNU OpenMP (libgomp). After each parallel
 region a libgomp worker spins GOMP_SPINCOUNT times (300,000 by default, ~3 ms on this
-machine) and then sleeps on a futex; the next region must wake it. A decode step on CPU is
-hundreds of small parallel regions (each layer's products, the attention's gathers, norms)
-separated by Python: SGLang's layer code, and between the forwards of a speculative step
-the tree, the budget policy and the scheduler's bookkeeping. Wherever a gap outlasts the
-spin, the region after it waits for a wake-up.
+machine; none with OMP_WAIT_POLICY=PASSIVE) and then sleeps on a futex; the next region must
+wake it. A decode step on CPU is hundreds of small parallel regions (each layer's products,
+the attention's gathers, norms) separated by Python: SGLang's layer code, and between the
+forwards of a speculative step the tree, the budget policy and the scheduler's bookkeeping.
+Wherever a gap outlasts the spin, the region after it waits for a wake-up.
 
 Measured on the 2-core Intel Xeon, 1.5B target with 0.5B draft, bf16, batch 1, three Vicuna
-questions (96 tokens each, one server at a time): plain decoding 4.76 -> 5.00 tok/s and
-SPECSOT 7.05 -> 8.39 tok/s with GOMP_SPINCOUNT=10M (100M: the same); one attention call of
-a draft forward went from 331 to 110 us. SPECSOT gains more than plain decoding because its
-step has more gaps of Python between forwards.
+questions (96 tokens each, one server at a time), against OMP_WAIT_POLICY=PASSIVE (what this
+project's launcher set for every test and benchmark server until this module): plain
+decoding 4.76 -> 5.00 tok/s and SPECSOT 7.05 -> 8.39 tok/s with GOMP_SPINCOUNT=10M (100M: the
+same); one attention call of a draft forward went from 331 to 110 us.
 
 10M spins is ~0.1 s on this machine: a worker spins that long after the server's last step
 and then sleeps, so an idle server costs nothing and a second server beside it (the
-benchmarks run two) is not starved for more than that.
+benchmarks run two) is not starved for more than that. Two processes that compute at the
+same time on the same cores should not spin: set OMP_WAIT_POLICY=PASSIVE for them.
 
 libgomp reads the variable once, when it is loaded (on `import torch`), so it must be in the
 environment before SGLang starts its scheduler processes; the plugin sets it in the launching
