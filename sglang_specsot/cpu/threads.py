@@ -43,21 +43,19 @@ def keep_workers_spinning(environ: MutableMapping[str, str] | None = None) -> st
     """Set GOMP_SPINCOUNT for the processes this one starts, unless the user chose a wait
     policy; returns who set it. Idempotent."""
     env = os.environ if environ is None else environ
-    if env.get(MARKER_ENV) == "1":
-        return SET_BY_US
-    if SPIN_ENV in env or WAIT_POLICY_ENV in env:
-        return SET_BY_USER
-    env[SPIN_ENV] = SPIN_COUNT
-    env[MARKER_ENV] = "1"
-    return SET_BY_US
+    if _source(env) == NOT_SET:
+        env[SPIN_ENV] = SPIN_COUNT
+        env[MARKER_ENV] = "1"
+    return _source(env)
 
 
 def spin_report(environ: MutableMapping[str, str] | None = None) -> dict:
     """What /server_info shows: the spin count and wait policy this process started with."""
     env = os.environ if environ is None else environ
-    spin, policy = env.get(SPIN_ENV), env.get(WAIT_POLICY_ENV)
+    return {SPIN_ENV: env.get(SPIN_ENV), WAIT_POLICY_ENV: env.get(WAIT_POLICY_ENV), "source": _source(env)}
+
+
+def _source(env: MutableMapping[str, str]) -> str:
     if env.get(MARKER_ENV) == "1":
-        source = SET_BY_US
-    else:
-        source = NOT_SET if spin is None and policy is None else SET_BY_USER
-    return {SPIN_ENV: spin, WAIT_POLICY_ENV: policy, "source": source}
+        return SET_BY_US
+    return SET_BY_USER if SPIN_ENV in env or WAIT_POLICY_ENV in env else NOT_SET
