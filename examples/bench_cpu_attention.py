@@ -5,17 +5,17 @@ the server being measured works, the other sleeps), the same greedy prompts, ROU
 rounds; prints decode tok/s of each and the median of the per-round ratios specsot_cpu /
 torch_native with its quartiles ("no slower" when 1.0 is not above the upper quartile). With no argument it builds a tiny
 random Llama in /tmp (transformers' LlamaConfig and a small BPE tokenizer trained here);
-pass a model directory to use a real one:
+pass a model directory to use a real one, and `--dtype bfloat16` to measure as served:
 
-    .venv/bin/python examples/bench_cpu_attention.py [MODEL_DIR]
+    .venv/bin/python examples/bench_cpu_attention.py [MODEL_DIR] [--dtype bfloat16] [--rounds N]
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -35,7 +35,7 @@ PROMPTS = [
 ]
 BACKENDS = ["torch_native", "specsot_cpu"]
 SERVER_ARGS = [
-    "--device", "cpu", "--dtype", "float32", "--max-total-tokens", "4096", "--log-level", "warning",
+    "--device", "cpu", "--max-total-tokens", "4096", "--log-level", "warning",
     "--sleep-on-idle", "--disable-radix-cache", "--random-seed", str(SEED),
 ]  # fmt: skip
 TINY = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4,
@@ -84,31 +84,37 @@ def decode_rate(server: ServerProcess) -> tuple[float, list[list[int]]]:
 
 
 def main() -> None:
-    model = sys.argv[1] if len(sys.argv) > 1 else str(build_tiny_model(Path("/tmp/specsot-tiny-llama")))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model", nargs="?", help="model directory (default: a tiny random Llama)")
+    ap.add_argument("--dtype", default="float32", help="the servers' --dtype (default float32)")
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"alternating rounds (default {ROUNDS})")
+    args = ap.parse_args()
+    model = args.model or str(build_tiny_model(Path("/tmp/specsot-tiny-llama")))
+    server_args = [*SERVER_ARGS, "--dtype", args.dtype]
     rates: dict[str, list[float]] = {b: [] for b in BACKENDS}
     texts: dict[str, list[list[int]]] = {}
     with contextlib.ExitStack() as stack:
         # Started one after the other; an idle server sleeps (--sleep-on-idle), so only the
         # one being measured uses the cores.
         servers = {
-            b: stack.enter_context(ServerProcess(model, args=[*SERVER_ARGS, "--attention-backend", b]))
+            b: stack.enter_context(ServerProcess(model, args=[*server_args, "--attention-backend", b]))
             for b in BACKENDS
         }
         for server in servers.values():
             decode_rate(server)  # warm-up
-        for r in tqdm(range(ROUNDS), desc="rounds"):
+        for r in tqdm(range(args.rounds), desc="rounds"):
             order = BACKENDS if r % 2 == 0 else BACKENDS[::-1]  # alternate who goes first
             for backend in order:
                 rate, texts[backend] = decode_rate(servers[backend])
                 rates[backend].append(rate)
-                tqdm.write(f"round {r + 1}/{ROUNDS} {backend:>12}: {rate:8.1f} decode tok/s")
+                tqdm.write(f"round {r + 1}/{args.rounds} {backend:>12}: {rate:8.1f} decode tok/s")
     med = {b: statistics.median(v) for b, v in rates.items()}
     # Each round's two runs are back to back, so their ratio cancels the slow drifts of a shared
     # machine; the quartiles of those paired ratios show how much noise is left.
     pairs = sorted(s / t for s, t in zip(rates["specsot_cpu"], rates["torch_native"]))
     q1, ratio, q3 = statistics.quantiles(pairs, n=4)
     same = texts["specsot_cpu"] == texts["torch_native"]
-    print(json.dumps({"model": model, "median_tok_s": {b: round(v, 1) for b, v in med.items()},
+    print(json.dumps({"model": model, "dtype": args.dtype, "median_tok_s": {b: round(v, 1) for b, v in med.items()},
                       "paired_ratio_median": round(ratio, 3), "paired_ratio_iqr": [round(q1, 3), round(q3, 3)],
                       "greedy_ids_identical": same}))  # fmt: skip
     verdict = "no slower" if q3 >= 1.0 else "SLOWER"

@@ -204,6 +204,28 @@ def test_decode(bs):
     check_rows(world, q, out, prefix_lens, [1] * bs, [torch.ones(1, 1, dtype=torch.bool)] * bs, torch.float32)
 
 
+@pytest.mark.parametrize("q_dtype", [torch.float32, torch.bfloat16])
+def test_decode_is_torch_natives_bit_for_bit(q_dtype):
+    """Plain decoding's numerics are torch_native's: the plan changes where the slot lists are
+    built (once per forward), not what SDPA sees, so plain servers decode as before."""
+    from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+
+    world = make_world(21)
+    prefix_lens = [12, 40, 3]
+    for req, prefix in enumerate(prefix_lens):
+        world.write_prefix(req, prefix)
+    locs = torch.cat([world.map_slots(req, prefix, 1) for req, prefix in enumerate(prefix_lens)])
+    q = world.randn(3, NUM_HEADS * HEAD_DIM).to(q_dtype)
+    k, v = (t.to(q_dtype) for t in world.new_kv(3))
+    fb = batch(ForwardMode.DECODE, world, [p + 1 for p in prefix_lens], locs)
+    outs = []
+    for backend in (SpecSoTCpuAttnBackend(world.runner), TorchNativeAttnBackend(world.runner)):
+        backend.init_forward_metadata(fb)
+        outs.append(backend.forward(q, k, v, world.layer, fb))
+    assert outs[0].dtype == outs[1].dtype == q_dtype
+    assert torch.equal(outs[0], outs[1])
+
+
 # --- target verify -----------------------------------------------------------------------------
 
 
