@@ -20,6 +20,7 @@ Plain Python (no torch, no SGLang).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import json
 import math
@@ -50,7 +51,7 @@ class AdaptiveConfig:
     """
 
     buckets: tuple[tuple[int, tuple[int, ...]], ...]  # (smallest batch size, budgets), increasing
-    decay: float = 0.1  # weight of one verify in a group's acceptance estimate
+    decay: float = 0.1  # weight of one step's verifies in a group's (and a role's) acceptance estimate
     prior_accepts: float = 1.0  # pseudo-counts of the prior p = 0.5 ...
     prior_misses: float = 1.0  # ... that a group starts from and drifts back to
     min_token_prob: float = 0.05  # a request's budget stops where p^b falls below this
@@ -158,6 +159,13 @@ class AcceptanceStats:
     One server-wide start mixed them: in a server answering SoT branches (accepting ~0.5-0.7
     of the 0.5B's drafts for the 1.5B) and normal answers (~0.85), a new normal answer started
     at the branches' ~0.5, where drafting does not pay at batch 1, and decoded plain.
+
+    Counts decay once per step (`one_step`), not once per verify: the branches of a group
+    verify together, and decayed per verify, a 5-branch group's estimate, and its role's,
+    remembered two steps. One step that accepted 2 of 5 first drafts, where that answer's
+    branches had accepted ~0.7 over the twelve steps before, set both to 0.42; the batch went
+    plain and, with nothing drafted to learn from, stayed plain for its last 45 steps, its
+    estimate drifting back to a role prior frozen at that one step (an end-to-end step log).
     """
 
     def __init__(self, config: AdaptiveConfig, max_keys: int = 4096):
@@ -168,6 +176,27 @@ class AcceptanceStats:
         self._roles: dict[str, list[float]] = {}  # and over those of each role
         self._role_of: dict[str, str | None] = {}  # key -> the role its drafts were observed as
         self._verifies: dict[str | None, int] = {}  # role (None: the server's) -> drafted verifies seen
+        self._decayed: set[Hashable] | None = None  # inside `one_step`: the counts decayed in it
+
+    @contextlib.contextmanager
+    def one_step(self):
+        """The observations of one step: each group's, role's and the server's counts decay
+        once in it, however many of its requests observe. Outside it every observation is a
+        step of its own."""
+        outer, self._decayed = self._decayed, set() if self._decayed is None else self._decayed
+        try:
+            yield
+        finally:
+            self._decayed = outer
+
+    def _decay(self, counts: list[float], name: Hashable) -> None:
+        if self._decayed is not None:
+            if name in self._decayed:
+                return
+            self._decayed.add(name)
+        keep = 1.0 - self.config.decay
+        counts[0] *= keep
+        counts[1] *= keep
 
     def prior(self, role: str | None = None) -> float:
         """What a group of `role` without evidence starts from (and drifts back to): the
@@ -201,9 +230,7 @@ class AcceptanceStats:
         self._role_of[key] = role
         while len(self._counts) > self.max_keys:
             self._role_of.pop(self._counts.popitem(last=False)[0], None)
-        keep = 1.0 - self.config.decay
-        counts[0] *= keep
-        counts[1] *= keep
+        self._decay(counts, ("key", key))
         if budget > 0:
             miss = 1.0 if accepted < budget else 0.0
             counts[0] += accepted
@@ -211,10 +238,13 @@ class AcceptanceStats:
             self._verifies[None] = self._verifies.get(None, 0) + 1
             if role is not None:
                 self._verifies[role] = self._verifies.get(role, 0) + 1
-            totals = [self._server] if role is None else [self._server, self._roles.setdefault(role, [0.0, 0.0])]
-            for total in totals:
-                total[0] = total[0] * keep + accepted
-                total[1] = total[1] * keep + miss
+            totals = [(self._server, ("server",))]
+            if role is not None:
+                totals.append((self._roles.setdefault(role, [0.0, 0.0]), ("role", role)))
+            for total, name in totals:
+                self._decay(total, name)
+                total[0] += accepted
+                total[1] += miss
 
     def role(self, key: str) -> str | None:
         """The role `key`'s drafts were last observed as (None: unknown or no role)."""
@@ -265,6 +295,12 @@ class ChainAcceptance:
         self.config = config
         self._first = AcceptanceStats(config, max_keys)
         self._next = AcceptanceStats(config, max_keys)
+
+    @contextlib.contextmanager
+    def one_step(self):
+        """`AcceptanceStats.one_step` for both estimates."""
+        with self._first.one_step(), self._next.one_step():
+            yield
 
     def first(self, key: str, role: str | None = None) -> float:
         """Estimated chance the first draft of `key`'s next chain is accepted."""

@@ -328,12 +328,13 @@ class SpecSoTModelWorker(SpecSoTWorker):
             return
         n = result.speculative_num_draft_tokens
         rows, lens = result.next_token_ids.view(-1, n).tolist(), result.accept_lens.tolist()
-        for chain, row, k in zip(chains, rows, lens):
-            if not chain:
-                continue
-            agree = _leading_agreement(chain, row[:k])
-            # All k committed tokens agreed: what the chain says beyond them is unknown.
-            self.long_match_stats.observe(_LONG_MATCH, agree if agree == k else len(chain), agree)
+        with self.long_match_stats.one_step():
+            for chain, row, k in zip(chains, rows, lens):
+                if not chain:
+                    continue
+                agree = _leading_agreement(chain, row[:k])
+                # All k committed tokens agreed: what the chain says beyond them is unknown.
+                self.long_match_stats.observe(_LONG_MATCH, agree if agree == k else len(chain), agree)
 
     # -- the draft model's confidence in its first draft ----------------------------------
 

@@ -638,11 +638,12 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         )
         lens, rows = extend.num_accept_tokens.tolist(), extend.accept_tokens_cpu.tolist()
         self._step_tokens = sum(lens)  # committed this step (DraftingRuns' savings)
-        for rid, row, k in zip(extend.rids, rows, lens):
-            if self.drafter.has(rid):
-                self.drafter.append(rid, row[:k])
-                self._observe_shadows(rid, row[:k])
-        self._observe_acceptance(extend.rids, lens, rows)
+        with self.stats.one_step():  # the branches of a group verified together: one step
+            for rid, row, k in zip(extend.rids, rows, lens):
+                if self.drafter.has(rid):
+                    self.drafter.append(rid, row[:k])
+                    self._observe_shadows(rid, row[:k])
+            self._observe_acceptance(extend.rids, lens, rows)
         current = set(extend.rids)
         for rid in current:
             self._awaiting_decode.pop(rid, None)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 
 import pytest
@@ -109,6 +111,44 @@ def test_acceptance_is_estimated_per_key_and_drifts_back_to_the_prior():
     assert stats.p("g") == pytest.approx(stats.prior(), abs=0.01)
     stats.forget("g")
     assert stats.p("g") == stats.prior()
+
+
+def test_a_steps_verifies_decay_the_estimates_once():
+    # Five branches of one group verify together: one bad step must not erase the twelve
+    # good ones before it, in the group's estimate or in its role's (where idle groups drift).
+    def run(stats, one_step: bool):
+        for _ in range(12):
+            with stats.one_step() if one_step else contextlib.nullcontext():
+                for _ in range(5):
+                    stats.observe("g", budget=1, accepted=1 if stats._probe.pop() else 0, role="branch")
+        with stats.one_step() if one_step else contextlib.nullcontext():
+            for accepted in (1, 1, 0, 0, 0):
+                stats.observe("g", budget=1, accepted=accepted, role="branch")
+
+    pattern = [True, True, False, True, True] * 12  # 0.8 accepted over the twelve steps
+    stepped, per_verify = (AcceptanceStats(AdaptiveConfig.default(7)) for _ in range(2))
+    for stats, one_step in ((stepped, True), (per_verify, False)):
+        stats._probe = list(pattern)
+        run(stats, one_step)
+    assert stepped.p("g", "branch") > 0.7 and stepped.prior("branch") > 0.7
+    # What it was: the one step's three misses, last, outweighed the twelve steps before it.
+    assert per_verify.p("g", "branch") < 0.62 and per_verify.prior("branch") < 0.62
+    # Plain steps (one observation per request each) drift the group back to its role's rate.
+    for _ in range(30):
+        with stepped.one_step():
+            for _ in range(5):
+                stepped.observe("g", budget=0, accepted=0, role="branch")
+    assert stepped.p("g", "branch") == pytest.approx(stepped.prior("branch"), abs=0.02)
+    assert stepped.prior("branch") > 0.7
+
+
+def test_outside_a_step_every_observation_decays():
+    with_steps, without = (AcceptanceStats(AdaptiveConfig.default(7)) for _ in range(2))
+    for accepted in (1, 0, 1, 1):
+        with with_steps.one_step():
+            with_steps.observe("g", budget=1, accepted=accepted)
+        without.observe("g", budget=1, accepted=accepted)
+    assert with_steps._counts["g"] == pytest.approx(without._counts["g"])
 
 
 def test_the_prior_follows_the_servers_recent_drafts_only():

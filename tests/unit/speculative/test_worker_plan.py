@@ -418,7 +418,8 @@ def test_long_match_chains_are_scored_against_the_committed_tokens_censored_at_t
                              accept_lens=torch.tensor([2, 3]), speculative_num_draft_tokens=4)  # fmt: skip
     worker._observe_long_match_chains(result)
     acc, miss = worker.long_match_stats._counts["long_match"]
-    assert (acc, miss) == pytest.approx((0.9 * 2 + 1, 1.0)) and worker._shadow is None
+    # One step: its two chains' counts add up, undecayed by each other.
+    assert (acc, miss) == pytest.approx((2 + 1, 1.0)) and worker._shadow is None
 
 
 def test_malformed_tags_are_logged_a_bounded_number_of_times(caplog):
