@@ -198,14 +198,17 @@ class SpecSoTCpuAttnBackend(TorchNativeAttnBackend):
                 "encoder-only or sliding-window layers is not supported"
             )
         assert self.rows_plan is not None, "forward_extend before init_forward_metadata"
-        if save_kv_cache and k is not None and v is not None:
-            self._write_kv(layer, forward_batch, k, v)
-        return self.attend_rows(q, layer, self.rows_plan)
+        return self.forward_planned(q, k, v, layer, forward_batch, save_kv_cache)
 
     def forward_decode(self, q, k, v, layer: RadixAttention, forward_batch, save_kv_cache=True):
         # torch_native's numerics (the same gathered K/V, cast, SDPA), from the forward's plan.
         if self.rows_plan is None or not _is_plain_decoder_layer(layer, forward_batch):
             return super().forward_decode(q, k, v, layer, forward_batch, save_kv_cache)
+        return self.forward_planned(q, k, v, layer, forward_batch, save_kv_cache)
+
+    def forward_planned(self, q, k, v, layer: RadixAttention, forward_batch, save_kv_cache=True):
+        """Every mode's attention once planned: this forward's K/V into the pool (where the
+        layer asks), then each request's rows over its planned slots."""
         if save_kv_cache and k is not None and v is not None:
             self._write_kv(layer, forward_batch, k, v)
         return self.attend_rows(q, layer, self.rows_plan)

@@ -56,9 +56,7 @@ class SpecSoTCpuDraftStepBackend(SpecSoTCpuAttnBackend):
         assert self.rows_plan is not None, "draft step run before its multi-step plan was built"
         if layer.sliding_window_size is not None and layer.sliding_window_size >= 0:
             raise NotImplementedError(f"{BACKEND_NAME}: draft decode with sliding-window layers")
-        if save_kv_cache and k is not None and v is not None:
-            self._write_kv(layer, forward_batch, k, v)
-        return self.attend_rows(q, layer, self.rows_plan)
+        return self.forward_planned(q, k, v, layer, forward_batch, save_kv_cache)
 
 
 class SpecSoTCpuMultiStepDraftBackend:
