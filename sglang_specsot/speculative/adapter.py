@@ -32,6 +32,7 @@ NAMES: dict[str, str] = {
     "EagleDraftInput": "sglang.srt.speculative.eagle_info",
     "EagleVerifyInput": "sglang.srt.speculative.eagle_info",
     "eagle_sample": "sglang.srt.speculative.eagle_utils",
+    "load_token_map": "sglang.srt.speculative.spec_utils",
     "GrammarTree": "sglang.srt.speculative.spec_utils",
     "build_grammar_vocab_mask": "sglang.srt.speculative.spec_utils",
     "commit_mamba_states_after_verify": "sglang.srt.speculative.spec_utils",

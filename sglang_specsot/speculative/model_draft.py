@@ -12,6 +12,8 @@ model's own tree.
 from __future__ import annotations
 
 import contextlib
+import copy
+import logging
 from dataclasses import dataclass, field
 
 import torch
@@ -20,7 +22,9 @@ from sglang_specsot.speculative import adapter as sgl
 from sglang_specsot.speculative.budget import ChainStop
 from sglang_specsot.speculative.draft_tree import DraftTree, TreeBuilder
 from sglang_specsot.speculative.draft_kv import range_slots
+from sglang_specsot.speculative.token_map import check_token_map
 
+logger = logging.getLogger(__name__)
 
 # What a catch-up (extend_ranges) lays out anew on a decode batch, restored after it.
 _EXTEND_FIELDS = (
@@ -51,6 +55,7 @@ class SoTDraftModel(sgl.DraftModelWorker):
         self.max_steps = spec.speculative_num_steps
         self.confidence = False  # set by the worker whose budget policy reads it
         super().__init__(server_args, gpu_id, nccl_port, target_worker)
+        self.hot_token_id = self._cut_head_to_token_map()
         # SGLang reads speculative_num_draft_tokens both as the draft tree size (draft,
         # organize_draft_results) and as the draft-extend window (= the verify window).
         # Between steps it holds the full window, so draft-extend graphs are captured for
@@ -60,6 +65,42 @@ class SoTDraftModel(sgl.DraftModelWorker):
         # The per-decode KV reservation needs nothing from us: SGLang sizes it from the
         # published spec config (get_alloc_len_per_decode, allocation_sizing.py:28) as
         # max(steps * topk, num_draft_tokens): the verify window, or every draft-step slot.
+
+    def _cut_head_to_token_map(self) -> torch.Tensor | None:
+        """With `--speculative-token-map`, the draft's LM head keeps only the map's rows
+        (speculative/token_map.py); returns the map, which SGLang's draft forwards read
+        (`hot_token_id`) to turn the head's row indices back into token ids.
+
+        SGLang's STANDALONE loads the map but keeps the draft's own full head
+        (`StandaloneDraftWorker.init_lm_head` is a no-op), so its row indices would be read as
+        hot-map positions; here the head is cut before any forward, and before the int8 copy
+        of the draft's weights (SpecSoTModelWorker), which then quantizes the cut head."""
+        spec = sgl.get_spec()
+        if spec.speculative_token_map is None:
+            return None
+        if spec.speculative_use_rejection_sampling:
+            raise ValueError(
+                "--speculative-token-map with --speculative-use-rejection-sampling: rejection sampling "
+                "needs the draft's probabilities over the whole vocabulary; drop one of the two"
+            )
+        hot = sgl.load_token_map(spec.speculative_token_map)
+        model = self.draft_runner.model
+        check_token_map(hot, model.lm_head.weight.shape[0])
+        logger.info(
+            "SPECSOT draft LM head cut to %d of %d tokens by --speculative-token-map=%s",
+            hot.numel(), model.lm_head.weight.shape[0], spec.speculative_token_map,
+        )  # fmt: skip
+        model.lm_head = hot_vocab_head(model.lm_head, hot)
+        return hot.to(self.device)
+
+    def init_token_map(self) -> None:
+        # SGLang's (at pool allocation) would load the map again, onto the CPU: it is loaded,
+        # on this worker's device, and the head cut, in __init__ (`_cut_head_to_token_map`).
+        pass
+
+    def token_ids(self, rows: torch.Tensor) -> torch.Tensor:
+        """Token ids of the draft head's output `rows` (themselves without a token map)."""
+        return rows if self.hot_token_id is None else self.hot_token_id[rows.to(self.hot_token_id.device)]
 
     def rebuild_chain_buffers(self, rebuild) -> None:
         # SGLang's chain fast path assumes tree size == steps + 1; it holds for the draft
@@ -148,7 +189,8 @@ class SoTDraftModel(sgl.DraftModelWorker):
         argmax), its runner-up kept where asked for."""
         top = torch.softmax(logits.float(), dim=-1).topk(2, dim=-1)
         if self.runner_ups is not None:
-            self.runner_ups.by_forward.append(list(zip(top.indices[:, 1].tolist(), top.values[:, 1].tolist())))
+            seconds = self.token_ids(top.indices[:, 1]).tolist()
+            self.runner_ups.by_forward.append(list(zip(seconds, top.values[:, 1].tolist())))
         return top.values[:, 0].tolist()
 
     @property
@@ -182,7 +224,7 @@ class SoTDraftModel(sgl.DraftModelWorker):
             return
         assert probs.shape[0] == len(batch.reqs), f"{probs.shape[0]} extend rows for {len(batch.reqs)} requests"
         top = probs.topk(2, dim=-1)
-        for req, (first, second), q in zip(batch.reqs, top.indices.tolist(), top.values[:, 1].tolist()):
+        for req, (first, second), q in zip(batch.reqs, self.token_ids(top.indices).tolist(), top.values[:, 1].tolist()):
             self.runner_ups.first[req.rid] = (first, second, q)
 
     def extend_after_prefill(self, batch, next_token_ids: torch.Tensor):
@@ -239,6 +281,17 @@ class SoTDraftModel(sgl.DraftModelWorker):
         assert 1 <= width <= self.verify_width, f"verify window {width} outside [1, {self.verify_width}]"
         with self._width(width), sgl.draft_model_context(self.parallel_layout):
             self._draft_extend(batch, result)
+
+
+def hot_vocab_head(head: torch.nn.Module, hot: torch.Tensor) -> torch.nn.Module:
+    """A copy of the LM head `head` whose weight keeps only the rows `hot`: the same class,
+    quant method and attributes, so SGLang's logits processor computes it as it computes
+    `head`. A copy, not `head` cut in place: a model with tied embeddings (Qwen2.5-0.5B)
+    embeds its input tokens with that same module."""
+    cut = copy.copy(head)
+    cut._parameters, cut._buffers, cut._modules = dict(head._parameters), dict(head._buffers), dict(head._modules)
+    cut.weight = torch.nn.Parameter(head.weight.data.index_select(0, hot.to(head.weight.device)), requires_grad=False)
+    return cut
 
 
 @dataclass

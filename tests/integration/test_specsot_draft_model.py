@@ -2,12 +2,13 @@
 
 Proves: greedy output token-identical to plain decoding on 36 prompts (28 Vicuna questions, 8
 SoT branch prompts) at batch sizes 1..8 with the draft model's chain (overlap on and off) and
-its tree (top-k 2, overlap on), each merged with SoT-context nodes and drafted every step
+its tree (top-k 2, overlap on), and the chain with its LM head cut to the shipped Qwen2.5
+token map (--speculative-token-map), each merged with SoT-context nodes and drafted every step
 (SGLANG_SPECSOT_FIXED_WINDOW=1; the cost-aware default is tested in test_specsot_adaptive.py); drafts are accepted;
 the draft model's int8 weights (cpu/draft_int8.py) forced on for the overlap configs, one
 kernel each;
 SGLang's strict idle memory check finds no leaked slot; a draft model with another vocabulary
-is refused at launch with the flag named.
+is refused at launch with the flag named, and so is a token map with ids outside the vocabulary.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from __future__ import annotations
 import re
 
 import pytest
+import torch
 from sglang_specsot.cpu.draft_int8 import DRAFT_INT8_ENV
 from sglang_specsot.launch import ServerProcess
+from sglang_specsot.speculative.token_map import shipped_map_path
 from tests.integration.conftest import (
     FIXED_WINDOW_ENV,
     QWEN05_PARITY_TOKENS,
@@ -37,7 +40,8 @@ assert MAX_NEW <= QWEN05_PARITY_TOKENS  # the plain reference is a prefix of the
 # tree's weight-only int8 up to 4 (its batches of 1 and 2; wider, in float32, it costs
 # seconds a forward, draft_int8.INT8_FORCED_ROWS): parity then covers both; the no-overlap
 # config keeps the measured default.
-INT8_FORCED = {"chain-overlap": "w8a8", "tree-overlap": "on"}
+INT8_FORCED = {"chain-overlap": "w8a8", "tree-overlap": "on", "chain-token-map": "w8a8"}
+TOKEN_MAP = str(shipped_map_path("qwen2.5"))
 CONFIGS = {
     # A 3-step chain (4 nodes) plus 2 SoT-context nodes in a 6-token verify window.
     "chain-overlap": ["--speculative-num-steps", "3", "--speculative-num-draft-tokens", "6"],
@@ -46,6 +50,9 @@ CONFIGS = {
     # A tree: 2 steps x top-2 (5 nodes) plus 2 context nodes.
     "tree-overlap": ["--speculative-num-steps", "2", "--speculative-eagle-topk", "2",
                      "--speculative-num-draft-tokens", "7"],  # fmt: skip
+    # The chain with its LM head cut to the shipped Qwen2.5 token map, then made int8.
+    "chain-token-map": ["--speculative-num-steps", "3", "--speculative-num-draft-tokens", "6",
+                        "--speculative-token-map", TOKEN_MAP],  # fmt: skip
 }
 
 
@@ -90,6 +97,19 @@ def test_greedy_parity_with_a_draft_model(draft_server, prompts, plain_ids):
     if forced:  # every dense layer, with the forced kernel, so parity above covered them
         runs = "[['w8a8', 1, 16]]" if forced == "w8a8" else "[['int8', 1, 4], ['dense', 5, 16]]"
         assert int(int8.group(1)) > 0 and runs in log
+    cut = "SPECSOT draft LM head cut to 49152 of 151936 tokens" in log
+    assert cut == (draft_server.config == "chain-token-map"), "the token map was not applied as configured"
+
+
+def test_a_token_map_outside_the_vocabulary_is_refused(qwen05_path, qwen05_draft_path, tmp_path):
+    bad = tmp_path / "map.pt"
+    torch.save([0, 1, 999_999], bad)
+    args = COMMON + ["--speculative-algorithm", "SPECSOT", "--speculative-draft-model-path", qwen05_draft_path,
+                     "--speculative-token-map", str(bad)]  # fmt: skip
+    server = ServerProcess(qwen05_path, args, log_path=tmp_path / "server.log", startup_timeout=300)
+    with pytest.raises(RuntimeError, match="exited"):
+        server.start()
+    assert "--speculative-token-map: ids 0..999999 outside the draft's vocabulary 0..151935" in server.log_path.read_text()
 
 
 def test_draft_model_with_another_vocabulary_is_refused(smollm2_path, tiny_model_path, tmp_path):
