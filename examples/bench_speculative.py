@@ -45,6 +45,7 @@ from sglang_specsot.launch import ServerProcess
 from sglang_specsot.models import fetch as fetch_model
 from sglang_specsot.sot import expansion_prompt
 from sglang_specsot.speculative.budget import FIXED_WINDOW_ENV
+from sglang_specsot.speculative.token_map import shipped_map_path
 from sglang_specsot.sot.runner import shared_prefix
 
 COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-tokens", "16384",
@@ -62,11 +63,13 @@ def fetch(name: str) -> str:
 def configs(
     draft_path: str | None, num_draft: int, steps: int, topk: int, model_tree: int, adaptive: bool = False,
     fixed: bool = False, bf16_draft: bool = False, variants: dict[str, str] | None = None,
+    token_map: str | None = None,
 ) -> dict[str, list[str]]:  # fmt: skip
     """Plain, NGRAM and SPECSOT from the SoT context alone; with a draft model also
     STANDALONE and SPECSOT, both drafting a `model_tree`-node tree (`steps` x `topk`) with it;
     SPECSOT's verify window holds 3 SoT-context nodes more. `fixed` adds a `-fixed` twin of
-    each SPECSOT config without --speculative-adaptive (its server gets `server_env`)."""
+    each SPECSOT config without --speculative-adaptive (its server gets `server_env`);
+    `token_map` a `SPECSOT-hot` twin of SPECSOT whose draft head keeps that map's tokens."""
     out = {
         "plain": [],
         "NGRAM": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(num_draft)],
@@ -79,6 +82,8 @@ def configs(
                              "--speculative-num-draft-tokens", str(model_tree)]  # fmt: skip
         out["SPECSOT"] = ["--speculative-algorithm", "SPECSOT", *shape,
                           "--speculative-num-draft-tokens", str(model_tree + 3)]  # fmt: skip
+    if token_map and draft_path:
+        out["SPECSOT-hot"] = out["SPECSOT"] + ["--speculative-token-map", token_map]
     plain_specsot = [n for n in out if n.startswith("SPECSOT")]
     for name, path in (variants or {}).items():
         # SPECSOT reads a config file only with the flag (worker.adaptive_config).
@@ -209,6 +214,9 @@ def main() -> None:
                         help="also run SPECSOT (with --draft) as SPECSOT-NAME with these keys under \"specsot\" "
                              "in its adaptive config, e.g. noru='{\"runner_ups\": false}' (repeatable); a \"candidate_steps\" "
                              "list sets its budgets: plainonly='{\"candidate_steps\": [0]}' never drafts")  # fmt: skip
+    parser.add_argument("--token-map", default=None, metavar="PATH|qwen2.5",
+                        help="also run SPECSOT (with --draft) as SPECSOT-hot, its draft's LM head cut to this "
+                             "--speculative-token-map (a .pt file, or the name of one the package ships)")  # fmt: skip
     parser.add_argument("--mem-fraction", type=float, default=0.6,
                         help="--mem-fraction-static of every server: SGLang counts the RAM the servers started "
                              "before took, so three servers with a 1.5B target and a draft need ~0.9")  # fmt: skip
@@ -233,8 +241,16 @@ def main() -> None:
     variants = parse_variants(args.variant, logs, max_budget=(args.model_tree or 1 + args.steps * args.topk) + 2)
     if variants and not draft:
         parser.error("--variant: SPECSOT variants need --draft")
+    if args.token_map and not draft:
+        parser.error("--token-map: SPECSOT-hot needs --draft")
+    token_map = args.token_map
+    if token_map and not Path(token_map).is_file():
+        try:
+            token_map = str(shipped_map_path(token_map))
+        except ValueError as exc:
+            parser.error(f"--token-map {args.token_map!r} is not a file; {exc}")
     every = configs(draft, args.num_draft_tokens, args.steps, args.topk, args.model_tree or 1 + args.steps * args.topk,
-                    args.adaptive, args.fixed, args.bf16_draft, variants)  # fmt: skip
+                    args.adaptive, args.fixed, args.bf16_draft, variants, token_map)  # fmt: skip
     if args.baseline not in every:
         parser.error(f"--baseline {args.baseline!r} is not a configuration of this run; choose from {sorted(every)}")
     servers = {name: ServerProcess(model, COMMON + ["--dtype", args.dtype, "--mem-fraction-static", str(args.mem_fraction)] + extra,

@@ -63,9 +63,12 @@ class CellConfig:
 SPECSOT_ADAPTIVE = ("--speculative-adaptive",)
 
 
-def servers(draft_path: str | None, ngram_tokens: int = 6, steps: int = 4) -> dict[str, ServerSpec]:
+def servers(
+    draft_path: str | None, ngram_tokens: int = 6, steps: int = 4, token_map: str | None = None
+) -> dict[str, ServerSpec]:  # fmt: skip
     """Plain, NGRAM, SPECSOT from the SoT context alone and, with a draft, STANDALONE and
-    SPECSOT with the draft (the same chain; SPECSOT's window holds 3 context nodes more)."""
+    SPECSOT with the draft (the same chain; SPECSOT's window holds 3 context nodes more).
+    `token_map`: SPECSOT's draft LM head keeps only its tokens (--speculative-token-map)."""
     out = [
         ServerSpec("plain", (), DELAY_SAMPLE),
         ServerSpec("ngram", ("--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(ngram_tokens))),
@@ -77,7 +80,8 @@ def servers(draft_path: str | None, ngram_tokens: int = 6, steps: int = 4) -> di
                  "--speculative-eagle-topk", "1")  # fmt: skip
         out.append(ServerSpec("standalone", ("--speculative-algorithm", "STANDALONE", *chain,
                                              "--speculative-num-draft-tokens", str(steps + 1))))  # fmt: skip
-        out.append(ServerSpec("specsot", ("--speculative-algorithm", "SPECSOT", *chain,
+        hot = ("--speculative-token-map", token_map) if token_map else ()
+        out.append(ServerSpec("specsot", ("--speculative-algorithm", "SPECSOT", *chain, *hot,
                                           "--speculative-num-draft-tokens", str(steps + 4), *SPECSOT_ADAPTIVE)))  # fmt: skip
     return {s.name: s for s in out}
 

@@ -105,7 +105,10 @@ def plan_from_args(args) -> RunPlan:
     # Every argument is checked; only now the downloads.
     target = resolve_model(args.target, "target")
     draft = resolve_model(args.draft, "draft") if args.draft else None
-    specs = servers(draft)
+    token_map = resolve_token_map(args.token_map) if args.token_map else None
+    if token_map and not draft:
+        raise ValueError("--token-map cuts the draft model's LM head: give --draft too")
+    specs = servers(draft, token_map=token_map)
     if args.one_at_a_time == "auto":
         needed = {specs[c.server] for c in configs}
         one = not servers_fit(needed, weights_bytes(target), weights_bytes(draft) if draft else 0, available_bytes())
@@ -119,9 +122,22 @@ def plan_from_args(args) -> RunPlan:
                              # None, not False, when off: runs from before it (no key) still resume
                              "warm_prefixes": args.warm_prefixes or None,
                              "warm_up": args.warm_up or None,
-                             "system_prompt": args.system_prompt})  # fmt: skip
+                             "system_prompt": args.system_prompt,
+                             "token_map": args.token_map})  # fmt: skip
     return RunPlan(target, args.dtype, specs, tuple(configs), tuple(questions), out, settings,
                    one, args.block, warm_up=args.warm_up)  # fmt: skip
+
+
+def resolve_token_map(value: str) -> str:
+    """A --token-map: a file, or the name of a map the package ships (token_map.SHIPPED)."""
+    from sglang_specsot.speculative.token_map import shipped_map_path
+
+    if Path(value).is_file():
+        return str(Path(value).resolve())
+    try:
+        return str(shipped_map_path(value))
+    except ValueError as exc:
+        raise ValueError(f"--token-map {value!r} is not a file; {exc}") from None
 
 
 def build_report(out: Path, quality: bool = True) -> dict:

@@ -38,6 +38,12 @@ def test_bf16_draft_twins_only_for_configs_with_a_draft_model_and_keep_its_weigh
     assert bench.server_env("SPECSOT") == {}
 
 
+def test_a_token_map_twin_cuts_only_specsots_draft_head():
+    names = bench.configs("/draft", 6, 4, 1, 5, token_map="/map.pt")
+    assert names["SPECSOT-hot"] == names["SPECSOT"] + ["--speculative-token-map", "/map.pt"]
+    assert "SPECSOT-hot" not in bench.configs(None, 6, 4, 1, 5, token_map="/map.pt")  # no draft head to cut
+
+
 def test_a_variant_runs_specsot_with_its_own_adaptive_keys(tmp_path):
     from sglang_specsot.speculative.budget import AdaptiveConfig
 

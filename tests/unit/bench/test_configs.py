@@ -33,6 +33,24 @@ def test_draft_servers_share_one_chain():
     assert flag("--speculative-num-draft-tokens", "standalone") == "5"
 
 
+def test_a_token_map_reaches_specsots_draft_only():
+    specs = servers("/models/draft", token_map="/maps/hot.pt")
+    args = list(specs["specsot"].args)
+    assert args[args.index("--speculative-token-map") + 1] == "/maps/hot.pt"
+    assert all("--speculative-token-map" not in s.args for name, s in specs.items() if name != "specsot")
+    assert "--speculative-token-map" not in servers("/models/draft")["specsot"].args
+
+
+def test_a_token_map_is_a_file_or_a_shipped_name(tmp_path):
+    from sglang_specsot.bench.e2e import resolve_token_map
+
+    assert resolve_token_map("qwen2.5").endswith("qwen2.5-49k.pt")
+    (tmp_path / "m.pt").write_bytes(b"")
+    assert resolve_token_map(str(tmp_path / "m.pt")) == str((tmp_path / "m.pt").resolve())
+    with pytest.raises(ValueError, match="--token-map 'nope' is not a file; no shipped token map 'nope'"):
+        resolve_token_map("nope")
+
+
 def test_specsot_servers_run_adaptive_draft_budgets():
     specs = servers("/models/draft")
     assert {name for name, s in specs.items() if "--speculative-adaptive" in s.args} == {"specsot", "specsot-ctx"}
