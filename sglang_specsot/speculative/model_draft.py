@@ -45,6 +45,9 @@ class SoTDraftModel(sgl.DraftModelWorker):
     # Set by the worker whose chains take runner-ups (AdaptiveConfig.runner_ups): each extend
     # and draft forward then keeps its rows' second choice.
     runner_ups: RunnerUps | None = None
+    # --speculative-token-map's ids, the draft head's rows (`_cut_head_to_token_map`); None:
+    # the whole head. SGLang's draft forwards read it under this name.
+    hot_token_id: torch.Tensor | None = None
 
     def __init__(self, server_args, gpu_id: int, nccl_port: int, target_worker):
         spec = sgl.get_spec()
@@ -290,6 +293,8 @@ def hot_vocab_head(head: torch.nn.Module, hot: torch.Tensor) -> torch.nn.Module:
     embeds its input tokens with that same module."""
     cut = copy.copy(head)
     cut._parameters, cut._buffers, cut._modules = dict(head._parameters), dict(head._buffers), dict(head._modules)
+    if getattr(head, "quant_method", None) is not None:  # its own: the int8 copy switches the cut head's class
+        cut.quant_method = copy.copy(head.quant_method)
     cut.weight = torch.nn.Parameter(head.weight.data.index_select(0, hot.to(head.weight.device)), requires_grad=False)
     return cut
 

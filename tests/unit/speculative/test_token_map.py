@@ -60,8 +60,10 @@ def test_the_shipped_qwen_map_keeps_its_special_tokens():
 
 def test_a_cut_head_scores_its_rows_and_leaves_a_tied_embedding_whole():
     embed = torch.nn.Embedding(10, 4)  # a tied model embeds with its LM head's module
+    embed.quant_method = object()  # SGLang's layers carry one; the cut head gets its own
     hot = torch.tensor([1, 4, 7])
     head = hot_vocab_head(embed, hot)
+    assert head.quant_method is not embed.quant_method and type(head.quant_method) is object
     assert embed.weight.shape == (10, 4) and head.weight.shape == (3, 4)
     x = torch.randn(2, 4)
     assert torch.equal(x @ head.weight.T, (x @ embed.weight.T)[:, hot])
