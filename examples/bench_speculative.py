@@ -45,7 +45,7 @@ from sglang_specsot.launch import ServerProcess
 from sglang_specsot.models import fetch as fetch_model
 from sglang_specsot.sot import expansion_prompt
 from sglang_specsot.speculative.budget import FIXED_WINDOW_ENV
-from sglang_specsot.speculative.token_map import shipped_map_path
+from sglang_specsot.speculative.token_map import resolve_map
 from sglang_specsot.sot.runner import shared_prefix
 
 COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-tokens", "16384",
@@ -243,12 +243,10 @@ def main() -> None:
         parser.error("--variant: SPECSOT variants need --draft")
     if args.token_map and not draft:
         parser.error("--token-map: SPECSOT-hot needs --draft")
-    token_map = args.token_map
-    if token_map and not Path(token_map).is_file():
-        try:
-            token_map = str(shipped_map_path(token_map))
-        except ValueError as exc:
-            parser.error(f"--token-map {args.token_map!r} is not a file; {exc}")
+    try:
+        token_map = resolve_map(args.token_map) if args.token_map else None
+    except ValueError as exc:
+        parser.error(str(exc))
     every = configs(draft, args.num_draft_tokens, args.steps, args.topk, args.model_tree or 1 + args.steps * args.topk,
                     args.adaptive, args.fixed, args.bf16_draft, variants, token_map)  # fmt: skip
     if args.baseline not in every:

@@ -105,7 +105,9 @@ def plan_from_args(args) -> RunPlan:
     # Every argument is checked; only now the downloads.
     target = resolve_model(args.target, "target")
     draft = resolve_model(args.draft, "draft") if args.draft else None
-    token_map = resolve_token_map(args.token_map) if args.token_map else None
+    from sglang_specsot.speculative.token_map import resolve_map  # torch: only where a run starts
+
+    token_map = resolve_map(args.token_map) if args.token_map else None
     if token_map and not draft:
         raise ValueError("--token-map cuts the draft model's LM head: give --draft too")
     specs = servers(draft, token_map=token_map)
@@ -126,18 +128,6 @@ def plan_from_args(args) -> RunPlan:
                              "token_map": args.token_map})  # fmt: skip
     return RunPlan(target, args.dtype, specs, tuple(configs), tuple(questions), out, settings,
                    one, args.block, warm_up=args.warm_up)  # fmt: skip
-
-
-def resolve_token_map(value: str) -> str:
-    """A --token-map: a file, or the name of a map the package ships (token_map.SHIPPED)."""
-    from sglang_specsot.speculative.token_map import shipped_map_path
-
-    if Path(value).is_file():
-        return str(Path(value).resolve())
-    try:
-        return str(shipped_map_path(value))
-    except ValueError as exc:
-        raise ValueError(f"--token-map {value!r} is not a file; {exc}") from None
 
 
 def build_report(out: Path, quality: bool = True) -> dict:

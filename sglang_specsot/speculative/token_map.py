@@ -54,6 +54,17 @@ def shipped_map_path(name: str) -> pathlib.Path:
     return pathlib.Path(__file__).resolve().parent.parent / "data" / "token_maps" / SHIPPED[name]
 
 
+def resolve_map(value: str) -> str:
+    """A token map given on a command line: a file (its absolute path), or the name of a map
+    the package ships (SHIPPED)."""
+    if pathlib.Path(value).is_file():
+        return str(pathlib.Path(value).resolve())
+    try:
+        return str(shipped_map_path(value))
+    except ValueError as exc:
+        raise ValueError(f"--token-map {value!r} is not a file; {exc}") from None
+
+
 def word_counts(tokenize, words: Iterable[tuple[str, float]]) -> collections.Counter:
     """Token frequencies of (word, frequency) pairs, each word in its running-text forms."""
     counts: collections.Counter = collections.Counter()
@@ -108,8 +119,9 @@ def check_token_map(hot: torch.Tensor, vocab_size: int) -> None:
     low, high = int(hot.min()), int(hot.max())
     if low < 0 or high >= vocab_size:
         raise ValueError(f"{where}: ids {low}..{high} outside the draft's vocabulary 0..{vocab_size - 1}")
-    if torch.unique(hot).numel() != hot.numel():
-        raise ValueError(f"{where}: {hot.numel() - torch.unique(hot).numel()} repeated token ids")
+    repeated = hot.numel() - torch.unique(hot).numel()
+    if repeated:
+        raise ValueError(f"{where}: {repeated} repeated token ids")
 
 
 def stdlib_sources(limit: int | None = None) -> list[str]:

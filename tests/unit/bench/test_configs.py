@@ -42,13 +42,13 @@ def test_a_token_map_reaches_specsots_draft_only():
 
 
 def test_a_token_map_is_a_file_or_a_shipped_name(tmp_path):
-    from sglang_specsot.bench.e2e import resolve_token_map
+    from sglang_specsot.speculative.token_map import resolve_map
 
-    assert resolve_token_map("qwen2.5").endswith("qwen2.5-49k.pt")
+    assert resolve_map("qwen2.5").endswith("qwen2.5-49k.pt")
     (tmp_path / "m.pt").write_bytes(b"")
-    assert resolve_token_map(str(tmp_path / "m.pt")) == str((tmp_path / "m.pt").resolve())
+    assert resolve_map(str(tmp_path / "m.pt")) == str((tmp_path / "m.pt").resolve())
     with pytest.raises(ValueError, match="--token-map 'nope' is not a file; no shipped token map 'nope'"):
-        resolve_token_map("nope")
+        resolve_map("nope")
 
 
 def test_specsot_servers_run_adaptive_draft_budgets():
