@@ -3,7 +3,9 @@
 Reads a SPECSOT server's /server_info (after it has served something, so the cost model's
 overheads and the acceptance by chain depth are measured), and prints for each batch size
 the best speed-up over plain decoding any draft budget could reach (`budget.speedup_ceiling`)
-at the acceptance the server measured, and at a grid of acceptance rates for comparison.
+at the acceptance the server measured, and at a grid of acceptance rates for comparison; and
+the same priced with the steps the server really ran (`measured_step_ms`,
+`budget.measured_speedup_ceiling`), which hold what the modelled forwards leave out.
 Speed-ups a benchmark measured can then be set against what this hardware allows.
 
     .venv/bin/python examples/speculation_ceiling.py --url http://127.0.0.1:30000
@@ -17,7 +19,7 @@ import json
 import urllib.request
 from itertools import zip_longest
 
-from sglang_specsot.speculative.budget import speedup_ceiling
+from sglang_specsot.speculative.budget import measured_speedup_ceiling, parse_step_table, speedup_ceiling
 from sglang_specsot.speculative.cost_model import CostModel, ForwardCost
 
 BATCH_SIZES = (1, 2, 4, 8, 16)
@@ -93,10 +95,13 @@ def main() -> None:
     if hit:
         print(f"runner-ups: {hit:.3f} of those verified were taken; priced beside each drafted token, "
               f"up to {width} nodes a request")
-    header = ["bs", "measured"] + [f"p={p}" for p in GRID]
+    steps = parse_step_table(info.get("measured_step_ms") or {})
+    header = ["bs", "measured steps", "measured"] + [f"p={p}" for p in GRID]
     print(" | ".join(f"{h:>14}" for h in header))
     for bs in BATCH_SIZES:
         cells = [f"{bs:>14}"]
+        real = measured_speedup_ceiling(steps, bs, ps) if ps else None
+        cells.append(f"{real[0]:>8.2f}x w={real[1]:<2}" if real else f"{'-':>14}")
         for p_by_depth in ([ps] if ps else [[]]) + [[p] * args.max_budget for p in GRID]:
             gain, budget = speedup_ceiling(
                 cost, bs, p_by_depth, draft, narrow_extend=narrow, runner_up_hit=hit, max_width=width

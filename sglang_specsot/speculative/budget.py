@@ -25,7 +25,7 @@ import dataclasses
 import json
 import math
 from collections import OrderedDict, deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -887,6 +887,48 @@ def speedup_ceiling(
         if gain > best:
             best, budget = gain, b
     return best, budget
+
+
+def measured_speedup_ceiling(
+    step_ms: Mapping[tuple[int, int], float], bs: int, p_by_depth: Sequence[float]
+) -> tuple[float, int] | None:
+    """`speedup_ceiling` priced with the steps a server really ran instead of modelled
+    forwards: (best tokens per ms / plain's, verify width), or None where plain steps of
+    `bs` requests (`step_ms[bs, 1]`) were not measured.
+
+    `step_ms[bs, w]` is the measured time of a step of `bs` requests verifying `w` rows each
+    (`/server_info`'s `measured_step_ms`, "BSxW"). Each width is credited the tokens of a
+    chain `w - 1` deep at `p_by_depth`, the most `w - 1` draft nodes bring at chain-like
+    acceptance (a runner-up is worth less than the chain node it displaces while reach stays
+    above the runner-ups' hit rate, ~0.17 here). The time is whatever the server's steps of
+    that width cost, some with cheaper shapes (a shorter chain and runner-ups). Like the
+    modelled ceiling it prices every step at the mean acceptance, so a policy that drafts
+    more where a request's acceptance runs high (and less elsewhere) can beat it a little;
+    unlike it, it holds what the probe does not time: attention under the tree mask,
+    sampling over the window, the host between forwards.
+    """
+    plain = step_ms.get((bs, 1))
+    if plain is None:
+        return None
+    best, width, reach, accepted = 1.0, 1, 1.0, 0.0
+    for w, p in enumerate(p_by_depth, start=2):
+        reach *= p
+        accepted += reach
+        ms = step_ms.get((bs, w))
+        if ms is not None and (1.0 + accepted) * plain / ms > best:
+            best, width = (1.0 + accepted) * plain / ms, w
+    return best, width
+
+
+def parse_step_table(info: Mapping[str, float]) -> dict[tuple[int, int], float]:
+    """`/server_info`'s `measured_step_ms` ({"BSxW": ms}) as {(bs, w): ms}."""
+    out = {}
+    for key, ms in info.items():
+        bs, sep, w = key.partition("x")
+        if not (sep and bs.isdigit() and w.isdigit()):
+            raise ValueError(f"measured step key {key!r} is not 'BSxW' (e.g. '4x2')")
+        out[int(bs), int(w)] = float(ms)
+    return out
 
 
 def runner_up_gains(reach: Sequence[float], runner_up_ps: Sequence[float]) -> list[float]:

@@ -21,6 +21,8 @@ from sglang_specsot.speculative.budget import (
     explore_every,
     explore_plan,
     may_pay,
+    measured_speedup_ceiling,
+    parse_step_table,
     pick_runner_ups,
     runner_up_gains,
     plan_step,
@@ -439,6 +441,31 @@ def test_the_ceiling_is_the_best_budgets_gain_under_the_measured_costs():
     # 6 (7 rows: 248.4 + 3/4 of the way to 317.0 ms) bring 1 + 4 (1 - 0.8^6) tokens.
     gain, budget = speedup_ceiling(CostModel(target=target), 1, [0.8] * 6, draft_model=False)
     assert budget == 6 and gain == pytest.approx((1 + 4 * (1 - 0.8**6)) * 195.6 / (248.4 + 68.6 * 3 / 4), rel=1e-3)
+
+
+def test_the_measured_steps_ceiling_prices_each_width_at_what_its_steps_cost():
+    # The thirty-fifth session's server (1.5B + 0.5B, 4 branches): plain 285.7 ms, then
+    # 476.8 / 607.8 / 709.4 ms for windows of 2-4 rows; acceptance 0.70 / 0.66 / 0.66.
+    steps = parse_step_table({"4x1": 285.7, "4x2": 476.8, "4x3": 607.8, "4x4": 709.4, "1x1": 269.1, "1x4": 465.2})
+    assert steps[4, 3] == 607.8 and steps[1, 4] == 465.2
+    ps = [0.70, 0.66, 0.66]
+    reach = [0.70, 0.70 * 0.66, 0.70 * 0.66 * 0.66]
+    gain, width = measured_speedup_ceiling(steps, 4, ps)
+    # A 2-row window brings 1.70 tokens for 1.67x the time; 3 rows 2.162 for 2.13x.
+    rates = {w: (1 + sum(reach[: w - 1])) * 285.7 / steps[4, w] for w in (2, 3, 4)}
+    assert width == max(rates, key=rates.get) and gain == pytest.approx(max(rates.values()))
+    assert gain < 1.05
+    # Widths never measured are skipped, not priced; no plain step of that batch, no answer.
+    gain, width = measured_speedup_ceiling(steps, 1, ps)
+    assert width == 4 and gain == pytest.approx((1 + sum(reach)) * 269.1 / 465.2)
+    assert measured_speedup_ceiling(steps, 2, ps) is None
+    # Where drafting never pays at these times, plain decoding is the ceiling.
+    assert measured_speedup_ceiling({(1, 1): 100.0, (1, 2): 300.0}, 1, [0.9]) == (1.0, 1)
+
+
+def test_a_measured_step_key_that_is_not_bs_x_width_is_refused():
+    with pytest.raises(ValueError, match="'4by2' is not 'BSxW'"):
+        parse_step_table({"4by2": 10.0})
 
 
 def _sure_when_confident() -> FirstDraftCalibration:
