@@ -134,7 +134,7 @@ def build_report(out: Path, quality: bool = True) -> dict:
     """report.json, report.md and plots/ from out/cells.jsonl (and judge.jsonl if present)."""
     from sglang_specsot.bench.judge import load_judgements
     from sglang_specsot.bench.plots import speedup_plot, timeline_plot
-    from sglang_specsot.bench.quality import assess
+    from sglang_specsot.bench.quality import assess, controls
     from sglang_specsot.bench.goals import check, coverage_ceiling
     from sglang_specsot.bench.profile import profiles
     from sglang_specsot.bench.report import SUBSETS, greedy_equality, markdown, per_question, summarize
@@ -145,23 +145,26 @@ def build_report(out: Path, quality: bool = True) -> dict:
     settings = json.loads((out / RUN_FILE).read_text()) if (out / RUN_FILE).exists() else {}
     cells = load(out / CELLS_FILE)
     texts = {int(r.get("id", i)): r["question"] for i, r in enumerate(load_questions(settings.get("questions", "vicuna80")), 1)}
-    scores = []
+    scores, checks = [], []
     if quality:
         from sglang_specsot.models.embedding import SentenceEmbedder
 
-        scores = assess(cells, texts, SentenceEmbedder())
+        embedder = SentenceEmbedder()
+        scores, checks = assess(cells, texts, embedder), controls(cells, embedder)
     rows = summarize(cells, scores, load_judgements(out), calibrated=load_judgements(out, "calibrated"))
     (out / "plots").mkdir(exist_ok=True)
     plots = [speedup_plot(rows, out / "plots" / f"speedup-{s}.png", s) for s in ("suitable", "unsuitable", "all")]
     plots += [timeline_plot(cells, qid, out / "plots" / f"timeline-q{qid}.png") for qid in sorted({k[0] for k in cells})]
     questions = per_question(cells, scores)
-    ceiling = coverage_ceiling(questions)
+    ceiling, matched = coverage_ceiling(questions), coverage_ceiling(questions, "normal_matched")
     report = {"settings": settings, "summary": [asdict(r) for r in rows], "greedy_equality": greedy_equality(cells),
               "per_question": questions, "failed": [
                   {"question_id": c.question_id, "config": c.config, "reason": c.reason}
                   for c in cells.values() if c.status != "ok"],
               "plots": [str(p.relative_to(out)) for p in plots if p],
-              "goals": [asdict(g) for g in check(rows)], "coverage_ceiling": asdict(ceiling) if ceiling else None, "profile": [asdict(p) for p in profiles(cells, SUBSETS)]}  # fmt: skip
+              "goals": [asdict(g) for g in check(rows)], "coverage_ceiling": asdict(ceiling) if ceiling else None,
+              "matched_ceiling": asdict(matched) if matched else None, "coverage_controls": [asdict(c) for c in checks],
+              "profile": [asdict(p) for p in profiles(cells, SUBSETS)]}  # fmt: skip
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     table = markdown(rows)
     (out / "report.md").write_text(_report_md(settings, table, report))
@@ -181,10 +184,15 @@ def _report_md(settings: dict, table: str, report: dict) -> str:
     lines += [f"- q{f['question_id']} {f['config']}: {f['reason']}" for f in report["failed"]]
     lines += ["", "Plots: " + ", ".join(f"[{p}]({p})" for p in report["plots"]), ""]
     lines += ["## Goals", "", goals.markdown([goals.Goal(**g) for g in report["goals"]]), ""]
-    if report.get("coverage_ceiling"):
-        ceiling = report["coverage_ceiling"]
-        against = [goals.Against(**a) for a in ceiling["configs"]]
-        lines += [goals.ceiling_markdown(goals.Ceiling(**{**ceiling, "configs": against})), ""]
+    for key, measure in (("coverage_ceiling", "Coverage"), ("matched_ceiling", "Coverage 1:1")):
+        if report.get(key):
+            ceiling = report[key]
+            against = [goals.Against(**a) for a in ceiling["configs"]]
+            lines += [goals.ceiling_markdown(goals.Ceiling(**{**ceiling, "configs": against}), measure), ""]
+    if report.get("coverage_controls"):
+        from sglang_specsot.bench.quality import Control
+
+        lines += [goals.controls_markdown([Control(**c) for c in report["coverage_controls"]]), ""]
     lines += ["## Where a SoT answer's time goes", "", "Shares of the complete answer; `branches at once` = "
               "sum of branch durations / branch phase; `tokens / plain` counts the skeleton.", "",
               profile.markdown([profile.Profile(**p) for p in report["profile"]]), ""]  # fmt: skip

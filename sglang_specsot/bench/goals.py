@@ -77,13 +77,14 @@ class Ceiling:
     configs: list[Against]
 
 
-def coverage_ceiling(per_question: list[dict]) -> Ceiling | None:
-    """The ceiling from `report.per_question` rows; None when the run has no sampled cells."""
-    scored = [r for r in per_question if r["suitable"] and r["status"] == "ok" and r.get("normal_covered") is not None]
+def coverage_ceiling(per_question: list[dict], key: str = "normal_covered") -> Ceiling | None:
+    """The ceiling of the measure `key` (normal_covered, or normal_matched: one to one) from
+    `report.per_question` rows; None when the run has no sampled cells."""
+    scored = [r for r in per_question if r["suitable"] and r["status"] == "ok" and r.get(key) is not None]
     samples: dict[int, list[float]] = {}
     for r in scored:
         if r["config"] in SAMPLED_RUNS:
-            samples.setdefault(r["question_id"], []).append(r["normal_covered"])
+            samples.setdefault(r["question_id"], []).append(r[key])
     if not samples:
         return None
     means = {q: statistics.fmean(v) for q, v in samples.items()}
@@ -91,7 +92,7 @@ def coverage_ceiling(per_question: list[dict]) -> Ceiling | None:
     for name in dict.fromkeys(r["config"] for r in scored):
         if name == BASELINE or name in SAMPLED_RUNS:
             continue
-        mine = {r["question_id"]: r["normal_covered"] for r in scored if r["config"] == name and r["question_id"] in means}
+        mine = {r["question_id"]: r[key] for r in scored if r["config"] == name and r["question_id"] in means}
         if mine:
             below = sorted(q for q, c in mine.items() if c < min(samples[q]))
             configs.append(Against(name, len(mine), statistics.fmean(mine.values()),
@@ -100,19 +101,29 @@ def coverage_ceiling(per_question: list[dict]) -> Ceiling | None:
                    statistics.fmean(means.values()), min(means.values()), configs)  # fmt: skip
 
 
-def ceiling_markdown(ceiling: Ceiling) -> str:
+def ceiling_markdown(ceiling: Ceiling, measure: str = "Coverage") -> str:
     lines = [
-        f"Coverage ceiling: other normal answers of the same model ({', '.join(SAMPLED_RUNS)}; "
+        f"{measure} ceiling: other normal answers of the same model ({', '.join(SAMPLED_RUNS)}; "
         f"{ceiling.samples:.1f} per question) cover {ceiling.mean:.2f} of the greedy normal answer on "
         f"{ceiling.questions} suitable questions (worst question {ceiling.worst:.2f}). An answer that covers "
         "as much is as close to the normal answer as the model's own answers are to each other; one that "
         "covers less than every sample on a question has lost content there.", "",
-        "| config | questions | covers normal | ceiling, same questions | below every sample |",
+        f"| config | questions | {measure.lower()} of normal | ceiling, same questions | below every sample |",
         "|---|---|---|---|---|",
     ]  # fmt: skip
     for a in ceiling.configs:
         below = ", ".join(f"q{q}" for q in a.below_every_sample) or "none"
         lines.append(f"| {a.config} | {a.questions} | {a.covered:.2f} | {a.ceiling:.2f} | {below} |")
+    return "\n".join(lines) + "\n"
+
+
+def controls_markdown(controls: list) -> str:
+    """The coverage measures on answers of known completeness (quality.controls)."""
+    lines = ["What the coverage measures give answers of known completeness (each suitable question's "
+             "normal answer against the first half of its own sentences, and against the next question's "
+             "normal answer): a measure of completeness gives the first ~0.5 and the second ~0.", "",
+             "| control | questions | coverage | coverage 1:1 |", "|---|---|---|---|"]  # fmt: skip
+    lines += [f"| {c.name} | {c.questions} | {c.covered:.2f} | {c.matched:.2f} |" for c in controls]
     return "\n".join(lines) + "\n"
 
 

@@ -42,6 +42,32 @@ def coverage(similarity: Sequence[Sequence[float]], threshold: float = COVER_THR
     return hits / len(similarity)
 
 
+def matched_coverage(similarity: Sequence[Sequence[float]], threshold: float = COVER_THRESHOLD) -> float | None:
+    """Like `coverage`, but one to one: the share of rows matched to distinct columns at
+    `threshold` or more (a maximum bipartite matching); None when there are no rows.
+
+    `coverage` lets one sentence cover every sentence like it, so an answer's intro and
+    summary, or list items of one shape, are covered by any one of them: the first half of a
+    normal answer covered 0.83 of the whole (12 Vicuna and 5 unsuitable questions, 1.5B),
+    more than a complete second normal answer does (0.74). Matched one to one it covers 0.49.
+    """
+    if not similarity:
+        return None
+    edges = [[c for c, s in enumerate(row) if s >= threshold] for row in similarity]
+    owner: dict[int, int] = {}  # column -> the row it covers
+
+    def augment(r: int, seen: set[int]) -> bool:  # Kuhn's augmenting path from row r
+        for c in edges[r]:
+            if c not in seen:
+                seen.add(c)
+                if c not in owner or augment(owner[c], seen):
+                    owner[c] = r
+                    return True
+        return False
+
+    return sum(augment(r, set()) for r in range(len(edges))) / len(edges)
+
+
 def length_ratio(answer: str, reference: str) -> float | None:
     """Words of `answer` over words of `reference` (None for an empty reference)."""
     ref = len(reference.split())

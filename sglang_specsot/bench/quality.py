@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
 from dataclasses import dataclass
 
 from sglang_specsot.bench.configs import BASELINE
-from sglang_specsot.bench.metrics import COVER_THRESHOLD, completeness, coverage, length_ratio, sentences
+from sglang_specsot.bench.metrics import COVER_THRESHOLD, completeness, coverage, length_ratio, matched_coverage, sentences
 from sglang_specsot.bench.store import OK, CellResult
 
 
@@ -21,7 +23,20 @@ class Quality:
     length_ratio: float | None  # words / the plain answer's words
     asks: int  # items the question enumerates
     asks_addressed: float | None  # share of them the answer addresses
+    normal_matched: float | None = None  # normal_covered matched one to one (metrics.matched_coverage)
     threshold: float = COVER_THRESHOLD
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """What the coverage measures give an answer of known completeness, over `questions`
+    suitable questions: each question's normal answer against a part of itself or against
+    another question's normal answer."""
+
+    name: str  # first half | other question
+    questions: int
+    covered: float  # mean normal_covered
+    matched: float  # mean normal_matched
 
 
 def assess(cells: dict[tuple[int, str], CellResult], questions: dict[int, str], embedder) -> list[Quality]:
@@ -43,4 +58,33 @@ def _one(cell: CellResult, base: CellResult, question: str, embedder) -> Quality
     reverse = (a @ b.T).tolist() if len(mine) and len(theirs) else [[] for _ in mine]
     asks, addressed = completeness(question, cell.answer)
     return Quality(cell.question_id, cell.config, coverage(sim), coverage(reverse),
-                   float(vectors[-2] @ vectors[-1]), length_ratio(cell.answer, base.answer), asks, addressed)  # fmt: skip
+                   float(vectors[-2] @ vectors[-1]), length_ratio(cell.answer, base.answer), asks, addressed,
+                   matched_coverage(sim))  # fmt: skip
+
+
+def controls(cells: dict[tuple[int, str], CellResult], embedder) -> list[Control]:
+    """The coverage measures checked on answers whose completeness is known, on the suitable
+    questions with a normal answer: the first half of its own sentences (a measure of
+    completeness should give about 0.5) and the next such question's normal answer (about
+    0). Empty with fewer than two such questions."""
+    bases = [c for (_, name), c in sorted(cells.items()) if name == BASELINE and c.status == OK and c.suitable]
+    if len(bases) < 2:
+        return []
+    parts = {
+        "first half": [_first_half(base.answer) for base in bases],
+        "other question": [bases[(i + 1) % len(bases)].answer for i in range(len(bases))],
+    }
+    out = []
+    for name, answers in parts.items():
+        scored = [_one(dataclasses.replace(base, answer=answer), base, "", embedder) for base, answer in zip(bases, answers)]
+        covered = [q.normal_covered for q in scored if q.normal_covered is not None]
+        matched = [q.normal_matched for q in scored if q.normal_matched is not None]
+        if covered:
+            out.append(Control(name, len(covered), statistics.fmean(covered), statistics.fmean(matched)))
+    return out
+
+
+def _first_half(answer: str) -> str:
+    """The first half (rounded down) of an answer's sentences, one a line."""
+    parts = sentences(answer)
+    return "\n".join(parts[: len(parts) // 2])

@@ -40,6 +40,7 @@ class Row:
     flawed_skeletons: int | None  # skeletons holding code or a repeated point (see skeleton_flawed)
     normal_covered: float | None
     min_normal_covered: float | None  # the worst question's coverage
+    normal_matched: float | None  # normal_covered matched one to one (metrics.matched_coverage)
     answer_covered: float | None
     cosine: float | None
     length_ratio: float | None
@@ -105,7 +106,8 @@ def _row(name, subset, mine: list[CellResult], ups, quality_by, judged: dict, ca
         attr(lambda c: float(c.path == "sot")), attr(lambda c: float(c.fallback)), attr(lambda c: float(c.hit_cap)), attr(lambda c: float(c.looped)),
         _mean(float(b.ended == "loop") for c in sot for b in c.branches), _empty_share(sot),
         sum(skeleton_flawed(c.skeleton_text) for c in ok if c.skeleton_text) if ok else None,
-        _mean(x.normal_covered for x in q), min((x.normal_covered for x in q if x.normal_covered is not None), default=None), _mean(x.answer_covered for x in q), _mean(x.cosine for x in q),
+        _mean(x.normal_covered for x in q), min((x.normal_covered for x in q if x.normal_covered is not None), default=None),
+        _mean(x.normal_matched for x in q), _mean(x.answer_covered for x in q), _mean(x.cosine for x in q),
         _mean(x.length_ratio for x in q), _mean(x.asks_addressed for x in q),
         _wtl(judged, ok), _wtl(calibrated, ok),
     )  # fmt: skip
@@ -155,7 +157,7 @@ def per_question(cells: dict[tuple[int, str], CellResult], quality: list[Quality
                "looped": cell.looped, "fallback": cell.fallback, "empty_points": cell.empty_points,
                "load": cell.load, "commit": cell.commit}  # fmt: skip
         q = quality_by.get(key, {})
-        row.update({k: q[k] for k in ("normal_covered", "answer_covered", "cosine", "length_ratio",
+        row.update({k: q[k] for k in ("normal_covered", "normal_matched", "answer_covered", "cosine", "length_ratio",
                                        "asks", "asks_addressed") if k in q})  # fmt: skip
         out.append(row)
     return out
@@ -168,7 +170,8 @@ COLUMNS = [("config", "config"), ("subset", "subset"), ("ok", "ok"), ("failed", 
            ("fallback", "fallback"),           ("hit_cap", "hit cap"), ("looped", "looped"), ("branch_loops", "branch loops"),
            ("empty_points", "empty points"),
            ("flawed_skeletons", "flawed skeletons"), ("normal_covered", "covers normal"),
-           ("min_normal_covered", "worst covers normal"), ("answer_covered", "covered by normal"), ("cosine", "cosine"), ("length_ratio", "length ratio"),
+           ("min_normal_covered", "worst covers normal"), ("normal_matched", "covers normal 1:1"),
+           ("answer_covered", "covered by normal"), ("cosine", "cosine"), ("length_ratio", "length ratio"),
            ("asks_addressed", "asks addressed"), ("judge", "judge W/T/L"),
            ("judge_calibrated", "judge W/T/L calibrated")]  # fmt: skip
 
@@ -194,7 +197,8 @@ QUESTION_COLUMNS = [("question_id", "q"), ("config", "config"), ("status", "stat
                     ("speedup", "speed-up"), ("tokens", "out tok"), ("path", "path"), ("points", "points"),
                     ("skeleton_s", "skeleton s"), ("longest_branch_s", "longest branch s"),
                     ("accept_length", "accept"), ("hit_cap", "hit cap"), ("looped", "looped"),
-                    ("normal_covered", "covers normal"), ("asks_addressed", "asks addressed"), ("load", "load avg")]  # fmt: skip
+                    ("normal_covered", "covers normal"), ("normal_matched", "covers normal 1:1"),
+                    ("asks_addressed", "asks addressed"), ("load", "load avg")]  # fmt: skip
 
 
 def question_markdown(rows: list[dict]) -> str:

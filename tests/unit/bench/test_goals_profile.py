@@ -66,8 +66,8 @@ def test_the_coverage_ceiling_averages_the_sampled_answers_and_names_questions_b
     from sglang_specsot.bench.quality import Quality
     from sglang_specsot.bench.report import per_question
 
-    def q(qid, config, covered):
-        return Quality(qid, config, covered, 0.9, 0.9, 1.0, 0, None)
+    def q(qid, config, covered):  # matched one to one: half as much, to tell the measures apart
+        return Quality(qid, config, covered, 0.9, 0.9, 1.0, 0, None, covered / 2)
 
     cells = cells_of(
         cell(1, "plain", 12.0), cell(1, "plain-sampled", 11.0), cell(1, "plain-sampled-2", 11.0),
@@ -88,6 +88,9 @@ def test_the_coverage_ceiling_averages_the_sampled_answers_and_names_questions_b
     assert sot.below_every_sample == [2]  # q1's 0.7 is between its samples' 0.6 and 0.8
     assert "| SoT-server | 2 | 0.50 | 0.60 | q2 |" in ceiling_markdown(ceiling)
     assert coverage_ceiling(per_question(CELLS, [])) is None  # no sampled cells
+    matched = coverage_ceiling(per_question(cells, quality), "normal_matched")
+    assert matched.mean == pytest.approx(0.3) and matched.configs[0].covered == pytest.approx(0.25)
+    assert "coverage 1:1 of normal" in ceiling_markdown(matched, "Coverage 1:1")
 
 
 def test_empty_points_are_a_share_of_the_points_of_the_answers_that_counted_them():

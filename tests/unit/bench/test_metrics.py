@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from sglang_specsot.bench.metrics import (
-    LOSS, TIE, WIN, calibrated_verdict, combine_verdicts, completeness, coverage, length_ratio, parse_verdict, sentences,
+    LOSS, TIE, WIN, calibrated_verdict, combine_verdicts, completeness, coverage, length_ratio, matched_coverage,
+    parse_verdict, sentences,
 )  # fmt: skip
 
 
@@ -16,6 +17,17 @@ def test_coverage_counts_rows_whose_best_match_reaches_the_threshold():
     assert coverage([[0.9, 0.1], [0.2, 0.3], [0.6, 0.0]], threshold=0.6) == pytest.approx(2 / 3)
     assert coverage([]) is None
     assert coverage([[]]) == 0.0  # a sentence with nothing to match is not covered
+
+
+def test_matched_coverage_lets_each_covering_sentence_cover_one_sentence():
+    # One sentence like both of the normal answer's: `coverage` counts both, one to one only one.
+    assert coverage([[0.9], [0.8]]) == 1.0
+    assert matched_coverage([[0.9], [0.8]]) == 0.5
+    # The matching is maximal, not greedy: row 0 could take column 0 or 1, row 1 only 0.
+    assert matched_coverage([[0.9, 0.7], [0.8, 0.1]]) == 1.0
+    assert matched_coverage([[0.9, 0.1], [0.2, 0.3], [0.6, 0.0]], threshold=0.6) == pytest.approx(1 / 3)
+    assert matched_coverage([]) is None
+    assert matched_coverage([[], []]) == 0.0
 
 
 def test_length_ratio_in_words():

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_specsot.bench.quality import Quality, assess
+from sglang_specsot.bench.quality import Quality, assess, controls
 from sglang_specsot.bench.report import greedy_equality, markdown, per_question, speedups, summarize
 from tests.unit.bench.conftest import FAILED, cell, sot_cell
 
@@ -80,3 +80,16 @@ def test_assess_scores_each_answer_against_the_plain_one():
     assert sot.normal_covered == 0.5 and sot.answer_covered == 0.5
     assert sot.length_ratio == pytest.approx(10 / 8) and sot.asks == 3  # "1." and "2." count as words
     assert quality["plain"].cosine == pytest.approx(1.0)
+
+
+def test_controls_score_known_halves_and_other_questions_with_both_measures():
+    first = "Sleep at regular hours. Avoid coffee after noon. Keep the room dark. Get up at seven."
+    second = "Cook rice in salted water. Rinse the rice first. Let it rest covered."
+    cells = cells_of(cell(1, "plain", answer=first), cell(2, "plain", answer=second),
+                     cell(3, "plain", suitable=False, answer="Unsuitable questions are left out."))  # fmt: skip
+    by = {c.name: c for c in controls(cells, WordEmbedder())}
+    # The first half of each answer's sentences: 2 of 4 and 1 of 3 sentences, verbatim.
+    assert by["first half"].questions == 2 and by["first half"].matched == pytest.approx((2 / 4 + 1 / 3) / 2)
+    # The other suitable question's answer shares no sentence with this one's.
+    assert by["other question"].covered == 0.0 and by["other question"].matched == 0.0
+    assert controls(cells_of(cell(1, "plain", answer=first)), WordEmbedder()) == []  # one question: nothing to swap
