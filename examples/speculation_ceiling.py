@@ -79,6 +79,7 @@ def main() -> None:
     args = parser.parse_args()
     try:
         info = load(args.url, args.server_info)
+        steps = parse_step_table(info.get("measured_step_ms") or {})
     except ValueError as exc:
         parser.error(str(exc))
     cost = cost_model(info)
@@ -101,7 +102,6 @@ def main() -> None:
     if hit:
         print(f"runner-ups: {hit:.3f} of those verified were taken; priced beside each drafted token, "
               f"up to {width} nodes a request")
-    steps = parse_step_table(info.get("measured_step_ms") or {})
     header = ["bs", "measured steps", "measured"] + [f"p={p}" for p in GRID]
     print(" | ".join(f"{h:>14}" for h in header))
     for bs in BATCH_SIZES:
