@@ -77,10 +77,10 @@ def controls(cells: dict[tuple[int, str], CellResult], embedder) -> list[Control
     out = []
     for name, answers in parts.items():
         scored = [_one(dataclasses.replace(base, answer=answer), base, "", embedder) for base, answer in zip(bases, answers)]
-        covered = [q.normal_covered for q in scored if q.normal_covered is not None]
-        matched = [q.normal_matched for q in scored if q.normal_matched is not None]
-        if covered:
-            out.append(Control(name, len(covered), statistics.fmean(covered), statistics.fmean(matched)))
+        scored = [q for q in scored if q.normal_covered is not None]  # both measures read one similarity matrix
+        if scored:
+            out.append(Control(name, len(scored), statistics.fmean(q.normal_covered for q in scored),
+                               statistics.fmean(q.normal_matched for q in scored)))  # fmt: skip
     return out
 
 
