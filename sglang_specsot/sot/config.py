@@ -21,10 +21,10 @@ class SoTConfig:
 
     # Branch planning.
     max_branches: int | None = None  # None: as many as max_points
-    # Branches decoding at once; the rest wait for a free slot. A forward costs about the same
-    # for 1 to ~8 rows here (and far more rows on a GPU), so a second wave of branches costs a
-    # whole branch duration while an extra row costs almost nothing: run them all (the
-    # server bounds it by its max_running limit, 8 by default).
+    # Branches decoding at once; the rest wait for a free slot. A decode forward costs about
+    # the same for 1 to ~8 rows on a CPU (and far more rows on a GPU), so a second wave of
+    # branches costs a whole branch duration while an extra row costs almost nothing: run them
+    # all (the server bounds it by its max_running limit, 8 by default).
     max_running: int = 8
     default_branch_tokens: int = 128  # budget of a point without a predicted length
     min_branch_tokens: int = 32
@@ -33,8 +33,8 @@ class SoTConfig:
     # quality than a few extra tokens cost time, so budgets get some headroom.
     predicted_length_slack: float = 1.25
 
-    # Point expansion: SoT pre-fills "i. point" in the assistant turn, but on the small
-    # models we test that gave near-empty expansions, so it is opt-in.
+    # Point expansion: SoT pre-fills "i. point" in the assistant turn, but small models
+    # then write near-empty expansions, so it is opt-in.
     prefill_point_header: bool = False
     # A branch that stops after writing only its point's title ("Use time management apps.")
     # leaves the point empty; it is asked once more with the title and a colon pre-filled,
@@ -43,7 +43,7 @@ class SoTConfig:
 
     # A question that names MIN_ITEMS or more items in a series ("compare A, B, C and D")
     # has stated its plan: the items are the points and no skeleton is generated. The answer
-    # then covers each named item (a generated skeleton planned by aspect and covered the
+    # then covers each named item (a generated skeleton tends to plan by aspect and cover the
     # items as an afterthought) and saves the skeleton's time.
     derive_skeleton: bool = True
 

@@ -40,8 +40,8 @@ _EXPAND_SYSTEM = (
 # The client's own system prompt (persona, language, tone) goes with every SoT prompt: the
 # skeleton is planned for it and each point is written under it, as the normal answer is.
 # A branch gets them twice, after our system prompt and again just before the point to
-# write: the 1.5B wrote 6 of 10 points of "Always answer in French." in French with them in
-# the system prompt alone, 7 with them in the user turn alone, 10 with both (German: 4, 5, 7).
+# write: small models follow an instruction such as "Always answer in French." in more of
+# the points with both placements than with either alone.
 _SKELETON_INSTRUCTIONS = "The answer will be written under these instructions; plan it for them:\n{instructions}"
 _EXPAND_INSTRUCTIONS = "The user's instructions, which your part follows too:\n{instructions}"
 _EXPAND_REMINDER = "Follow the user's instructions: {instructions}\n"
@@ -123,7 +123,7 @@ def expansion_prompt(
     again (runner.retry_request).
 
     A paragraph, not the SoT paper's "1-2 sentences": the joined answer has to say what the
-    normal answer says, and one sentence per point halved it.
+    normal answer says, and one sentence per point says too little.
     """
     if not 0 <= index < len(points):
         raise ValueError(

@@ -140,7 +140,7 @@ def route_phase(question: str, options: SoTOptions) -> RoutePhase:
     started = time.perf_counter()
     classify = options.classifier if options.mode == "auto" else None
     vetoed = system_route(options.system_prompt) if options.system_prompt is not None else None
-    # Encoding a question costs ~80 ms on a CPU: not for one a hard rule or the cap decides.
+    # Encoding a question runs the embedding model: not for one a hard rule or the cap decides.
     open_question = hard_route(question, options.config, options.max_new_tokens) is None and _fits_sot(options)
     suitability = classify(question) if classify is not None and open_question and vetoed is None else None
     decision = route_question(question, options.config, max_new_tokens=options.max_new_tokens,
@@ -213,11 +213,11 @@ def retry_request(
     """A second request for a branch that stopped after writing only its point's title, or
     None when the first answer stands.
 
-    Qwen2.5-Coder-0.5B (the demo's model) ends some points right after restating the title
-    ("Use time management apps."), which leaves the point empty. Asked again with the title
-    and a colon pre-filled, it writes the point's content; with the header "3. Use ..."
-    pre-filled it wrote nothing at all. The retry gets what is left of the branch's budget,
-    so the answer stays within its cap."""
+    Small models (Qwen2.5-Coder-0.5B, the demo's) end some points right after restating the
+    title ("Use time management apps."), which leaves the point empty. Asked again with the
+    title and a colon pre-filled, they write the point's content, where a pre-filled header
+    "3. Use ..." gets nothing. The retry gets what is left of the branch's budget, so the
+    answer stays within its cap."""
     index = first.tag.point
     if not options.config.retry_empty_points or result.finish_reason != "stop" or ended_by(result) != "stop":
         return None
