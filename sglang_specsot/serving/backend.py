@@ -56,11 +56,10 @@ class TokenizerManagerBackend:
     async def fork_branches(self, requests: dict[int, GenRequest]) -> AsyncIterator[None]:
         """Prefill the branches' shared prompt (question and skeleton) once, then run them.
 
-        The radix cache shares only what is cached when a request is scheduled; branches
-        admitted together each prefilled the whole prompt (SGLang logged `#cached-token: 5`
-        per ~175-token branch prompt), which on a CPU was most of the branch phase. The
-        commit is SGLang's own idiom, the frontend's `fork`: the prefix with
-        `max_new_tokens=0`, whose KV the radix cache then keeps for every branch.
+        The radix cache shares only what is cached when a request is scheduled, so branches
+        admitted together would each prefill the whole prompt again. The commit is SGLang's
+        own idiom, the frontend's `fork`: the prefix with `max_new_tokens=0`, whose KV the
+        radix cache then keeps for every branch.
         """
         prefix = shared_prefix(r.prompt for r in requests.values())
         if prefix and len(requests) > 1:

@@ -243,9 +243,8 @@ class _SoTChat:
 
 def _busy(route: RoutePhase, gate: GroupGate) -> RoutePhase:
     """The route of an "auto" request when no SoT slot is free. The client asked for the
-    faster answer: an SoT answer would wait for a slot (bench_serving at concurrency 8: SoT
-    0.75x plain, median TTFT 44 s), so a normal answer starts now. Mode "on" still waits (or
-    gets its 429)."""
+    faster answer: an SoT answer would wait for a slot behind other answers' branches, so a
+    normal answer starts at once. Mode "on" still waits (or gets its 429)."""
     why = (f"all {gate.running} SoT slots (max_groups) are taken; a normal answer starts now "
            "where an SoT answer would wait")  # fmt: skip
     return dataclasses.replace(route, decision=RouteDecision(False, "busy", why))

@@ -1,8 +1,8 @@
 """The server-wide bound on SoT answers running at once (limits `max_groups`).
 
 One SoT answer runs up to `max_running` branches, so without a bound a burst of SoT requests
-fills every batch slot and plain requests queue behind their branches (the issue measured SoT
-p95 184 s against plain 42 s). Answers beyond `max_groups` wait for a slot in arrival order;
+fills every batch slot and plain requests queue behind their branches, their latency set by
+other answers' branches. Answers beyond `max_groups` wait for a slot in arrival order;
 beyond `max_waiting_groups` waiting, the request is refused at once with HTTP 429, since a
 queue without a bound only moves the overload into memory and client timeouts.
 """
@@ -38,8 +38,7 @@ class GroupGate:
 
         The check and the taking happen without yielding to the event loop (a free
         semaphore's acquire returns at once), so requests arriving together cannot all see
-        the same free slot, which is what undid the first load-aware route (0.76x plain at
-        concurrency 8: all eight requests passed the check before any held a slot)."""
+        the same free slot and all choose SoT before any of them holds it."""
         slots = self._semaphore()
         if slots.locked():  # no free slot, or answers already waiting for one
             return None

@@ -57,9 +57,9 @@ _NOT_ALLOWED = -1
 class Vocabulary:
     """A tokenizer's tokens, classified once: the text each reads as, its `Piece` class.
 
-    Masks are built in numpy: single-threaded vector ops over the vocabulary take
-    microseconds, where torch's, parallel above 32k elements, took milliseconds on a busy
-    two-core CPU.
+    Masks are built in numpy: its single-threaded vector ops over the vocabulary stay cheap
+    on a busy CPU, where torch parallelises ops above 32k elements and its threads then
+    contend for the few cores.
     """
 
     pieces: tuple[str, ...]  # token id -> its text as it reads after other text
