@@ -1,7 +1,7 @@
 """The SPECSOT speculative algorithm: registration, identity, and server-argument defaults.
 
 Registered through SGLang's public `SpeculativeAlgorithm.register` (spec_info.py:67). Each
-`is_*` predicate opts into a built-in code path (brief §4.5); SPECSOT claims only
+`is_*` predicate opts into a built-in code path (spec_registry.py:26-35); SPECSOT claims only
 `is_standalone()`, and only when it drafts with a separate draft model, because then its draft
 side *is* SGLang's standalone draft worker. What it overrides, and why, is said at each method.
 """

@@ -66,18 +66,17 @@ class AdaptiveConfig:
     explore_share: float = 0.05
     # The acceptance exploring hopes to find: a batch explores only where, at this `p` for
     # every request, some budget would beat plain decoding by more than `explore_share` (what
-    # exploring may cost). Where even that cannot pay (on a CPU, 8 branches with a 0.5B draft
-    # of a 1.5B target), exploring is pure cost. A 0.5B Qwen draft of the 1.5B measured 0.65
-    # to 0.83 per chain depth here; SoT-context chains that copy a sibling or the corpus, more.
+    # exploring may cost). Where even that cannot pay (large batches on a CPU), exploring is
+    # pure cost. 0.8 is what a good draft model's chains, or SoT-context chains that copy a
+    # sibling or the corpus, accept (docs/benchmarks.md).
     # null: explore on schedule whatever the costs say (to measure acceptance where drafting
     # does not pay: studies, tests), funded or not (`ExploreFund`).
     explore_p: float | None = 0.8
     # A role (plain, skeleton, branch) is cold, and explores off schedule whether exploring is
     # funded or not, until the server has verified its drafts on this many steps. One or two
-    # steps are no verdict: a fresh 1.5B + 0.5B server whose first two chains (drafted from
-    # low-confidence tokens, 0.23 and 0.33) missed planned from a first-draft acceptance of
-    # ~0.3 where its drafts accept ~0.8, its exploring went unfunded, and it decoded all of its
-    # next 520 steps plain. 0 = never explore off schedule.
+    # steps are no verdict: two early misses (chains drafted from low-confidence tokens) would
+    # set the first-draft acceptance far below what the drafts accept, leave exploring
+    # unfunded, and keep the server plain from then on. 0 = never explore off schedule.
     cold_verifies: int = 4
     # With a draft model: a step whose every request's recent tokens match its SoT context
     # (own text, siblings, corpus) over at least this many tokens weighs drafting from the
@@ -155,17 +154,14 @@ class AcceptanceStats:
     memory must not grow with the number of answers it has served.
 
     A new group starts from what drafts of its role (the SoT tag's: plain, skeleton, branch)
-    have recently earned on this server, or the server's own drafts while its role has none.
-    One server-wide start mixed them: in a server answering SoT branches (accepting ~0.5-0.7
-    of the 0.5B's drafts for the 1.5B) and normal answers (~0.85), a new normal answer started
-    at the branches' ~0.5, where drafting does not pay at batch 1, and decoded plain.
+    have recently earned on this server, or the server's own drafts while its role has none:
+    SoT branches accept fewer drafts than normal answers, and one server-wide start would
+    start a new normal answer at the branches' rate, where drafting may not pay.
 
     Counts decay once per step (`one_step`), not once per verify: the branches of a group
-    verify together, and decayed per verify, a 5-branch group's estimate, and its role's,
-    remembered two steps. One step that accepted 2 of 5 first drafts, where that answer's
-    branches had accepted ~0.7 over the twelve steps before, set both to 0.42; the batch went
-    plain and, with nothing drafted to learn from, stayed plain for its last 45 steps, its
-    estimate drifting back to a role prior frozen at that one step (an end-to-end step log).
+    verify together, and decayed per verify, a 5-branch group's estimate (and its role's)
+    would remember only two steps, so one bad step could turn a batch plain, with nothing
+    drafted to learn from and a role prior frozen at that step.
     """
 
     def __init__(self, config: AdaptiveConfig, max_keys: int = 4096):
@@ -276,14 +272,11 @@ class ChainAcceptance:
     (`first`), and of each later draft given its parent was accepted (`p`).
 
     One `p` for every depth (a geometric chain) fits a draft model, whose drafts are accepted
-    at about the same rate at every depth (0.69, 0.71, 0.77 at depths 1-3, 1.5B + 0.5B, a
-    serving run's `acceptance_by_depth`). It does not fit drafts from the SoT context: the
-    first token is a guess from a short match, while a token after an accepted one continues
-    text that is being copied. On Vicuna at batch 1 (Qwen 0.5B, no draft model) they were
-    accepted at 0.26, then 0.51 and 0.38 given their parent was. One `p` fitted to that
-    (~0.27) priced a second token at 0.07 where it brought 0.13, and cut it off at
-    `min_token_prob` whenever the estimate dipped below 0.22: the policy drafted one token
-    where a second paid, and ran 0.94x NGRAM where drafting the whole window ran 0.97x.
+    at about the same rate at every depth (/server_info's `acceptance_by_depth` shows it).
+    It does not fit drafts from the SoT context: the first token is a guess from a short
+    match, while a token after an accepted one continues text that is being copied and is
+    accepted more often. One `p` fitted to both would underprice the second token and cut
+    chains at one token where a second pays.
 
     A verify of `budget` drafts of which the first `accepted` were right is a first draft
     seen (right if `accepted` >= 1) and, where that one was right and a second was drafted,
@@ -463,10 +456,9 @@ class ChainStop:
     (`FirstDraftCalibration`, which `observe`s every depth).
 
     Deeper, not only one deeper: a step's cost is not linear in its depth. A step's first
-    draft forward carries the chain's setup, so at batch 1 (1.5B + 0.5B) steps of 1 / 2 / 3
-    drafts took 388 / 520 / 579 ms. Weighing the next token alone, a chain whose first draft
-    was accepted with 0.7 stopped at 1 (2.26 tokens in 520 ms is below 1.7 in 388), where 3
-    drafts bring 2.71 tokens in 579 ms, the best of the three; 91 of 223 steps stopped there.
+    draft forward carries the chain's setup, so the second draft costs more than the third;
+    weighing the next token alone would stop a chain at depth 1 where depth 3 brings the
+    most tokens per ms.
 
     Requests whose plan drafts nothing (`ps` entry with budget 0) do not count. Plain Python.
     """
@@ -538,25 +530,22 @@ class DraftingRuns:
 
     A drafting plan after plain steps must repay its setup (a deferred draft-extend's
     catch-up) in the steps it drafts before the policy turns plain again. The steps the batch
-    has left were that horizon; on batches of 5 SoT branches (1.5B + 0.5B) drafting ran 1-7
-    steps where ~50 were left, so catch-ups of ~2 plain steps' time were started for gains of
-    ~0.05 plain steps a step, and the batch ran 0.97x plain decoding. So the horizon is also
-    capped by the runs measured at this batch size (their mean over the last `window`
-    completed runs, once `min_runs` have been seen).
+    has left overstate that horizon where drafting runs only a few steps at a time, so the
+    horizon is also capped by the runs measured at this batch (their mean over the last
+    `window` completed runs, once `min_runs` have been seen).
 
     The plan's expected savings are a model's; what a run really saved is measured here: each
     drafting step's committed tokens at plain decoding's time per token, less the step's time
     (its catch-up included), less what the plain steps since the last run spent extending
-    the draft ahead of it (flushes). Where the last runs at a batch size saved nothing on
-    average, no run there should start behind a setup (`pays`): end to end, SoT with the
-    1.5B + 0.5B pair ran 0.94-0.95x SoT alone while every plan predicted a gain.
+    the draft ahead of it (flushes). Where the last runs at a batch saved nothing on average,
+    no run there should start behind a setup (`pays`): the plans' model can predict a gain
+    that the runs do not deliver.
 
     A batch's size alone does not say what its runs save: a SoT skeleton at batch 1 is a short
     plan behind a long prompt to catch up, a normal answer at batch 1 a long text where the
-    draft's chains pay (1.2x plain on Vicuna with the 1.5B + 0.5B pair). Keyed by size alone,
-    on a server answering both, skeletons' short losing runs set the batch-1 verdict and cut
-    the normal answers' horizon (1.11x plain where alone they ran 1.2x), and normal answers'
-    gains could as well send skeletons into catch-ups; so the key is the batch's size and roles.
+    draft's chains pay. Keyed by size alone, on a server answering both, skeletons' short
+    losing runs would set the batch-1 verdict and cut the normal answers' horizon, and normal
+    answers' gains could send skeletons into catch-ups; so the key is the batch's size and roles.
 
     Runs begun by an exploring step are not counted: exploring drafts to learn, and its run
     says nothing of how long, or whether, drafting pays. A key whose last run ended more than
@@ -566,12 +555,10 @@ class DraftingRuns:
     Measuring again costs what the verdict saves: `min_runs` runs, each behind a catch-up. A
     losing verdict measured again and found losing again therefore lasts twice as long each
     time, up to `2 ** max_backoff` x `fresh_steps` (a paying one, or one that pays again, keeps
-    `fresh_steps`). On 16 SoT questions (1.5B + 0.5B, SoT only, ~1,700 steps) the runs that
-    measured whether 5 branches pay lost 2.1 s, ~0.4% of the time (`totals`); re-measured
-    every 500 steps, a server pays that for as long as it lives. A first verdict keeps
-    `fresh_steps`: it may come from a server's first, unrepresentative runs (three one-step
-    runs behind catch-ups at a cold acceptance once closed normal answers that later saved
-    0.8 s a run).
+    `fresh_steps`): re-measured at a fixed period, a losing verdict would cost its runs for as
+    long as the server lives (`totals` shows what each verdict cost). A first verdict keeps
+    `fresh_steps`: it may come from a server's first, unrepresentative runs (short runs behind
+    catch-ups at a cold acceptance).
     """
 
     def __init__(
@@ -705,15 +692,14 @@ class ExploreFund:
 
     Exploring drafts where the plan would not, to learn whether drafting pays again; its
     schedule spends `explore_share` of plain steps' time on it. Where drafting never pays,
-    that share is a tax on every answer: end to end (SoT, 1.5B + 0.5B, 8 held-out questions)
-    the SPECSOT server explored 24 times, each step first catching the draft up over the
-    batch's backlog, and ran 0.94x the SoT-only server. So exploring is funded by what it may
-    find: the balance earns `share` of every step's measured saving against plain decoding
-    (a drafting step's; a flush's, negative), is charged the whole measured saving (mostly a
-    cost) of every exploring step and of the drafting run it begins, and exploring waits while
-    the balance is negative. It starts at 0, so a server explores once before it has earned
-    anything (a cold server's first exploring step), and one whose drafting never pays then
-    decodes as plain decoding does. Plain Python.
+    that share is a tax on every answer (each exploring step first catches the draft up over
+    the batch's backlog). So exploring is funded by what it may find: the balance earns
+    `share` of every step's measured saving against plain decoding (a drafting step's; a
+    flush's, negative), is charged the whole measured saving (mostly a cost) of every
+    exploring step and of the drafting run it begins, and exploring waits while the balance
+    is negative. It starts at 0, so a server explores once before it has earned anything (a
+    cold server's first exploring step), and one whose drafting never pays then decodes as
+    plain decoding does. Plain Python.
     """
 
     def __init__(self, share: float):
@@ -900,12 +886,12 @@ def measured_speedup_ceiling(
     (`/server_info`'s `measured_step_ms`, "BSxW"). Each width is credited the tokens of a
     chain `w - 1` deep at `p_by_depth`, the most `w - 1` draft nodes bring at chain-like
     acceptance (a runner-up is worth less than the chain node it displaces while reach stays
-    above the runner-ups' hit rate, ~0.17 here). The time is whatever the server's steps of
-    that width cost, some with cheaper shapes (a shorter chain and runner-ups). Like the
-    modelled ceiling it prices every step at the mean acceptance, so a policy that drafts
-    more where a request's acceptance runs high (and less elsewhere) can beat it a little;
-    unlike it, it holds what the probe does not time: attention under the tree mask,
-    sampling over the window, the host between forwards.
+    above the runner-ups' hit rate). The time is whatever the server's steps of that width
+    cost, some with cheaper shapes (a shorter chain and runner-ups). Like the modelled
+    ceiling it prices every step at the mean acceptance, so a policy that drafts more where
+    a request's acceptance runs high (and less elsewhere) can beat it a little; unlike it,
+    it holds what the probe does not time: attention under the tree mask, sampling over the
+    window, the host between forwards.
     """
     plain = step_ms.get((bs, 1))
     if plain is None:
@@ -936,11 +922,9 @@ def runner_up_gains(reach: Sequence[float], runner_up_ps: Sequence[float]) -> li
 
     A runner-up (the draft's second choice where its first is the chain's token) is verified
     only where every draft above it was accepted (`reach[d - 2]`, 1 at depth 1), and is the
-    target's token about as often as the draft's probability of it. Measured on 1,768
-    positions of the 1.5B's greedy answers drafted by Qwen2.5-Coder-0.5B: where the first
-    choice had 0.4-0.6, the runner-up had 0.24 on average and was right 0.22 of the time;
-    0.6-0.8: 0.15 and 0.13; 0.8-1.0: 0.03 and 0.03. Each hit is one committed token more
-    (the runner-up, then the bonus token after it where the chain's miss left only a bonus).
+    target's token about as often as the draft's probability of it (docs/benchmarks.md).
+    Each hit is one committed token more (the runner-up, then the bonus token after it where
+    the chain's miss left only a bonus).
     """
     above = [1.0, *reach]
     return [above[d] * q for d, q in enumerate(runner_up_ps)]

@@ -190,8 +190,8 @@ class ContextDraftConfig:
     corpus_tokens: int = 1 << 17  # finished requests' tokens kept as a shared corpus (0: none)
     # Tokens of finished SoT branches (and skeletons) kept whole as sibling context, oldest
     # evicted first: a group's later branches draft from them, but an index costs a few
-    # hundred bytes per token, so keeping every finished group made the server's memory grow
-    # with the number of SoT answers served (about 4 MB per answer).
+    # hundred bytes per token, so keeping every finished group would grow the server's memory
+    # with the number of SoT answers served.
     finished_sibling_tokens: int = 1 << 16
 
     def __post_init__(self) -> None:

@@ -4,9 +4,9 @@ A forward's time is modelled as `overhead + linear(rows)`: `linear` is the time 
 model's matrix products for that many rows, probed at a few row counts at start-up and
 interpolated between them; `overhead` (attention, kernel launches, per-layer Python, sampling)
 does not grow with rows and is learned from the timings of real steps (the lower median of
-what the probe leaves unexplained in the last `window` forwards). On a CPU in bf16, `linear` is nearly flat from 1 to ~32 rows, so a
-wider verify window costs little; on a GPU it is flat much further. The draft model is
-modelled the same way.
+what the probe leaves unexplained in the last `window` forwards). `linear` is nearly flat
+over small row counts (on a CPU in bf16 as on a GPU, where it stays flat much further), so a
+wider verify window costs little. The draft model is modelled the same way.
 
 Plain Python (no torch, no SGLang): the worker measures, this module only keeps and answers.
 """
@@ -30,15 +30,14 @@ class ForwardCost:
     probe_ms: tuple[float, ...]  # the probe's time at each (matrix products only)
     overhead_ms: float = 0.0  # rows-independent part, learned from real steps
     # Recent forwards the overhead is the lower median of. A median, not a mean: on a CPU the
-    # first forward of a new shape can take 10x the usual time (oneDNN builds its kernels),
-    # and one such forward folded into an average (an EWMA, before) made the draft model
-    # look three times as expensive for tens of steps, so the budget policy stopped drafting.
+    # first forward of a new shape can take many times the usual time (oneDNN builds its
+    # kernels), and one such forward folded into an average would make the draft model look
+    # several times as expensive for tens of steps, so the budget policy would stop drafting.
     window: int = 32
     # Until this model has run forwards of its own, its overhead is `prior.overhead_ms *
     # prior_share` (the draft's is the target's, scaled by their layer counts). An overhead
-    # of 0 made a never-run draft model look half as expensive as it is: the draft's learned
-    # overhead has been 84-197 ms a forward here, the target's 92-137 ms, and at batch 3
-    # the policy drafted at a loss (README, named items as the plan).
+    # of 0 would make a never-run draft model look far cheaper than it is (its overhead is of
+    # the target's order), and the policy would draft at a loss.
     prior: ForwardCost | None = None
     prior_share: float = 1.0
     observed: int = field(default=0, init=False)  # real steps folded in so far
@@ -68,9 +67,9 @@ class ForwardCost:
     def current_overhead_ms(self) -> float:
         """The learned overhead; with a prior, its scaled overhead while nothing has been
         learned, and counted as `PRIOR_FORWARDS` of the median's forwards until the window
-        is full: one slow early forward then cannot set the overhead alone. (A draft model's
-        first forward in a server, 146 ms where ~70 was usual, priced drafting above any
-        plan's gain, exploring's too, so the draft never ran again to correct it.)"""
+        is full: one slow early forward then cannot set the overhead alone. (Alone it could
+        price drafting above any plan's gain, exploring's too, and the draft would never run
+        again to correct it.)"""
         if self.prior is None:
             return self.overhead_ms
         prior = self.prior.overhead_ms * self.prior_share
@@ -131,12 +130,12 @@ class StepCostTable:
 
     The forward model above prices a step from its parts; a real step also pays what grows
     with rows outside the weight matrices (attention under the tree mask, the target's and
-    the draft's logits and sampling over every row), which the model does not see. At batch
-    4 with an 8-wide window that was 781 ms against 647 modelled, enough for the policy to
-    pick windows slower than plain decoding. So the time of a (bs, width) seen at least
-    `min_seen` times in the last `fresh_steps` steps is the lower median of its last
-    `window` real steps; the model answers for the rest. A width the model overprices is
-    not tried and stays overpriced, which costs speed, never makes a step slower than plain.
+    the draft's logits and sampling over every row), which the model does not see, and which
+    can be enough for the policy to pick windows slower than plain decoding. So the time of
+    a (bs, width) seen at least `min_seen` times in the last `fresh_steps` steps is the
+    lower median of its last `window` real steps; the model answers for the rest. A width
+    the model overprices is not tried and stays overpriced, which costs speed, never makes a
+    step slower than plain.
     """
 
     def __init__(self, window: int = 16, min_seen: int = 3, fresh_steps: int = 500, max_keys: int = 1024):

@@ -36,18 +36,17 @@ def shared_backlog(
     same positions, and so the same tokens before them. When that prefix was prefilled
     without the draft (a deferred prefill), every branch is behind from its start, and a
     catch-up that extends each over its whole backlog writes the prefix's draft KV once per
-    branch (5 branches of a 161-token prompt: 805 rows of the 0.5B draft, 2.4 s, where 225
-    rows do). A request's shared positions are a prefix of its backlog (a slot shared at a
-    position means the whole prefix before it is shared); its last position is never counted
-    (a request's last committed token is its own slot, and every request extends at least
-    one row in a catch-up pass).
+    branch, where once in all would do. A request's shared positions are a prefix of its
+    backlog (a slot shared at a position means the whole prefix before it is shared); its
+    last position is never counted (a request's last committed token is its own slot, and
+    every request extends at least one row in a catch-up pass).
 
-    One slot stays approximate, as it was before: SGLang's standalone draft reads its input
-    one token ahead (eagle_worker_v2.py:991), so the draft's KV at the last shared position
-    holds the next token, where the branches differ. The radix cache shares that slot all
-    the same (its keys are bigrams only for EAGLE, radix_cache.py:401), so one branch's value
-    stands there, here the first's; when every branch extended it in one pass, whichever
-    write landed last stood. The drafts it feeds stay lossless (verify decides).
+    One slot stays approximate: SGLang's standalone draft reads its input one token ahead
+    (eagle_worker_v2.py:991), so the draft's KV at the last shared position holds the next
+    token, where the branches differ. The radix cache shares that slot all the same (its
+    keys are bigrams only for EAGLE, radix_cache.py:401), so one branch's value stands
+    there, here the first's (were every branch to extend it in one pass, whichever write
+    landed last would stand). The drafts it feeds stay lossless (verify decides).
     """
     claimed = torch.empty(0, dtype=torch.int64, device=req_to_token.device)
     shared = []

@@ -2,14 +2,14 @@
 
 With a draft model, SGLang extends the draft over every prompt (prefill) and over every
 step's accepted tokens, so that the draft's KV follows the text. Where the budget policy
-drafts nothing (a plain decode) those forwards buy nothing yet; on this CPU a 0.5B forward
-costs ~0.43x the 1.5B target's, so a "plain" step would cost ~1.4x plain decoding and every
-prompt ~1.4x its prefill. Instead, the tokens of such prompts and steps are left as a backlog
-per request, and one catch-up (a prefill-shaped draft-extend over every request's backlog)
-runs when the draft model is next needed, or, while drafting is near paying, before the
-backlog would make that catch-up cost more than a plain step on top of the extend it
-replaces. A forward costs overhead plus at most linear in its rows, so one catch-up is never
-more work than the extends it replaces.
+drafts nothing (a plain decode) those forwards buy nothing yet, and on a CPU a draft forward
+costs a sizeable share of a target forward, so a "plain" step would cost well over plain
+decoding and every prompt more than its prefill. Instead, the tokens of such prompts and
+steps are left as a backlog per request, and one catch-up (a prefill-shaped draft-extend
+over every request's backlog) runs when the draft model is next needed, or, while drafting
+is near paying, before the backlog would make that catch-up cost more than a plain step on
+top of the extend it replaces. A forward costs overhead plus at most linear in its rows, so
+one catch-up is never more work than the extends it replaces.
 
 A drafting step's own tokens go through the same ledger: the tokens its chain fed have their
 draft KV (a draft forward writes it), so only the rest are behind, usually the bonus token
@@ -118,9 +118,8 @@ class ExtendBacklog:
         forward probes and overhead: a catch-up also pays attention over its rows times the
         context, which grows with both), as a factor for the next catch-up's price. Starts at
         1 and moves as catch-up time accrues (`PRICE_PRIOR_MS` of agreement first), within
-        `PRICE_RATIO_BOUNDS`. Measured: 5.1 s real where 4.0 s was priced over one SpecSoT
-        answer's catch-ups (1.5B + 0.5B), 5.1 against 4.5 and 6.5 against 3.8 over two
-        stretches of one benchmark's servers."""
+        `PRICE_RATIO_BOUNDS`. Catch-ups cost more than priced (docs/benchmarks.md), so an
+        uncorrected price would start drafting runs that do not repay their catch-up."""
         ratio = (self.catch_up_ms_total + PRICE_PRIOR_MS) / (self.catch_up_priced_ms + PRICE_PRIOR_MS)
         low, high = PRICE_RATIO_BOUNDS
         return min(high, max(low, ratio))

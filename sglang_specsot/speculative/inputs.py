@@ -1,9 +1,10 @@
 """SPECSOT's speculative input types, subclassing SGLang's EAGLE ones.
 
 SGLang's `SpecInputType` is a closed IntEnum and attention backends compare against the EAGLE
-members (brief §2.4), so these reuse `EAGLE_DRAFT` / `EAGLE_DRAFT_EXTEND` / `EAGLE_VERIFY` and
-only add fields (all defaulted: the EAGLE dataclasses have required fields). The split between
-the relayed draft input and the draft-extend input is SGLang PR #24859's.
+members (flashinfer_backend.py:893, :2366), so these reuse
+`EAGLE_DRAFT` / `EAGLE_DRAFT_EXTEND` / `EAGLE_VERIFY` and only add fields (all defaulted: the
+EAGLE dataclasses have required fields). The split between the relayed draft input and the
+draft-extend input is SGLang PR #24859's.
 """
 
 from __future__ import annotations

@@ -421,9 +421,8 @@ class SpecSoTModelWorker(SpecSoTWorker):
 
     def _candidate_budgets(self, bs: int) -> tuple[int, ...]:
         # An adaptive chain's budget is its length: nodes beyond the chain would be SoT-context
-        # guesses, which the budget model would price as chain tokens. Measured at batch 1
-        # (1.5B + 0.5B), 8-wide windows (chain of 4 + context) took 460 ms for 3.6 tokens
-        # where 5-wide ones took 419 ms for 3.8.
+        # guesses, which the budget model would price as chain tokens, so a wider window would
+        # cost more rows for no more tokens.
         budgets = super()._candidate_budgets(bs)
         if not self._chain_adaptive:
             return budgets
@@ -505,8 +504,8 @@ class SpecSoTModelWorker(SpecSoTWorker):
         # One ragged extend over what the draft's KV lacks, ending where this step's tokens
         # do: the whole backlog after plain steps (a catch-up), or after a drafting step the
         # tokens its chain did not write (at least the bonus token). SGLang's extend instead
-        # runs over the whole verify window, padding included (8 rows and their logits for
-        # ~1.3 tokens at batch 1 here), for CUDA graphs' fixed shapes.
+        # runs over the whole verify window, padding included, for CUDA graphs' fixed shapes:
+        # every row's forward and logits, where a step commits a token or two.
         draft_input.topk_p, draft_input.topk_index = self._catch_up(
             batch, result.new_seq_lens, after_verify=was_current
         )
@@ -551,9 +550,8 @@ class SpecSoTModelWorker(SpecSoTWorker):
         While some drafting plan is near paying, the backlog of plain steps is kept short
         enough that the step which drafts again waits at most about one plain step for its
         catch-up (a deferred prefill's backlog is longer from the start, and waits). While
-        none is, nothing is flushed: a flush would buy an extend that may never be needed
-        (on 8 branches of the 1.5B + 0.5B pair, flushes every ~14 plain steps cost 750 ms
-        each, 13% of the branch phase), so the backlog waits until a drafting plan repays it."""
+        none is, nothing is flushed: a flush would buy an extend that may never be needed, so
+        the backlog waits until a drafting plan repays it."""
         plans = self._candidate_plans(self._acceptance(batch.reqs), self._first_acceptance(batch.reqs))
         best = best_plan(plans)
         if best.width > 1 and self._setup_repaid(batch, best):
@@ -578,8 +576,8 @@ class SpecSoTModelWorker(SpecSoTWorker):
 
     def _catch_up_ms(self, rows: int) -> float:
         """A catch-up of `rows` rows as the cost model prices it, corrected by what catch-ups
-        have really cost here (`ExtendBacklog.price_ratio`): the model priced them 13-72%
-        under, so drafting runs began whose catch-up they did not repay."""
+        have really cost here (`ExtendBacklog.price_ratio`): the model underprices them, and
+        uncorrected, drafting runs would begin whose catch-up they do not repay."""
         return self.cost.draft.ms(rows) * self.backlog.price_ratio()
 
     def _extended_on_plain_step(self) -> bool:
@@ -660,9 +658,9 @@ class SpecSoTModelWorker(SpecSoTWorker):
             extend_rows = sum(e - s for s, e in ranges)
             # A backlog's catch-up (a prompt's, or many plain steps') does not teach the draft's
             # per-forward overhead: beyond the probed products it pays what grows with its rows
-            # (prefill attention), which read as overhead priced every draft forward at ~140 ms
-            # where ~45 was real, until no plan, not even exploring's, could pay. The model's
-            # own price, uncorrected: price_ratio is measured against it.
+            # (prefill attention), which read as overhead would overprice every draft forward
+            # until no plan, not even exploring's, could pay. The model's own price,
+            # uncorrected: price_ratio is measured against it.
             priced_ms = self.cost.draft.ms(extend_rows)
             topk, ms = self._timed_extend(
                 extend_rows, self.draft_worker.extend_ranges, batch, ranges, tokens, observe=after_verify

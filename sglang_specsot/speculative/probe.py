@@ -68,9 +68,9 @@ def probe_forward_cost(model: torch.nn.Module, rows: tuple[int, ...] = PROBE_ROW
 
     Sweeps rather than repeats of one row count back to back: a disturbance lasting seconds
     (another process starting beside the server) then spoils one sweep's time of a row count,
-    not every try of it. With repeats, one server here measured 8 rows at 539 ms (another,
-    the same model a minute later, 181 ms); the monotone fix below carried that to every larger
-    count, the window looked three times its cost, and the server never drafted."""
+    not every try of it. With repeats, one disturbed row count, carried to every larger count
+    by the monotone fix below, could make the verify window look several times its cost, and
+    the server would never draft."""
     products = _products(model)
     assert products, f"{type(model).__name__} has no 2-D floating weights to probe"
     device = next(model.parameters()).device

@@ -1,12 +1,12 @@
 """A draft model's hot vocabulary: the token ids its LM head keeps (`--speculative-token-map`).
 
 On CPU the draft model's LM head is a large share of each draft forward: Qwen2.5's 151,936-row
-head is 136M of the 0.5B's ~490M weights, and with the softmax over its output it cost ~7 ms
-of a ~43 ms draft forward at 1 row here (w8a8; 13 ms at 5 rows). Drafts only need the tokens
-that are likely, so the head keeps the most frequent `size` of them (FR-Spec, Zhao et al.
-2025, arXiv 2502.14856; SGLang's `--speculative-token-map`, which EAGLE reads the same way).
-Verify still scores every token with the target's full head, so output is unchanged; a token
-outside the map can only not be drafted.
+head is 136M of the 0.5B's ~490M weights, and the softmax runs over all of its output
+(docs/benchmarks.md). Drafts only need the tokens that are likely, so the head keeps the most
+frequent `size` of them (FR-Spec, Zhao et al. 2025, arXiv 2502.14856; SGLang's
+`--speculative-token-map`, which EAGLE reads the same way). Verify still scores every token
+with the target's full head, so output is unchanged; a token outside the map can only not be
+drafted.
 
 The frequencies mix sources that say nothing about the questions we measure on, each
 normalised to a distribution first so that no source outweighs another by its length:

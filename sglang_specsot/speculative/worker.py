@@ -111,8 +111,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._awaiting_decode.clear()
         self.shadows.clear()
         # The groups are gone with the cache; what drafting earns here is kept (as the step
-        # costs and the drafting runs are): with it reset, every flush (a benchmark's between
-        # requests) made the server cold again, exploring each role anew behind a catch-up.
+        # costs and the drafting runs are): reset, every flush (a benchmark's between
+        # requests) would make the server cold again, exploring each role anew behind a catch-up.
         self.stats.forget_groups()
 
     def speculative_state_report(self) -> dict:
@@ -185,9 +185,9 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     def _measures_step_cost(self, catch_ups_before: int, width: int) -> bool:
         """Whether this step's time is what a step of its batch size and width costs: not
         where a catch-up ran (owed whatever the step is), nor a plain step that flushed the
-        backlog (plans price a plain step as deferring its extend). Flushes counted as plain
-        steps priced a plain step of 4 branches at 371-400 ms where 5 took 266-292, and then
-        every drafting step there looked like seconds saved (DraftingRuns, ExploreFund)."""
+        backlog (plans price a plain step as deferring its extend). A flush counted as a plain
+        step would overprice plain steps, and every drafting step would then look like a
+        saving (DraftingRuns, ExploreFund)."""
         if not self._refresh_costs or self._catch_ups() != catch_ups_before:
             return False
         return width > 1 or not self._extended_on_plain_step()
@@ -356,10 +356,10 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         has verified drafts of some request's role on fewer than `cold_verifies` steps, so it
         knows too little of how such text accepts drafts and plans from another role's
         acceptance, the blind prior (0.5) or a step or two, where drafting seldom pays; it
-        would decode plain until the schedule's turn (31 steps of a first answer with the
-        1.5B + 0.5B pair), or never while exploring is unfunded. What these steps learn sets
-        the later plans of that role: at most `cold_verifies` per role (plain, skeleton,
-        branch) in a server's life. Not where drafting could not pay even at `explore_p`."""
+        would decode plain until the schedule's turn, or never while exploring is unfunded.
+        What these steps learn sets the later plans of that role: at most `cold_verifies` per
+        role (plain, skeleton, branch) in a server's life. Not where drafting could not pay
+        even at `explore_p`."""
         need = self.adaptive.cold_verifies
         unknown = any(self.stats.verifies(self._role(req.rid)) < need for req in batch.reqs)
         return unknown and self._worth_exploring(len(batch.reqs))
@@ -404,8 +404,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         as the batch has left, or fewer where drafting runs begun at a batch of this size and
         these roles (`_runs_key`) have measured shorter (`DraftingRuns`); never where the runs
         measured there saved nothing on average, setup included (`_runs_lose`). A
-        catch-up after a long run of plain steps costs one draft row per token behind, and at
-        batch 8 on this CPU that was seconds, more than a few drafting steps save."""
+        catch-up after a long run of plain steps costs one draft row per token behind, which
+        can be more than a few drafting steps save."""
         setup = self._setup_ms(batch)
         if setup <= 0.0:
             return True
@@ -434,13 +434,11 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         smaller batch of the same roles that has one.
 
         A draft gains less the more rows a plain step already fills, on a CPU as on a GPU
-        (README, "What speculation can gain": 1.37x at batch 1, 1.18x at 4, 1.05x at 8 here),
-        so runs that lose at 3 branches lose at 4. Without this each batch size learned it
-        alone, three losing runs behind catch-ups: one SPECSOT server through 44 SoT answers,
-        whose runs at 5 branches had lost, spent 2.1 s on three more learning the same at 6
-        (benchmarks/long-run-*). Not the other way: a batch shrinks as its branches finish,
-        and fewer rows may pay where more did not. A smaller batch's paying verdict says
-        nothing of a larger one either, and ends the search."""
+        (see docs/benchmarks.md), so runs that lose at 3 branches lose at 4; without this
+        each batch size would learn it alone, through losing runs behind catch-ups. Not the
+        other way: a batch shrinks as its branches finish, and fewer rows may pay where more
+        did not. A smaller batch's paying verdict says nothing of a larger one either, and
+        ends the search."""
         roles = self._roles(reqs)
         for size in range(len(reqs), 0, -1):
             verdict = self.drafting_runs.pays(runs_key(size, roles))
@@ -496,9 +494,9 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     def _wider_step_ms(self, bs: int, width: int) -> float | None:
         """What bounds a step's cost from above: the cheapest wider step measured at this
         batch size. A SoT-context step's window is verify rows and nothing else, so a
-        narrower one costs no more. Measured times are lower medians of 16 steps, and at
-        batch 1 (Qwen 0.5B, Vicuna) one width measured 139 ms where a window three rows
-        wider took 131: priced above wider ones, it was not chosen again for 500 steps."""
+        narrower one costs no more. Measured times are lower medians of 16 steps and noisy:
+        a width whose noise priced it above a wider one would not be chosen again, and so
+        never be measured again."""
         return self.step_costs.wider_ms(bs, width)
 
     def _modelled_step_ms(self, bs: int, width: int) -> float:
@@ -695,12 +693,10 @@ def adaptive_config(server_args, max_budget: int) -> AdaptiveConfig | None:
     (SGLANG_SPECSOT_FIXED_WINDOW=1, without the flag).
 
     Without the flag SPECSOT still sizes every step's drafts from measured costs and
-    acceptance: a fixed window ran batches of 8 SoT branches at 0.56-0.61x plain decoding with
-    the 0.5B draft of the 1.5B on CPU, where the policy is level with plain, and the policy
-    matched the fixed window at batch 1 (1.28x against 1.29x). Choosing only between the
-    whole window and a plain decode was tried and measured worse than both (0.99x at batch 1,
-    0.93x on branches): exploring and catching up a 4-token chain cost more than the
-    policy's one-token drafts.
+    acceptance: a fixed window loses to plain decoding on large batches of SoT branches,
+    where the policy stays level with plain, and the policy matches it at batch 1. It weighs
+    every budget, not only the whole window against a plain decode: exploring and catching
+    up a whole chain cost more than one-token drafts. Figures: docs/benchmarks.md.
 
     SGLang turns its own (EAGLE-only) controller off for other algorithms during argument
     resolution and says so in a warning; the flag as the user gave it is still on the
