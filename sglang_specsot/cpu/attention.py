@@ -229,8 +229,7 @@ class SpecSoTCpuAttnBackend(TorchNativeAttnBackend):
             q_rows = q_[rows.q_start : rows.q_start + rows.q_len].transpose(0, 1)
             # Through the cache, cast like torch_native: verify and decode see equal K/V.
             # index_select, not k_cache[kv_index]: the same rows, without advanced
-            # indexing's general path (a draft layer's two gathers, timed in a server with
-            # sleeping OpenMP workers: 37 us against 174).
+            # indexing's general path, which costs several times more per small gather.
             key = k_cache.index_select(0, rows.kv_index).to(q.dtype).transpose(0, 1)
             value = v_cache.index_select(0, rows.kv_index).to(q.dtype).transpose(0, 1)
             out = scaled_dot_product_attention(

@@ -1,23 +1,19 @@
 """Int8 weights for the draft model on CPU, where its bytes, not its answers, set its cost.
 
-At batch 1 a forward on this CPU is bound by reading the weights, so a 0.5B draft costs 0.44
-of a 1.5B target's step and a drafted token pays only where it is accepted more often than
-that. The draft's weights do not touch what verify accepts (the target decides every token:
-greedy output stays the target's), only how often a draft is right, and a per-row int8 copy
-of a de-quantized 4-bit GGUF model barely changes its argmax (Qwen2.5-Coder-0.5B: 97.9% the
-same token, agreement with the 1.5B 0.765 against 0.752 in bf16, 480 positions).
+At batch 1 a forward on a CPU is bound by reading the weights, so a draft model costs a
+sizeable share of the target's step and a drafted token pays only where it is accepted more
+often than that share. The draft's weights do not touch what verify accepts (the target
+decides every token: greedy output stays the target's), only how often a draft is right, and
+a per-row int8 copy barely changes the draft's argmax (docs/benchmarks.md).
 
 Each linear layer of the draft model (and its LM head) keeps its weights and gains int8
 copies with one scale per output row, multiplied by one of two kernels:
 - `int8`: weight-only (`aten._weight_int8pack_mm`, torch's CPU kernel), exact activations;
-  it reads half the bytes at 1 row but loses to oneDNN's bf16 kernel from ~5 rows here.
+  it reads half the bytes at 1 row but loses to oneDNN's bf16 kernel from a few rows on.
 - `w8a8`: fbgemm's dynamic int8 linear (`quantized::linear_dynamic`), which also quantizes
-  the activations, with one scale for all rows of the call. Faster at every row count here
-  (all 24 layers of the 0.5B at 1 / 5 / 16 rows: 31 / 34 / 44 ms against 36 / 85 / 156 for
-  `int8` and 64 / 63 / 76 for bf16; its LM head at 1 row 4.9 ms against 14.0 and 24.9), but
-  coarser: the 0.5B's argmax kept 93.5% of bf16's at 1 row (96.4% with `int8`, 91.9% with
-  5 rows sharing a scale), and agreed with the 1.5B 0.595 of the time against 0.605 (800
-  positions of English prose).
+  the activations, with one scale for all rows of the call: usually the fastest of the three
+  at every row count, but coarser (its argmax departs from bf16's more often than `int8`'s,
+  and more so as rows share a scale).
 For each weight shape and probed row count the kernel measured fastest at start-up is used
 (the weights as loaded included; `w8a8` only where it beats `int8` by `W8A8_MARGIN`, for its
 coarser answers), for counts up to the largest probed and the weights as loaded above it.
@@ -50,17 +46,16 @@ PROBE_ROWS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
 W8A8_MARGIN = 0.9
 DENSE, INT8, W8A8 = "dense", "int8", "w8a8"
 FORCED_KERNEL = {"on": INT8, "w8a8": W8A8}  # the unmeasured modes' kernel
-# `int8` is measured fastest only up to ~4 rows (bf16, module docstring), and in float32 its
-# cost grows with every row (the 12-layer draft of the 0.5B: 263 ms a forward at 1 row, 4.2 s
-# at 16, against 16 and 29 ms with `w8a8`): forced wider it reaches no path "auto" takes and
-# turned a float32 parity run of minutes into seven. Dense above it.
+# `int8` wins only at the smallest row counts (bf16, module docstring), and in float32 its
+# cost grows steeply with every row: forced wider, it would reach no path "auto" takes and
+# make float32 parity runs many times slower. Dense above it.
 INT8_FORCED_ROWS = 4
 # Only methods that multiply with the layer's own dense weight are wrapped: a layer already
 # quantized by its checkpoint has nothing for this to copy.
 _DENSE_METHODS = ("UnquantizedLinearMethod", "UnquantizedEmbeddingMethod")
 _INT8_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # The kernel reads a row's K inputs in vectors: with bf16 inputs and K off a multiple of 8 it
-# crashed the process (torch 2.14, K = 3, 5, 17, 100), so such layers keep their weights.
+# crashes the process (torch 2.14, K = 3, 5, 17, 100), so such layers keep their weights.
 K_MULTIPLE = 16
 
 
@@ -263,8 +258,9 @@ def kernel_plan(weight: torch.Tensor, rows: tuple[int, ...] = PROBE_ROWS, sweeps
         packed = pack_w8a8(weight)
         kernels[W8A8] = lambda x: w8a8_linear(x, packed, None)
     inputs = {n: torch.randn(n, weight.shape[1], dtype=weight.dtype) for n in rows}
-    # Small matrices take ~0.05 ms: time a few products per try so the timer's own cost and
-    # one interruption do not decide; an LM head takes ~20 ms and needs no repeats.
+    # Small matrices take tens of microseconds: time a few products per try so the timer's
+    # own cost and one interruption do not decide; an LM head takes milliseconds and needs
+    # no repeats.
     reps = 1 if weight.numel() > 2**25 else 5
     keys = [(k, n) for n in rows for k in kernels]
     best = best_of_sweeps(keys, lambda key: _ms(lambda: kernels[key[0]](inputs[key[1]]), reps), sweeps)

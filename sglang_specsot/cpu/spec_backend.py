@@ -1,11 +1,12 @@
 """The attention backend a speculative server on CPU launches with.
 
 SGLang fills an unset `--attention-backend` on CPU with `intel_amx`, which falls back to
-`torch_native` on a CPU without AMX (platform_hook.py:158-168, overrides.py:1301-1310), whatever
-the speculative algorithm. `torch_native` cannot verify drafts: the server said "fired up" and
-its scheduler died on the first verify (torch_native_backend.py:101, `seq_lens` of None). So,
-for any speculative algorithm on CPU: no backend chosen -> `specsot_cpu` is chosen (and logged);
-a backend chosen that cannot verify -> the launch stops, naming the flag to add.
+`torch_native` on a CPU without AMX (platform_hook.py:158-168, overrides.py:1301-1310),
+whatever the speculative algorithm. `torch_native` cannot verify drafts: the server reports
+"fired up" and its scheduler dies on the first verify (torch_native_backend.py:101,
+`seq_lens` of None). So, for any speculative algorithm on CPU: no backend chosen ->
+`specsot_cpu` is chosen (and logged); a backend chosen that cannot verify -> the launch
+stops, naming the flag to add.
 
 The choice is a declaration through SGLang's public override registry
 (`register_model_override_predicate`, model_override_base.py:50), which every launch runs in

@@ -1,21 +1,17 @@
 """Keep the OpenMP workers of an SGLang CPU server awake between the ops of one step.
 
 torch's x86 wheels run their intra-op pool on GNU OpenMP (libgomp). After each parallel
-region a libgomp worker spins GOMP_SPINCOUNT times (300,000 by default, ~3 ms on this
-machine; none with OMP_WAIT_POLICY=PASSIVE) and then sleeps on a futex; the next region must
-wake it. A decode step on CPU is hundreds of small parallel regions (each layer's products,
-the attention's gathers, norms) separated by Python: SGLang's layer code, and between the
+region a libgomp worker spins GOMP_SPINCOUNT times (300,000 by default, a few milliseconds;
+none with OMP_WAIT_POLICY=PASSIVE) and then sleeps on a futex; the next region must wake it.
+A decode step on CPU is hundreds of small parallel regions (each layer's products, the
+attention's gathers, norms) separated by Python: SGLang's layer code, and between the
 forwards of a speculative step the tree, the budget policy and the scheduler's bookkeeping.
-Wherever a gap outlasts the spin, the region after it waits for a wake-up.
+Wherever a gap outlasts the spin, the region after it waits for a wake-up, and a
+speculative step, with more Python between its forwards, loses more to it than plain
+decoding does (docs/benchmarks.md). So the spin count is raised to 10M.
 
-Measured on the 2-core Intel Xeon, 1.5B target with 0.5B draft, bf16, batch 1, three Vicuna
-questions (96 tokens each, one server at a time), against OMP_WAIT_POLICY=PASSIVE (what this
-project's launcher set for every test and benchmark server until this module): plain
-decoding 4.76 -> 5.00 tok/s and SPECSOT 7.05 -> 8.39 tok/s with GOMP_SPINCOUNT=10M (100M: the
-same); one attention call of a draft forward went from 331 to 110 us.
-
-10M spins is ~0.1 s on this machine: a worker spins that long after the server's last step
-and then sleeps, so an idle server costs nothing and a second server beside it (the
+10M spins last about a tenth of a second: a worker spins that long after the server's last
+step and then sleeps, so an idle server costs nothing and a second server beside it (the
 benchmarks run two) is not starved for more than that. Two processes that compute at the
 same time on the same cores should not spin: set OMP_WAIT_POLICY=PASSIVE for them.
 
@@ -32,7 +28,7 @@ from collections.abc import MutableMapping
 
 SPIN_ENV = "GOMP_SPINCOUNT"
 WAIT_POLICY_ENV = "OMP_WAIT_POLICY"
-# Where the step time stopped improving (module docstring: 10M and 100M measured the same).
+# Where the step time stops improving: longer spins gain nothing (docs/benchmarks.md).
 SPIN_COUNT = "10M"
 # Inherited with the spin count, so a scheduler can tell ours from a user's.
 MARKER_ENV = "SGLANG_SPECSOT_SET_GOMP_SPINCOUNT"
