@@ -1,7 +1,7 @@
 """Convert a GGUF file into an ordinary Hugging Face checkpoint (bf16 safetensors, config, tokenizer).
 
 Config, tokenizer and weights are read through transformers' GGUF reader; what it gets wrong or
-leaves out for our models (see shared/docs/models.md, "the sharp edges") is fixed here:
+leaves out for our models is fixed here:
 
 * weights: dequantized to plain bf16 tensors, written without a quantization config;
 * config.json: top-level `rope_theta` beside `rope_parameters`; Qwen's two end-of-sequence ids;
@@ -48,7 +48,7 @@ class GgufMeta:
 
 
 def read_metadata(gguf: Path) -> GgufMeta:
-    # transformers' own reader: about 100 times faster than gguf.GGUFReader on a 150k vocabulary
+    # transformers' own reader: far faster than gguf.GGUFReader on a large vocabulary
     from transformers.integrations.gguf.reader import read_gguf_metadata
 
     fields, _ = read_gguf_metadata(str(gguf), ("tokenizer.ggml.token_type",))
@@ -122,7 +122,7 @@ def save_tokenizer(gguf: Path, out: Path, meta: GgufMeta) -> list[str]:
 
     logger.info("building the tokenizer")
     # What `AutoTokenizer.from_pretrained(dir, gguf_file=...)` builds, without its extra full parse
-    # of the file for the config (about 30 s on a 150k vocabulary).
+    # of the file for the config (slow on a large vocabulary).
     architecture, tokenizer_dict, _ = get_gguf_tokenizer(str(gguf))
     rebuilt, _ = convert_gguf_tokenizer(architecture, tokenizer_dict)
     data = fix_tokenizer_json(json.loads(rebuilt.to_str()), meta)

