@@ -119,8 +119,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _stop_on_sigterm() -> None:
-    """SIGTERM (a session ending, `kill PID`) unwinds like Ctrl-C, so the servers are stopped;
-    a background job ignores SIGINT, so SIGTERM is how one stops it."""
+    """SIGTERM (`kill PID`, a job runner stopping the job) unwinds like Ctrl-C, so the servers
+    are stopped; a background job ignores SIGINT, so SIGTERM is how one stops it."""
 
     def handler(signum, frame):
         raise KeyboardInterrupt

@@ -138,8 +138,8 @@ def _describe(exc: Exception) -> str:
 
 def fixed_prefixes(render, system_prompt: str | None = None) -> list[str]:
     """The text every prompt of a kind starts with, whatever the question: the chat header of a
-    normal answer, and SoT's skeleton prompt (system prompt and worked examples, ~170 tokens
-    on Qwen) and point prompt. Found as `shared_prefix` of two renders, cut at a line break so
+    normal answer, and SoT's skeleton prompt (system prompt and worked examples) and point
+    prompt. Found as `shared_prefix` of two renders, cut at a line break so
     the radix cache matches them inside the real prompts."""
     probes = ("Why?", "How?")
     kinds = (lambda q: render(normal_messages(q, system_prompt)),
@@ -152,8 +152,8 @@ def warm_prefixes(target: Target, timeout: float, system_prompt: str | None = No
     """Prefill `fixed_prefixes` (no tokens generated), as a serving server holds them.
 
     Flushing before every cell keeps answers from drafting on earlier ones, but also drops
-    prefixes a server in steady state never loses: SoT then pays its skeleton prompt's fixed
-    part (3.2 s of prefill for the 1.5B on 2 cores) in every answer. Every cell is warmed
+    prefixes a server in steady state never loses: SoT would then pay the prefill of its
+    skeleton prompt's fixed part, the longest of them, in every answer. Every cell is warmed
     alike, normal or SoT; a run says in run.json whether it was.
     """
     for text in fixed_prefixes(target.render, system_prompt):
@@ -183,8 +183,8 @@ def _ask(cfg: CellConfig, question: Question, target: Target, settings: Settings
 
 @functools.lru_cache(maxsize=1)
 def code_commit() -> str:
-    """The git commit of the code that measured a cell ("" outside a checkout): a run spans
-    sessions, and its cells must say which code they measured."""
+    """The git commit of the code that measured a cell ("" outside a checkout): a resumed run
+    spans several invocations, and each cell must say which code measured it."""
     root = Path(__file__).resolve().parents[2]
     try:
         out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,

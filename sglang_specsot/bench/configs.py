@@ -8,8 +8,8 @@ NORMAL, SERVER_SOT, FRONTEND = "normal", "server_sot", "frontend"  # how a cell 
 ALL, SUITABLE, UNSUITABLE = "all", "suitable", "unsuitable"  # which questions a cell runs on
 BASELINE = "plain"
 SAMPLED, SAMPLED_TEMPERATURE = "plain-sampled", 0.7
-# Three sampled normal answers per question: one sample made a noisy ceiling (a refusal once
-# scored a question 0.00), and "covers less than every one of them" needs more than one.
+# Three sampled normal answers per question: one sample makes a noisy ceiling (a single
+# refusal scores its question 0), and "covers less than every one of them" needs more than one.
 SAMPLED_RUNS = (SAMPLED, f"{SAMPLED}-2", f"{SAMPLED}-3")
 
 
@@ -57,9 +57,9 @@ class CellConfig:
         return self.subset == ALL or (self.subset == SUITABLE) == suitable
 
 
-# SPECSOT runs as we recommend it: with its measured cost model sizing each request's draft
-# every step. That is also its default without the flag; the flag is kept so that runs read
-# the same as before and a config file can be added (README, adaptive draft budgets).
+# SPECSOT as recommended: its measured cost model sizes each request's draft every step,
+# which is also its default without the flag. The flag is passed all the same, since SPECSOT
+# reads an adaptive config file only with it (worker.adaptive_config).
 SPECSOT_ADAPTIVE = ("--speculative-adaptive",)
 
 

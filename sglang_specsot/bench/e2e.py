@@ -16,8 +16,8 @@ from sglang_specsot.bench.store import CELLS_FILE, RUN_FILE, check_run_settings,
 # `--one-at-a-time auto` keeps every server up (each question then runs on every server in
 # turn, so machine drift hits all configurations alike) when their weights, plus what a CPU
 # server holds beyond its weights, fit in this share of the memory available at the start.
-# Beyond weights: ~3 GiB seen here per server (scheduler, tokenizer manager and detokenizer,
-# a 1.5B bf16 server's processes less its weights, shared pages counted once), KV included.
+# Beyond weights: what a 1.5B bf16 CPU server's processes (scheduler, tokenizer manager and
+# detokenizer) hold less its weights, shared pages counted once, KV included: about 3 GiB.
 SERVER_RUNTIME_BYTES = 3 * 2**30
 MEMORY_SHARE = 0.85
 
@@ -121,7 +121,7 @@ def plan_from_args(args) -> RunPlan:
     check_run_settings(out, {"target": args.target, "draft": args.draft, "dtype": args.dtype,
                              "questions": args.questions, "max_tokens": args.max_tokens,
                              "sot_config": sot_config,
-                             # None, not False, when off: runs from before it (no key) still resume
+                             # None, not False, when off: a run.json without the key still resumes
                              "warm_prefixes": args.warm_prefixes or None,
                              "warm_up": args.warm_up or None,
                              "system_prompt": args.system_prompt,

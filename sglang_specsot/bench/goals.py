@@ -1,4 +1,5 @@
-"""The issue's goals, checked against a report's summary rows (suitable questions unless said).
+"""The project's speed and quality goals, checked against a report's summary rows (suitable
+questions unless said).
 
 SpecSoT >= 3.0x plain decoding, >= 1.5x the best speculative-only configuration and >= 1.5x
 SoT alone on the same route, at quality parity (the SoT answer covers >= 0.9 of the normal
@@ -16,7 +17,7 @@ from sglang_specsot.bench.configs import BASELINE, SAMPLED_RUNS
 from sglang_specsot.bench.report import Row
 
 VS_PLAIN, VS_SPEC, VS_SOT, MIN_COVERAGE = 3.0, 1.5, 1.5, 0.9
-# Issue #10's quality bar: no question's answer below this coverage, loop-ended branches
+# The quality bar: no question's answer below this coverage, loop-ended branches
 # under this share, and no skeleton with code or a repeated point.
 WORST_COVERAGE, MAX_BRANCH_LOOPS = 0.6, 0.05
 SPEC_ONLY = ("NGRAM", "SPECSOT-ctx", "STANDALONE", "SPECSOT")

@@ -35,7 +35,7 @@ def run_judge(out: Path, judge_model: str, configs: list[str], timeout: float) -
     if not (out / CELLS_FILE).exists():
         raise ValueError(f"{out} has no {CELLS_FILE}; run e2e first")
     cells = load(out / CELLS_FILE)
-    # Pairs judged before the calibrated verdict existed are judged again.
+    # Pairs judged without the calibrated verdict (judge.jsonl rows lacking it) are judged again.
     todo = pending(cells, configs, load_judgements(out, "calibrated"))
     if not todo:
         return 0

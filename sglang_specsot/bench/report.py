@@ -114,8 +114,8 @@ def _row(name, subset, mine: list[CellResult], ups, quality_by, judged: dict, ca
 
 
 def _empty_share(sot: list[CellResult]) -> float | None:
-    """Empty points over the points of the SoT answers that counted them (runs before the
-    count have None)."""
+    """Empty points over the points of the SoT answers that counted them (cells recorded
+    without the count have None)."""
     counted = [c for c in sot if c.empty_points is not None]
     points = sum(c.points for c in counted)
     return sum(c.empty_points for c in counted) / points if points else None

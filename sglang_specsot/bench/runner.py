@@ -32,8 +32,8 @@ COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-
 # shared machine change; the KV pool is capped by --max-total-tokens anyway (8192 tokens of the
 # 1.5B are ~235 MB), so every server may claim most of what is free when it starts, whether it
 # runs alone or beside others (e2e.servers_fit decides whether they all fit). A smaller share
-# for servers beside others (0.25, before) refused the 1.5B + 0.5B pair's server: its weights
-# alone are 0.34 of what the first server leaves free.
+# for servers beside others would refuse a server whose weights alone exceed it, as the
+# 1.5B + 0.5B pair's take about a third of what the first server leaves free.
 MEM_FRACTION = "0.9"
 START_RETRIES, RETRY_PAUSE = 1, 30
 STATE_FILE = "server_state.jsonl"  # each SPECSOT server's /server_info "specsot" part, as it stopped
@@ -170,10 +170,9 @@ def _keep_state(plan: RunPlan, name: str, server) -> None:
 
 def _warm_up(plan: RunPlan, name: str, target: Target) -> None:
     """Ask WARM_UP_QUESTION once per kind of cell that runs on server `name`, untimed and not
-    recorded. A fresh server's first SoT answer pays for batch shapes it has not run yet (the
-    1.5B in bf16: 19.3 s, then 17.1 and 16.2 s; a normal answer pays nothing measurable), which
-    would otherwise land on whichever cell comes first; rotation spreads that cost over the
-    configurations but not out of the ratios."""
+    recorded. A fresh server's first SoT answer pays for batch shapes it has not run yet (a
+    normal answer hardly does), which would otherwise land on whichever cell comes first;
+    rotation spreads that cost over the configurations but not out of the ratios."""
     settings = replace(plan.settings, max_tokens=WARM_UP_TOKENS)
     kinds: set[str] = set()
     for cfg in plan.configs:
@@ -187,7 +186,7 @@ def _warm_up(plan: RunPlan, name: str, target: Target) -> None:
 
 def _server_rank(name: str) -> tuple[int, str]:
     """Round order in the first block: the headline pair (plain, then SpecSoT's server) first, so
-    a run cut short by the end of a session has it; later blocks rotate this order."""
+    a run cut short still has it; later blocks rotate this order."""
     return (SERVER_ORDER.index(name) if name in SERVER_ORDER else len(SERVER_ORDER), name)
 
 

@@ -18,7 +18,7 @@ class Branch:
     end: float
     tokens: int
     finish_reason: str
-    ended: str = ""  # the trace's why: "stop", "budget", "loop" or "abort" ("" in older runs)
+    ended: str = ""  # the trace's why: "stop", "budget", "loop" or "abort" ("": not recorded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +42,7 @@ class CellResult:
     points: int = 0
     fallback: bool = False  # SoT was tried but the skeleton was no plan
     skeleton_constrained: bool | None = None  # a logit processor kept it to numbered points
-    empty_points: int | None = None  # points whose branch gave only the title (None: older runs)
+    empty_points: int | None = None  # points whose branch gave only the title (None: not recorded)
     branches: tuple[Branch, ...] = field(default=())
     load: float | None = None  # the machine's 1-minute load average when the answer arrived
     commit: str = ""  # the git commit of the code that measured it
