@@ -12,10 +12,10 @@ branches from its Vicuna answer. Two prompt sets:
 Configurations: plain decoding, NGRAM and SPECSOT-ctx (SoT-context drafting, no second model);
 with --draft also STANDALONE and SPECSOT with that draft model, both with a --steps chain
 (SPECSOT adds up to 3 SoT-context nodes to it). With --adaptive, each SPECSOT config also
-runs with --speculative-adaptive ("+ad"); SPECSOT sizes its drafts from its
-measured cost model without the flag too, so "+ad" runs the same policy (a config file would make it differ).
+runs with --speculative-adaptive ("+ad"); SPECSOT sizes its drafts from its measured cost
+model without the flag too, so "+ad" runs the same policy unless a config file is given.
 With --fixed, each also runs drafting its whole window every step ("-fixed",
-SGLANG_SPECSOT_FIXED_WINDOW=1: SPECSOT's default before).
+SGLANG_SPECSOT_FIXED_WINDOW=1), to compare with the cost-sized drafts.
 Prints accept length, draft tokens spent per verify (meta_info spec_cap_length), output
 tokens/s and the ratio to plain decoding for each, and the machine's load average; for
 SPECSOT, also how often a draft at each chain depth was accepted given its parent was,
@@ -187,7 +187,7 @@ def main() -> None:
                         help="vicuna80 or a JSONL path (e.g. sglang_specsot/data/router_holdout2.jsonl); "
                         "its SoT-suitable rows are used")
     parser.add_argument("--skip", type=int, default=0,
-                        help="start after this many suitable questions (the first ones are every earlier run's)")
+                        help="start after this many suitable questions (to hold out the first ones)")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--points", type=int, default=4, help="branches per SoT batch (1-8)")
     parser.add_argument("--workloads", default="vicuna,branches", help="comma-separated: vicuna, branches")

@@ -84,8 +84,8 @@ def main() -> None:
         parser.error(str(exc))
     cost = cost_model(info)
     draft = cost.draft is not None
-    # Servers since the step extends (model_worker.draft_extend) extend only what the chain
-    # did not write; they report `step_extends`. Older ones extended the whole window.
+    # A server that reports `step_extends` extends only what the chain did not write
+    # (model_worker.draft_extend); without it the whole window is priced as extended.
     narrow = "step_extends" in (info.get("draft_extend") or {})
     ps = measured_p(info)
     hit, width = runner_up_hit(info), info.get("verify_width")
@@ -94,9 +94,9 @@ def main() -> None:
     if draft:
         print(f"draft-extend priced over {'what the chain did not write' if narrow else 'the whole verify window'}")
     else:
-        # Context drafting has a draft only where the context matches (about half the steps
-        # of SmolLM2's held-out Vicuna answers), and its acceptance by depth counts those
-        # steps alone: both columns price a draft in every step and read far too high.
+        # Context drafting has a draft only where the context matches, and its acceptance by
+        # depth counts those steps alone: both columns price a draft in every step and read
+        # too high wherever the context often has no match.
         print("no draft model: these ceilings assume a context draft every step; where the context "
               "has no match a step is plain, so check them against a step log (examples/step_log_report.py)")
     if hit:

@@ -66,7 +66,7 @@ def _summary(rs: list[dict]) -> dict:
         "accepted_per_draft": round(sum(sum(r["accepted"]) for r in drafting) / drafted, 3) if drafted else None,
         "mean_p_plain": _mean(statistics.fmean(r["ps"]) for r in plain if r["ps"]),
         "mean_p_drafting": _mean(statistics.fmean(r["ps"]) for r in drafting if r["ps"]),
-        # The first draft's estimate (logs before ChainAcceptance have none).
+        # The first draft's estimate (logs without first-draft estimates have none).
         "mean_first_plain": _mean(statistics.fmean(r["firsts"]) for r in plain if r.get("firsts")),
         "mean_first_drafting": _mean(statistics.fmean(r["firsts"]) for r in drafting if r.get("firsts")),
         "plain_run_lengths": _runs([r["width"] == 1 for r in rs]),
