@@ -243,8 +243,8 @@ del _module, _name, _where
 
 def _verify_uses_greedy_hook() -> Callable:
     def verify_uses_greedy_on_cpu(original: Callable, **flags: bool) -> bool:
-        # CPU now has the target-only sampler; only rejection sampling (a Triton kernel,
-        # reject_sampling.py) still has no CPU version, so that alone keeps CPU greedy.
+        # With the entries above CPU has the target-only sampler; only rejection sampling (a
+        # Triton kernel, reject_sampling.py) has no CPU version, so that alone keeps CPU greedy.
         flags["is_cpu"] = flags["is_cpu"] and flags["use_rejection_sampling"]
         return original(**flags)
 
@@ -384,9 +384,9 @@ register_host_change(
             "the input of every draft step after the first (EAGLE, STANDALONE, SPECSOT with a "
             "draft model), is torch.compile(dynamic=True) except on NPU and XPU. On CPU there are "
             "no CUDA graphs to capture it at start-up, so the first draft of each server compiles "
-            "it with inductor in the middle of serving: 3.5 s measured (1.5B + 0.5B, warm inductor "
-            "cache), about 9% of an 8-branch SoT batch of 64 tokens, for a few-row tensor program "
-            "that runs eagerly in microseconds. The replacement is the same function undecorated."
+            "it with inductor in the middle of serving, seconds of one request's time "
+            "(docs/benchmarks.md), for a few-row tensor program that runs eagerly in "
+            "microseconds. The replacement is the same function undecorated."
         ),
         patch="eager-select-top-k-on-cpu.diff",
         when=_cpu_only,

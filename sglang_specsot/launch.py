@@ -23,9 +23,9 @@ from pathlib import Path
 def cpu_server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment a CPU server needs: SGLang's CPU switch and the venv's tools.
 
-    OpenMP's wait policy is the plugin's (cpu/threads.py: workers spin ~0.1 s, then sleep),
-    as on a server a user starts; this set OMP_WAIT_POLICY=PASSIVE until a51282a, which made
-    every region of a step wait for a sleeping worker (SPECSOT 7.05 against 8.39 tok/s)."""
+    OpenMP's wait policy is left to the plugin (cpu/threads.py: workers spin ~0.1 s, then
+    sleep), as on a server a user starts: OMP_WAIT_POLICY=PASSIVE here would make every
+    region of a step wait for a sleeping worker, and tests would time a slower server."""
     env = dict(os.environ)
     env["SGLANG_USE_CPU_ENGINE"] = "1"  # SGLang's own gate for its CPU path (utils/common.py:221)
     # SGLang JIT-builds the NGRAM corpus with the `ninja` on PATH; ours lives in the venv.
@@ -55,10 +55,10 @@ def free_port() -> int:
 
     A port from bind(0) is an ephemeral one: while the server starts, any outgoing
     connection (its own TCPStore clients, the health probe) may be handed the same port,
-    and uvicorn then fails to bind it (seen once in ~100 CI server starts).
+    and uvicorn then fails to bind it (rare, but seen in CI).
 
     The same idea as SGLang's `get_free_port_below_ephemeral` (srt/utils/network.py), with
-    a range that avoids SGLang's own; not called, because importing it costs ~6 s (torch)
+    a range that avoids SGLang's own; not called, because importing it imports torch (seconds)
     and this module stays stdlib-only for the examples' client processes.
     """
     high = _ephemeral_low() - 1
