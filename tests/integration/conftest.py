@@ -55,12 +55,12 @@ def cpu_args(max_total_tokens: int = 4096, mem_fraction_static: float | None = 0
 # session: the reference of every parity test of the model. Greedy in float32 at the same
 # batch shapes, a shorter run's tokens are a prefix of these, so a test with a smaller cap
 # compares with `ids[:cap]`, and one that needs fewer prompts takes the first whole batches,
-# instead of decoding them again (~1-3 minutes a run on 2 cores).
+# instead of decoding them again (minutes a run on a CPU).
 SMOLLM2_PARITY_TOKENS = 32
 QWEN05_PARITY_TOKENS = 24
-# The draft-model runs of Qwen 0.5B in float32 cost ~3 minutes each with the 50 prompts, in
-# decode steps, which grow with the number of batches: 28 questions and the 8 branch prompts
-# are 36 prompts, every batch size 1..8 once (8 batches instead of 13).
+# The draft-model runs of Qwen 0.5B in float32 cost decode steps, which grow with the number
+# of batches: 28 questions and the 8 branch prompts are 36 prompts, every batch size 1..8
+# once (8 batches where the 50 prompts take 13).
 QWEN05_PARITY_QUESTIONS = 28
 DRAFT_LAYERS = 12  # of 24: agrees with the target often, not always
 

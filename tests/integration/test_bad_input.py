@@ -4,10 +4,10 @@ Every case gets a normal answer or a clear 4xx with a message, never a 5xx or a 
 after each one a small good request must still succeed, and the server's teardown proves
 SGLang's strict idle memory check ran and found no leaked KV slot or request row.
 
-Cases that fail today because of a fix in progress elsewhere are strict xfails naming the fix;
-when it lands they fail as XPASS and lose their mark. /generate with a garbage
-custom_logit_processor or an empty text killed the scheduler until the host change
-reject-unservable-requests (host_changes.py); they are here to keep it that way.
+A case that fails for a known open bug is a strict xfail naming it, so its fix shows as an
+XPASS and the mark goes. /generate with a garbage custom_logit_processor or an empty text
+would kill the scheduler without host change reject-unservable-requests (host_changes.py);
+those cases keep such requests refused.
 """
 
 from __future__ import annotations
@@ -245,8 +245,8 @@ def test_streaming_sot_with_bad_input_is_a_4xx_before_the_stream(server):
 
 
 def test_a_small_cap_bounds_a_ten_point_answer(server):
-    # The issue's probe: max_tokens 50 with ten branches returned 398 tokens. The cap is the
-    # answer's total: points are dropped and budgets shared until it fits (sot/budget.py).
+    # max_tokens 50 with ten branches: the cap is the answer's total, not each branch's, so
+    # points are dropped and budgets shared until it fits (sot/budget.py).
     config = {"max_points": 10, "min_points": 2, "min_branch_tokens": 8, "router_min_answer_tokens": 1}
     status, reply = post(server, CHAT, chat(sot={"mode": "on", "config": config}, max_tokens=50))
     assert status == 200 and reply["usage"]["completion_tokens"] <= 50, reply

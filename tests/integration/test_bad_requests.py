@@ -1,7 +1,7 @@
-"""Requests that used to kill the scheduler, against a real SPECSOT server (SmolLM2-135M) that
+"""Requests that would kill the scheduler, against a real SPECSOT server (SmolLM2-135M) that
 runs custom logit processors: each gets HTTP 400 with a message, and the next request is served.
 
-Before host change "reject-unservable-requests", each one killed the scheduler, and with it the
+Without host change "reject-unservable-requests", each one kills the scheduler, and with it the
 whole server: a `custom_logit_processor` that does not deserialize (custom_logit_processor.py:20),
 a text of 0 tokens (rotary_embedding/base.py:347 on CPU), and server-side SoT's
 `specsot.skeleton_logit_processor` (sent to the scheduler as the skeleton's processor).

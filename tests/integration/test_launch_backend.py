@@ -3,8 +3,8 @@
 Proves: with no attention backend it serves speculative verifies (SPECSOT drafting its whole
 window every step, SGLANG_SPECSOT_FIXED_WINDOW=1), greedy output identical to
 plain decoding, having said it chose specsot_cpu; with one that cannot verify it exits non-zero
-before "fired up", naming the flag to add. Before, both said "fired up" and the scheduler died
-on the first verify (torch_native_backend.py:101).
+before "fired up", naming the flag to add, rather than report "fired up" and let the
+scheduler die on the first verify (torch_native_backend.py:101).
 """
 
 from __future__ import annotations

@@ -278,7 +278,7 @@ def test_greedy_text_equals_the_gguf_path(fetched, tokenizer, capsys):
     assert all(len(set(ours)) > 3 for ours, _ in results.values())  # real text, not a stuck token
 
 
-# ---- Qwen tokenizer (the teammates' draft and target share it) -------------------------------
+# ---- Qwen tokenizer (the Qwen draft and target models share it) -----------------------------
 
 
 def test_qwen_token_ids_equal_the_gguf_tokenizer(fetched, tmp_path):

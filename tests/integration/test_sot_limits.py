@@ -123,8 +123,8 @@ def near_context_question(model_path: str, tokens: int) -> str:
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_question_near_the_context_gets_an_answer_not_an_error(server, smollm2_path, stream):
     # About 1,800 of the 2,048 tokens: the skeleton fits, but a branch prompt (question and
-    # skeleton) plus its budget does not. SGLang refused such a branch after the skeleton was
-    # streamed: a 400 inside a 200. Budgets are now cut to the room left (serving/backend.py).
+    # skeleton) plus its budget does not. SGLang would refuse such a branch after the skeleton
+    # was streamed (a 400 inside a 200), so budgets are cut to the room left (serving/backend.py).
     body = chat(ON, question=near_context_question(smollm2_path, 1_800))
     if not stream:
         status, reply = post(server, body)

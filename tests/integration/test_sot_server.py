@@ -78,7 +78,7 @@ def test_server_side_sot_gives_the_frontend_programs_answer(smollm2_server, sot_
 def test_branches_prefill_only_their_own_point_line(smollm2_server):
     # The branches' shared prompt (question and skeleton) is prefilled once before they
     # start; each branch then finds it in the radix cache. Admitted together without that
-    # commit, each prefilled the whole prompt (`cached_tokens` ~5 of ~175).
+    # commit, each would prefill the whole prompt again.
     flush_cache(smollm2_server.base_url, timeout=60)
     status, reply = post(smollm2_server, chat(SUITABLE, specsot={"mode": "on", "config": CONFIG}))
     assert status == 200, reply

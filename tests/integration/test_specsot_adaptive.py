@@ -152,11 +152,11 @@ def test_deferred_draft_extend_keeps_the_drafts_as_good(smollm2_path, tmp_path):
     # greedy tokens. Not all: SGLang's standalone draft reads its input one token ahead
     # (eagle_worker_v2.py:990-996), so the draft never sees the prompt's first token; with
     # transformers, float32, that alone makes SmolLM2's next token differ from its own greedy
-    # one at 6.8% of 384 Vicuna answer positions; with a 2-token chain, and drafts past the
-    # token cap counted as proposed, 0.72-0.80 is accepted. A min_token_prob no estimate reaches
-    # keeps the policy to plain steps (deferring the extend) except when it explores, right
-    # after a catch-up. A catch-up that left the KV wrong would stay lossless (verify
-    # rejects) but sink acceptance: compare with extending on every step.
+    # one at a few percent of answer positions, so with a 2-token chain, and drafts past the
+    # token cap counted as proposed, clearly fewer than all are accepted. A min_token_prob no
+    # estimate reaches keeps the policy to plain steps (deferring the extend) except when it
+    # explores, right after a catch-up. A catch-up that left the KV wrong would stay lossless
+    # (verify rejects) but sink acceptance: compare with extending on every step.
     prompts = parity_prompts(AutoTokenizer.from_pretrained(smollm2_path))[:24]
     args = MODEL_ARGS + ["--speculative-draft-model-path", smollm2_path]
     rates, backlogs = {}, {}
