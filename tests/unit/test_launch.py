@@ -39,7 +39,7 @@ class FakeServer(ServerProcess):
 
 @pytest.fixture
 def taken_port():
-    # Bound, not listening: like the outgoing connection that took the port in CI.
+    # Bound, not listening: like an outgoing connection that holds the port.
     with socket.socket() as s:
         s.bind(("127.0.0.1", free_port()))
         yield s.getsockname()[1]

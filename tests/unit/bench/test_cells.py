@@ -224,8 +224,8 @@ def test_a_dead_server_fails_the_cell_without_a_request():
 
 
 def test_the_frontend_names_frontend_cells_call_still_exist():
-    """frontend.py and sot/runner.py are refactored elsewhere; the smoke run asks no frontend
-    cell, so this catches a renamed parameter before a long run does."""
+    """frontend.py and sot/runner.py change apart from the benchmark; the smoke run asks no
+    frontend cell, so this catches a renamed parameter before a long run does."""
     import dataclasses
     import inspect
 

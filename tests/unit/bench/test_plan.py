@@ -102,7 +102,7 @@ def test_warm_prefixes_is_a_run_setting_that_older_runs_resume_without(tmp_path,
         plan_of(tmp_path / "warm")
     assert not plan_of(tmp_path / "cold").settings.warm_prefixes
     assert json.loads((tmp_path / "cold" / "run.json").read_text())["warm_prefixes"] is None
-    (tmp_path / "old").mkdir()  # a run from before the setting existed resumes cold
+    (tmp_path / "old").mkdir()  # a run.json without the setting resumes cold
     settings = json.loads((tmp_path / "cold" / "run.json").read_text())
     del settings["warm_prefixes"]
     (tmp_path / "old" / "run.json").write_text(json.dumps(settings))
@@ -148,7 +148,7 @@ def test_auto_keeps_every_server_up_only_when_all_fit_in_memory():
 
     specs = servers("/draft")
     gib = 2**30
-    two = [specs["plain"], specs["specsot"]]  # SoT-server and SpecSoT-server: the #11 comparison
+    two = [specs["plain"], specs["specsot"]]  # SoT-server and SpecSoT-server: SoT alone against SpecSoT
     need = (3 * gib + SERVER_RUNTIME_BYTES) + (3 * gib + 1 * gib + SERVER_RUNTIME_BYTES)
     assert specs["specsot"].has_draft and not specs["plain"].has_draft
     assert servers_fit(two, 3 * gib, 1 * gib, available=24 * gib)

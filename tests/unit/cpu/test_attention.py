@@ -207,7 +207,7 @@ def test_decode(bs):
 @pytest.mark.parametrize("q_dtype", [torch.float32, torch.bfloat16])
 def test_decode_is_torch_natives_bit_for_bit(q_dtype):
     """Plain decoding's numerics are torch_native's: the plan changes where the slot lists are
-    built (once per forward), not what SDPA sees, so plain servers decode as before."""
+    built (once per forward), not what SDPA sees, so plain servers decode as on torch_native."""
     from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 
     world = make_world(21)

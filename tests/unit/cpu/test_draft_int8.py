@@ -103,7 +103,7 @@ def test_dense_layers_are_the_linears_and_the_head_once_not_other_embeddings():
 
 def test_a_layer_whose_inputs_are_off_the_kernels_vector_width_is_left_alone():
     model = _Draft(tied=False)
-    model.odd = _Linear(32, 17)  # K = 17: the int8 kernel crashed the process on such a shape
+    model.odd = _Linear(32, 17)  # K = 17: the int8 kernel crashes the process on such a shape
     assert model.odd not in dense_layers(model) and model.up in dense_layers(model)
 
 

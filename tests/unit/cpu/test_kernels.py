@@ -323,7 +323,7 @@ def test_build_tree_kernel_efficient(topk, depth, n, mode, bs):
 
 @pytest.mark.parametrize("n", [2, 4, 6])
 def test_build_tree_chain_closed_form(n):
-    # topk = 1: a chain (spec brief §5.3): positions seq_len + i, next token i + 1, no
+    # topk = 1: a chain: positions seq_len + i, next token i + 1, no
     # siblings, a causal mask over the draft window.
     bs, depth = 2, n - 1
     parent_list, selected = eagle_draft_tree(bs, 1, depth, n, _gen(n))

@@ -76,8 +76,8 @@ def test_a_reservation_takes_a_free_slot_at_once_and_none_when_all_are_taken():
 
 
 def test_requests_arriving_together_cannot_all_reserve_one_free_slot():
-    """The race that undid the first load-aware route: every request checked the gate before
-    any held a slot. Here eight tasks reserve in the same turn of the event loop."""
+    """The race a check-then-take gate loses: every request checks the gate before any holds
+    a slot. Here eight tasks reserve in the same turn of the event loop."""
 
     async def scenario():
         gate = GroupGate(running=3, waiting=8)

@@ -22,7 +22,7 @@ SORTS = ("Compare the sorting algorithms bubble sort, quick sort, merge sort, he
         ("Which is better for me: tea, coffee, or water?", ("tea", "coffee", "water")),
         ("Write about big cats, including lions, tigers and leopards.", ("lions", "tigers", "leopards")),
         ("List the pros of solar, wind and hydro power for a small town.", ("solar", "wind", "hydro power")),
-        # The tail's own "and" is not one more item (it hid the whole series before).
+        # The tail's own "and" is not one more item (read as one, it would hide the whole series).
         ("Compare bubble sort, merge sort, quick sort and heap sort in terms of speed and memory use.",
          ("bubble sort", "merge sort", "quick sort", "heap sort")),
         ("Compare Python, Java, and Rust for web servers and scripts.", ("Python", "Java", "Rust")),
@@ -129,7 +129,7 @@ def test_derive_skeleton_must_be_a_bool():
 @pytest.mark.parametrize("name", ["enumerated_asks", "enumerated_asks2", "enumerated_asks3"])
 def test_the_extractor_agrees_with_the_labels_it_was_tuned_on(name):
     """The sets the extractor was written against (enumerated_asks4 is the check set: see
-    data/README.md; its score is reported, not pinned here)."""
+    data/README.md; `python -m sglang_specsot.sot.asks eval` scores it, no test pins it)."""
     from sglang_specsot.data import DATA_DIR, load_questions
     from sglang_specsot.sot.asks import evaluate_items
 

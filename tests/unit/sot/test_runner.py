@@ -646,7 +646,7 @@ def test_the_answers_accept_length_pools_the_speculated_generations():
 
 
 class TitleOnly(FakeBackend):
-    """Point 2's branch first writes only its title and stops, as Qwen2.5-Coder-0.5B did;
+    """Point 2's branch first writes only its title and stops, as Qwen2.5-Coder-0.5B does;
     `again` is what it writes when asked once more."""
 
     def __init__(self, again: str = " Silence the phone and close the mail.", finish: str = "stop") -> None:

@@ -39,7 +39,7 @@ EXEMPT = {
     "as a TorchNativeAttnBackend subclass, against its KV-pool internals",
     "cpu/draft_attention.py": "specsot_cpu's multi-step draft backends: implement SGLang's draft attention ops",
 }
-# Uses in modules this change does not own, to move behind the adapter by their owners:
+# Private SGLang names still used outside the adapter, each to move behind it:
 # (module, name) -> what to use instead. A stale entry fails test_the_allow_list_is_current.
 NOT_YET_MOVED: dict[tuple[str, str], str] = {}  # uses not yet behind the adapter: none
 

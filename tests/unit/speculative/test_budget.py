@@ -133,7 +133,7 @@ def test_a_steps_verifies_decay_the_estimates_once():
         stats._probe = list(pattern)
         run(stats, one_step)
     assert stepped.p("g", "branch") > 0.7 and stepped.prior("branch") > 0.7
-    # What it was: the one step's three misses, last, outweighed the twelve steps before it.
+    # Decayed per verify instead, the one step's three misses, last, outweigh the twelve before.
     assert per_verify.p("g", "branch") < 0.62 and per_verify.prior("branch") < 0.62
     # Plain steps (one observation per request each) drift the group back to its role's rate.
     for _ in range(30):
@@ -411,7 +411,7 @@ def test_drafting_is_near_when_a_drafting_plan_comes_within_a_tenth_of_the_best(
 
 
 def test_the_ceiling_is_the_best_budgets_gain_under_the_measured_costs():
-    # This machine's 1.5B and 0.5B (probes of 2026-11-24, overheads left out).
+    # A 2-core CPU's probe of the 1.5B target and the 0.5B draft (overheads left out).
     target = ForwardCost(probe_rows=(1, 4, 8, 16, 32), probe_ms=(195.6, 248.4, 317.0, 477.1, 775.1))
     draft = ForwardCost(probe_rows=(1, 4, 8, 16, 32), probe_ms=(73.2, 95.1, 113.6, 160.9, 258.1))
     with_draft = CostModel(target=target, draft=draft)
@@ -422,7 +422,7 @@ def test_the_ceiling_is_the_best_budgets_gain_under_the_measured_costs():
     # Batch 8 at the branches' measured 0.55: nothing beats plain.
     assert speedup_ceiling(with_draft, 8, [0.55] * 4, draft_model=True) == (1.0, 0)
     # Extending only what the chain did not write (the bonus, and the last draft when all b
-    # are accepted: 1 + 0.8^b rows) instead of the window: still two drafts, now 1.25x.
+    # are accepted: 1 + 0.8^b rows) instead of the window: still two drafts, at 1.25x.
     narrow, budget = speedup_ceiling(with_draft, 1, [0.8] * 4, draft_model=True, narrow_extend=True)
     extend = 73.2 + (95.1 - 73.2) * 0.64 / 3  # 1.64 rows, on the line from 1 to 4 rows
     assert budget == 2 and narrow > gain and narrow == pytest.approx(2.44 * 195.6 / (230.8 + 73.2 + extend), rel=1e-3)
@@ -444,7 +444,7 @@ def test_the_ceiling_is_the_best_budgets_gain_under_the_measured_costs():
 
 
 def test_the_measured_steps_ceiling_prices_each_width_at_what_its_steps_cost():
-    # The thirty-fifth session's server (1.5B + 0.5B, 4 branches): plain 285.7 ms, then
+    # A 1.5B + 0.5B server's measured steps at 4 branches: plain 285.7 ms, then
     # 476.8 / 607.8 / 709.4 ms for windows of 2-4 rows; acceptance 0.70 / 0.66 / 0.66.
     steps = parse_step_table({"4x1": 285.7, "4x2": 476.8, "4x3": 607.8, "4x4": 709.4, "1x1": 269.1, "1x4": 465.2})
     assert steps[4, 3] == 607.8 and steps[1, 4] == 465.2

@@ -36,7 +36,7 @@ def test_summary_splits_plain_from_drafting_steps_per_batch_size():
     assert one["mean_p_plain"] == 0.3 and one["mean_p_drafting"] == 0.8
     assert one["plain_run_lengths"] == {"runs": 2, "median": 1.5, "max": 2}
     assert out["2-4"]["accepted_per_draft"] == round(2 / 3, 3)
-    assert one["plain_phase_ms"] is None  # an older log without phase times
+    assert one["plain_phase_ms"] is None  # a log without phase times
     assert one["mean_first_plain"] is None  # nor first-draft estimates
     records[2]["firsts"] = [0.25]
     assert report.summarise(records)["1"]["mean_first_drafting"] == 0.25

@@ -85,7 +85,7 @@ def test_a_server_that_never_verified_a_draft_explores_at_once():
 
 def test_a_fresh_server_whose_first_drafts_missed_learns_before_it_gives_up():
     # A fresh server's first step drafted from a low-confidence token and missed, and
-    # exploring once has spent the fund: before cold_verifies it drafted nothing more for
+    # exploring once has spent the fund: without cold_verifies it would draft nothing more for
     # hundreds of steps, planning from a first-draft estimate built on one miss.
     config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25)
     worker, batch = _exploring_worker(config), _batch(1)
@@ -96,7 +96,7 @@ def test_a_fresh_server_whose_first_drafts_missed_learns_before_it_gives_up():
     assert worker.explore_fund.unfunded == 0
     worker.stats.observe("r0", 2, 2, "plain")  # what exploring finds: the drafts accept
     assert max(worker._tree_sizes(batch)) > 1 and not worker._exploring  # the plan drafts now
-    # Before cold_verifies, that first miss was the verdict: the fund spent, nothing explored.
+    # With cold_verifies=1, that first miss is the verdict: the fund spent, nothing explored.
     worker = _exploring_worker(dataclasses.replace(config, cold_verifies=1))
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 120.0)))
     worker.stats.observe("r0", 2, 0, "plain")
@@ -562,7 +562,8 @@ def test_no_catch_up_where_the_runs_begun_at_this_batch_size_cost_more_than_they
     assert first_width([50.0, -20.0, 10.0]) == 2  # the runs here saved 13 ms each on average
     assert first_width([-150.0, -20.0, 10.0]) == 1  # they cost 53 ms each: stays plain
     assert first_width([-150.0, -20.0, 10.0], runs_at="5 plain") == 2  # runs of another batch size say nothing
-    # Without a setup to repay the plan alone decides, as before (the runs' verdict includes setups).
+    # Without a setup to repay, the plan alone decides, as when nothing is measured (the runs'
+    # verdict includes setups).
     worker = _chain_worker(AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0))
     worker._acceptance = worker._first_acceptance = lambda reqs: [0.9] * len(reqs)
     for _ in range(3):
@@ -640,7 +641,7 @@ def test_a_role_little_drafted_for_explores_funded_or_not():
     # The server has drafted only for SoT branches, lost doing so (the fund is spent), and
     # learned they accept nothing. A normal answer (untagged: plain) starts from the server's
     # acceptance, where drafting does not pay: without exploring once it would never learn
-    # its own (a normal answer accepted 0.85 of the 0.5B's drafts where branches took ~0.6).
+    # its own (a normal answer accepts more of a draft model's drafts than branches do).
     from sglang_specsot.sot.tag import SoTTag
 
     config = AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25)
@@ -661,7 +662,7 @@ def test_a_role_little_drafted_for_explores_funded_or_not():
 
 def test_a_cache_flush_forgets_the_groups_not_what_drafting_earns_here():
     # Benchmarks flush the cache between requests; a server that forgot its acceptance then
-    # was cold again at every request, and explored each role anew behind a catch-up.
+    # would be cold again at every request, and explore each role anew behind a catch-up.
     worker = _exploring_worker(AdaptiveConfig(buckets=((1, (0, 2, 4)),), explore_share=0.25))
     worker._decode_rids, worker._awaiting_decode = set(), {}
     for _ in range(10):
@@ -701,8 +702,8 @@ def test_a_plain_step_that_flushed_is_not_what_a_plain_step_costs():
 
 def test_a_decode_steps_phase_times_in_the_step_log_are_its_own(tmp_path, monkeypatch):
     # forward_batch_generation with the phases stubbed: each takes a known time, and the step
-    # log's phase_ms must show those times (a name reused for the step's "drafted" flag once
-    # turned the draft phase's end time into a bool: draft phases of -7.6e6 ms).
+    # log's phase_ms must show those times (a name reused for the step's "drafted" flag would
+    # turn the draft phase's end time into a bool, and the draft phase's time into nonsense).
     import json
     import time
 
