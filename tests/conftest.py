@@ -2,17 +2,63 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 # Every machine of this project is a CPU: run SGLang's CPU path in-process too, set before
 # anything imports SGLang (is_cpu() is read at import time all over SGLang). Tests of the
 # import hook's behaviour without it run in subprocesses with their own environment.
 os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+
+# -- seeds ---------------------------------------------------------------------------------------
+# Each test's random draws (random, numpy, torch) start from a seed of its own, derived from the
+# run's base seed and the test's node id: the same whatever ran before it, printed with its
+# failure, and changed for the whole run by --seed or SPECSOT_TEST_SEED.
+SEED_ENV = "SPECSOT_TEST_SEED"
+# Hypothesis draws each test's examples from that test's own digest, the same every run, and keeps
+# no example database: a run replays nothing an earlier run on the machine happened to find.
+settings.register_profile("specsot", derandomize=True, database=None)
+settings.load_profile("specsot")
+
+
+@pytest.hookimpl(specname="pytest_addoption")  # its own name: one module, several options
+def pytest_addoption_seed(parser):
+    parser.addoption(
+        "--seed", type=int, default=os.environ.get(SEED_ENV, "0"),
+        help=f"the run's base seed: each test seeds random, numpy and torch from it and its node id "
+        f"(a failure's captured output prints that seed); default from {SEED_ENV}, else 0. "
+        "Hypothesis tests draw their own fixed examples (--hypothesis-seed varies them)",
+    )  # fmt: skip
+
+
+@pytest.hookimpl(specname="pytest_report_header")
+def pytest_report_header_seed(config):
+    return f"test seed: {config.getoption('--seed')} (rerun with --seed N or {SEED_ENV}=N)"
+
+
+def seed_for(base: int, nodeid: str) -> int:
+    """A test's own seed: 32 bits (numpy's limit) of a hash of the base seed and its node id."""
+    return int.from_bytes(hashlib.sha256(f"{base}:{nodeid}".encode()).digest()[:4], "little")
+
+
+@pytest.fixture(autouse=True)
+def _seeded(request):
+    import numpy as np
+    import torch
+
+    base = request.config.getoption("--seed")
+    seed = seed_for(base, request.node.nodeid)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    print(f"test seed {seed}, from the run's --seed {base}")
 
 
 def _fetch(name: str) -> str:
