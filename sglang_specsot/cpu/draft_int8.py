@@ -11,22 +11,24 @@ copies with one scale per output row, multiplied by one of two kernels:
 - `int8`: weight-only (`aten._weight_int8pack_mm`, torch's CPU kernel), exact activations;
   it reads half the bytes at 1 row but loses to oneDNN's bf16 kernel from a few rows on.
 - `w8a8`: fbgemm's dynamic int8 linear (`quantized::linear_dynamic`), which also quantizes
-  the activations, with one scale for all rows of the call: usually the fastest of the three
-  at every row count, but coarser (its argmax departs from bf16's more often than `int8`'s,
-  and more so as rows share a scale).
+  the activations (8 bits; 7 where the machine's kernel would overflow), with one scale for
+  all rows of the call: usually the fastest of the three at every row count, but coarser (its
+  argmax departs from bf16's more often than `int8`'s, and more so as rows share a scale).
 For each weight shape and probed row count the kernel measured fastest at start-up is used
 (the weights as loaded included; `w8a8` only where it beats `int8` by `W8A8_MARGIN`, for its
-coarser answers), for counts up to the largest probed and the weights as loaded above it.
+coarser answers, and where its products stay within what its rounding allows), for counts up
+to the largest probed and the weights as loaded above it.
 The layer's quant method switches to a subclass of its own class, so SGLang's type checks
 and every other method of it stay as they were; only `apply` changes.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -44,6 +46,12 @@ MODES = ("auto", "off", "on", "w8a8")
 PROBE_ROWS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
 # `w8a8` answers more coarsely than `int8` (module docstring): taken only this much faster.
 W8A8_MARGIN = 0.9
+# ... and only where its products stay within what rounding their activations allows
+# (`w8a8_error` at most 1, checked at start-up on each weight shape): a kernel off by more
+# answers more coarsely than the quantization the margin was measured for.
+W8A8_MAX_ERROR = 1.0
+# The output rows of each weight that check multiplies: one kernel serves every row.
+W8A8_CHECK_ROWS = 256
 DENSE, INT8, W8A8 = "dense", "int8", "w8a8"
 FORCED_KERNEL = {"on": INT8, "w8a8": W8A8}  # the unmeasured modes' kernel
 # `int8` wins only at the smallest row counts (bf16, module docstring), and in float32 its
@@ -107,14 +115,48 @@ def pack_w8a8(weight: torch.Tensor):
 
 
 def w8a8_linear(x: torch.Tensor, packed, bias: torch.Tensor | None) -> torch.Tensor:
-    """x @ W.T (+ bias) with x quantized to int8 on the fly (one scale for the call); dtype of
-    x. reduce_range=False: full 8-bit activations, which fbgemm's AVX2 path without VNNI can
-    saturate on rare inputs; that costs drafts only (verify decides every token)."""
+    """x @ W.T (+ bias) with x quantized on the fly (one scale for the call); dtype of x.
+    8-bit activations, 7-bit where this machine's kernel would overflow (`w8a8_reduce_range`)."""
     flat = x.reshape(-1, x.shape[-1]).float().contiguous()
-    out = torch.ops.quantized.linear_dynamic(flat, packed, False).to(x.dtype)
+    out = torch.ops.quantized.linear_dynamic(flat, packed, w8a8_reduce_range()).to(x.dtype)
     if bias is not None:
         out = out + bias
     return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+@functools.cache
+def w8a8_reduce_range() -> bool:
+    """Whether fbgemm's kernel here needs 7-bit activations. Without VNNI (AVX2; AVX-512 before
+    it) it multiplies uint8 activations by int8 weights into int16 a pair at a time
+    (vpmaddubsw), which saturates past 32767: 255 * 127 * 2 does, 127 * 127 * 2 does not; VNNI
+    (vpdpbusd) adds the pairs in int32. A product built to overflow shows which kernel runs."""
+    ones = torch.ones(8, 32)
+    out = torch.ops.quantized.linear_dynamic(torch.ones(1, 32), pack_w8a8(ones), False)
+    return not torch.allclose(out, torch.full_like(out, 32.0))
+
+
+@torch.inference_mode()
+def w8a8_error(weight: torch.Tensor, rows: tuple[int, ...] = PROBE_ROWS) -> float:
+    """The largest error of `w8a8_linear` over its bound, on random inputs of each of `rows` rows
+    and the first W8A8_CHECK_ROWS output rows of `weight` (at most 1 for a kernel that computes
+    what its quantization says). Rounding moves an activation at most half its call's step s,
+    so output j at most s / 2 * sum_k |w_jk| (w: the int8 weights de-quantized, whose own
+    rounding `int8` shares), plus float32's rounding of the kernel's integer sums (each under
+    `levels` steps per unit of weight; four roundings) and the output's to x's dtype (u)."""
+    packed = pack_w8a8(weight[:W8A8_CHECK_ROWS])
+    wq, _ = torch.ops.quantized.linear_unpack(packed)
+    w = wq.int_repr().double() * wq.q_per_channel_scales().double()[:, None]
+    levels = 127 if w8a8_reduce_range() else 255
+    u = torch.finfo(weight.dtype).eps / 2
+    worst = 0.0
+    for n in rows:
+        x = torch.randn(n, w.shape[1], dtype=weight.dtype)
+        exact = x.double() @ w.T
+        step = float(x.max().clamp_min(0) - x.min().clamp_max(0)) / levels
+        bound = step * w.abs().sum(1) * (0.5 + levels * 2.0**-22) * (1 + u) + u * exact.abs()
+        error = (w8a8_linear(x, packed, None).double() - exact).abs()
+        worst = max(worst, float((error / bound.clamp_min(torch.finfo(torch.float64).tiny)).max()))
+    return worst
 
 
 def int8_kernel(layer, x: torch.Tensor) -> str:
@@ -156,9 +198,13 @@ class Int8Summary:
     layers: int  # layers given an int8 copy
     added_mb: float  # their int8 copies and scales
     kernels_by_shape: dict[str, list]  # "NxK" -> [[kernel, first row count, last], ...]
+    w8a8_error: dict[str, float] = field(default_factory=dict)  # "NxK" -> `w8a8_error`, where measured
 
     def info(self) -> dict:
-        return {"layers": self.layers, "added_mb": round(self.added_mb, 1), "kernels_by_shape": self.kernels_by_shape}
+        return {
+            "layers": self.layers, "added_mb": round(self.added_mb, 1), "kernels_by_shape": self.kernels_by_shape,
+            "w8a8_error": {shape: round(error, 3) for shape, error in self.w8a8_error.items()},
+        }  # fmt: skip
 
 
 def plan_ranges(plan: tuple[str, ...]) -> list:
@@ -201,18 +247,20 @@ def quantize_draft(
     measured: bool = True, forced: str = INT8,
 ) -> Int8Summary:  # fmt: skip
     """Give every dense layer of `model` the int8 copies its weight shape's plan uses: for each
-    row count up to the largest of `rows`, the kernel measured fastest (`kernel_plan`); a
-    shape whose plan is dense throughout keeps only its own weights. Unmeasured
-    (`measured=False`), every shape uses `forced` up to the largest of `rows` (`int8` up to
-    INT8_FORCED_ROWS of them, dense above)."""
+    row count up to the largest of `rows`, the kernel measured fastest (`kernel_plan`; `w8a8`
+    only within W8A8_MAX_ERROR, `w8a8_errors`); a shape whose plan is dense throughout keeps
+    only its own weights. Unmeasured (`measured=False`), every shape uses `forced` up to the
+    largest of `rows` (`int8` up to INT8_FORCED_ROWS of them, dense above)."""
     layers = dense_layers(model, exclude)
     by_shape: dict[tuple[int, int], list[torch.nn.Module]] = {}
     for layer in layers:
         by_shape.setdefault(tuple(layer.weight.shape), []).append(layer)
+    errors = w8a8_errors(by_shape, rows) if measured and w8a8_available() else {}
     plans = {
-        shape: kernel_plan(group[0].weight, rows, sweeps) if measured else forced_plan(forced, max(rows))
+        shape: kernel_plan(group[0].weight, rows, sweeps, w8a8=errors.get(shape, 0.0) <= W8A8_MAX_ERROR)
+        if measured else forced_plan(forced, max(rows))
         for shape, group in by_shape.items()
-    }
+    }  # fmt: skip
     added, count = 0, 0
     for shape, group in by_shape.items():
         plan = plans[shape]
@@ -221,7 +269,23 @@ def quantize_draft(
         for layer in group:
             added += _add_copies(layer, plan)
             count += 1
-    return Int8Summary(count, added / 2**20, {f"{n}x{k}": plan_ranges(plans[(n, k)]) for n, k in by_shape})
+    kernels = {f"{n}x{k}": plan_ranges(plans[(n, k)]) for n, k in by_shape}
+    return Int8Summary(count, added / 2**20, kernels, {f"{n}x{k}": error for (n, k), error in errors.items()})
+
+
+def w8a8_errors(
+    by_shape: dict[tuple[int, int], list[torch.nn.Module]], rows: tuple[int, ...]
+) -> dict[tuple[int, int], float]:  # fmt: skip
+    """`w8a8_error` of each weight shape (on its first layer's weights), a warning for each
+    beyond W8A8_MAX_ERROR, which its plan then leaves out."""
+    errors = {shape: w8a8_error(group[0].weight, rows) for shape, group in by_shape.items()}
+    for (n, k), error in errors.items():
+        if error > W8A8_MAX_ERROR:
+            logger.warning(
+                "SPECSOT draft %dx%d weights: no w8a8, its products were off by %.1f times what rounding "
+                "the activations allows (fbgemm's kernel on this machine); int8 or dense instead", n, k, error,
+            )  # fmt: skip
+    return errors
 
 
 def forced_plan(kernel: str, rows: int) -> tuple[str, ...]:
@@ -247,14 +311,16 @@ def _add_copies(layer: torch.nn.Module, plan: tuple[str, ...]) -> int:
 
 
 @torch.inference_mode()
-def kernel_plan(weight: torch.Tensor, rows: tuple[int, ...] = PROBE_ROWS, sweeps: int = 3) -> tuple[str, ...]:
+def kernel_plan(
+    weight: torch.Tensor, rows: tuple[int, ...] = PROBE_ROWS, sweeps: int = 3, w8a8: bool = True
+) -> tuple[str, ...]:  # fmt: skip
     """For each row count 1..max(rows), the kernel to multiply `weight` with: at a probed
     count the fastest of dense, `int8` and `w8a8` (best of `sweeps` sweeps after a warm-up;
-    `w8a8` only where `W8A8_MARGIN` times as fast as `int8`), between probes the next
-    probed count's."""
+    `w8a8` only if `w8a8` and where `W8A8_MARGIN` times as fast as `int8`), between probes the
+    next probed count's."""
     q, s = quantize_rows(weight)
     kernels = {DENSE: lambda x: torch.nn.functional.linear(x, weight), INT8: lambda x: int8_linear(x, q, s, None)}
-    if w8a8_available():
+    if w8a8 and w8a8_available():
         packed = pack_w8a8(weight)
         kernels[W8A8] = lambda x: w8a8_linear(x, packed, None)
     inputs = {n: torch.randn(n, weight.shape[1], dtype=weight.dtype) for n in rows}

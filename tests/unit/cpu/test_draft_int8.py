@@ -3,6 +3,11 @@ by row count and its dispatch, which layers are given a copy, and the mode switc
 
 from __future__ import annotations
 
+import logging
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from sglang.srt.layers.quantization.unquant import UnquantizedEmbeddingMethod, UnquantizedLinearMethod
@@ -10,7 +15,7 @@ from sglang.srt.layers.quantization.unquant import UnquantizedEmbeddingMethod, U
 from sglang_specsot.cpu import draft_int8
 from sglang_specsot.cpu.draft_int8 import (
     DRAFT_INT8_ENV, dense_layers, draft_int8_mode, int8_linear, pack_w8a8, plan_from_times, plan_ranges,
-    quantize_draft, quantize_rows, w8a8_available, w8a8_linear,
+    quantize_draft, quantize_rows, w8a8_available, w8a8_error, w8a8_linear, w8a8_reduce_range,
 )  # fmt: skip
 
 needs_fbgemm = pytest.mark.skipif(not w8a8_available(), reason="torch has no fbgemm engine here")
@@ -68,15 +73,60 @@ def test_the_int8_product_is_the_product_with_the_dequantized_weights():
 
 
 @needs_fbgemm
-def test_the_w8a8_product_is_close_to_the_product_with_the_dequantized_weights():
+def test_the_w8a8_product_is_the_dequantized_product_within_its_activations_rounding():
     w, b = torch.randn(24, 32, dtype=torch.bfloat16), torch.randn(24, dtype=torch.bfloat16)
-    q, s = quantize_rows(w)
     x = torch.randn(2, 3, 32, dtype=torch.bfloat16)
-    expected = x.float() @ (q.float() * s.float()[:, None]).T + b.float()
-    out = w8a8_linear(x, pack_w8a8(w), b)
+    packed = pack_w8a8(w)
+    out = w8a8_linear(x, packed, b)
     assert out.shape == (2, 3, 24) and out.dtype == torch.bfloat16
-    # The activations go through 8 bits too: within ~1% of the product's scale.
-    assert float((out.float() - expected).norm() / expected.norm()) < 0.03
+    # The int8 weights the kernel holds, de-quantized: their own rounding is not the kernel's.
+    wq, _ = torch.ops.quantized.linear_unpack(packed)
+    w_exact = wq.int_repr().double() * wq.q_per_channel_scales().double()[:, None]
+    product = x.double() @ w_exact.T
+    # One step for the call's activations: the range of x and 0 over 255 levels (127 where the
+    # kernel would overflow). Each activation moves at most half a step, so output j at most
+    # step / 2 * sum_k |w_jk| (and float32's rounding of the kernel's integer sums, each under
+    # `levels` steps per unit of weight); bf16 then rounds the product and its sum with the
+    # bias, each by at most u = 2^-8 of itself.
+    levels = 127 if w8a8_reduce_range() else 255
+    step = float(x.max().clamp_min(0) - x.min().clamp_max(0)) / levels
+    u = 2.0**-8
+    rounding = step * w_exact.abs().sum(1) * (0.5 + levels * 2.0**-22)
+    bound = (rounding * (1 + u) + u * product.abs()) * (1 + u) + u * (product + b.double()).abs()
+    assert torch.all((out.double() - product - b.double()).abs() <= bound)
+
+
+@needs_fbgemm
+def test_the_largest_activations_times_the_largest_weights_do_not_overflow():
+    # Activations at the top of their range (uint8 255) times weights of 127 add a pair at a
+    # time past int16 on kernels without VNNI, which therefore take 7-bit activations.
+    ones = torch.ones(1, 64)
+    for sign in (1.0, -1.0):
+        out = w8a8_linear(ones, pack_w8a8(sign * torch.ones(8, 64)), None)
+        torch.testing.assert_close(out, torch.full((1, 8), sign * 64.0))
+
+
+# fbgemm on an AVX2-only machine (FBGEMM_ENABLE_INSTRUCTIONS caps the kernels it picks): 8-bit
+# activations overflow there, and the products taken (7-bit) stay within their bound.
+_AVX2_KERNEL = """
+import torch
+from sglang_specsot.cpu.draft_int8 import pack_w8a8, w8a8_error, w8a8_linear, w8a8_reduce_range
+torch.manual_seed(0)
+ones, packed = torch.ones(1, 64), pack_w8a8(torch.ones(8, 64))
+eight_bit = float(torch.ops.quantized.linear_dynamic(ones, packed, False).min())
+taken = float(w8a8_linear(ones, packed, None).min())
+print(w8a8_reduce_range(), eight_bit, taken, w8a8_error(torch.randn(64, 256, dtype=torch.bfloat16)))
+"""
+
+
+@needs_fbgemm
+def test_on_an_avx2_kernel_w8a8_takes_7_bit_activations_and_stays_within_its_bound():
+    env = {**os.environ, "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"}
+    out = subprocess.run([sys.executable, "-c", _AVX2_KERNEL], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    reduce_range, eight_bit, taken, error = out.stdout.split()
+    assert reduce_range == "True" and float(eight_bit) < 60  # 8 bits: int16 saturated (~32.4)
+    assert float(taken) == 64.0 and float(error) <= 1
 
 
 def test_the_plan_takes_the_fastest_kernel_per_row_count():
@@ -108,7 +158,7 @@ def test_a_layer_whose_inputs_are_off_the_kernels_vector_width_is_left_alone():
 
 
 def _plan(*kernels):
-    return lambda weight, rows, sweeps: tuple(kernels)
+    return lambda weight, rows, sweeps, w8a8=True: tuple(kernels)
 
 
 def test_quantized_layers_use_their_plans_kernel_by_row_count(monkeypatch):
@@ -139,7 +189,7 @@ def test_quantized_layers_use_their_plans_kernel_by_row_count(monkeypatch):
 
 def test_a_shape_whose_plan_is_dense_keeps_its_method(monkeypatch):
     monkeypatch.setattr(
-        draft_int8, "kernel_plan", lambda weight, rows, sweeps: ("dense",) if weight.shape[0] == 16 else ("int8",)
+        draft_int8, "kernel_plan", lambda weight, rows, sweeps, w8a8: ("dense",) if weight.shape[0] == 16 else ("int8",)
     )
     model = _Draft(tied=False)
     summary = quantize_draft(model)
@@ -159,6 +209,24 @@ def test_unmeasured_every_shape_uses_the_forced_kernel_up_to_the_largest_row_cou
     if w8a8_available():
         summary = quantize_draft(_Draft(tied=True), rows=(1, 2, 8), measured=False, forced="w8a8")
         assert all(r == [["w8a8", 1, 8]] for r in summary.kernels_by_shape.values())
+
+
+@needs_fbgemm
+def test_auto_takes_w8a8_only_where_its_products_stay_within_their_bound(monkeypatch, caplog):
+    fastest = {"dense": 3.0, "int8": 2.0, "w8a8": 1.0}
+    monkeypatch.setattr(draft_int8, "best_of_sweeps", lambda keys, time, sweeps: {k: fastest[k[0]] for k in keys})
+    summary = quantize_draft(_Draft(tied=False), rows=(1, 2))
+    assert all(runs == [["w8a8", 1, 2]] for runs in summary.kernels_by_shape.values())
+    assert set(summary.w8a8_error) == {"32x16", "16x32", "64x16"} and max(summary.w8a8_error.values()) <= 1
+    # A kernel whose int16 pair sums saturate returns about half of each product
+    # (`w8a8_reduce_range`'s probe: 16.2 of 32): auto falls back to int8 and says why.
+    right = draft_int8.w8a8_linear
+    monkeypatch.setattr(draft_int8, "w8a8_linear", lambda x, packed, bias: right(x, packed, bias) * 0.5)
+    with caplog.at_level(logging.WARNING, logger=draft_int8.__name__):
+        summary = quantize_draft(_Draft(tied=False), rows=(1, 2))
+    assert all(runs == [["int8", 1, 2]] for runs in summary.kernels_by_shape.values())
+    assert min(summary.w8a8_error.values()) > 1 and "no w8a8" in caplog.text
+    assert summary.info()["w8a8_error"].keys() == summary.w8a8_error.keys()
 
 
 def test_the_measured_plan_covers_every_count_up_to_the_largest_probed():
