@@ -27,6 +27,7 @@ import dataclasses
 
 import sglang as sgl
 
+from sglang_specsot.host.adapter import TaggingRuntimeEndpoint
 from sglang_specsot.sot.router import ROUTERS
 from sglang_specsot.sot.runner import (
     GenRequest,
@@ -40,7 +41,6 @@ from sglang_specsot.sot.runner import (
     shared_prefix,
 )
 from sglang_specsot.sot.tag import BRANCH, SKELETON
-from sglang_specsot.speculative.adapter import TaggingRuntimeEndpoint
 
 # The executor variable holding the GenRequest of the generation it runs next; forks copy it.
 REQUEST_VAR = "__specsot_request__"

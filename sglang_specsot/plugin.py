@@ -136,7 +136,7 @@ def register() -> None:
 
     Idempotent; SGLang calls it once per process (main, scheduler, detokenizer).
     """
-    from sglang_specsot.host_changes import apply_host_changes
+    from sglang_specsot.wiring import apply_host_changes
 
     applied: list[str] = []
     _check_launch_device()

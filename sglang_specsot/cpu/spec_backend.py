@@ -79,7 +79,7 @@ def _refusal(algorithm: str, bad: dict[str, str | None]) -> str:
 def _declare_spec_backend(server_args, hf_config) -> dict[str, str]:
     # A provider in SGLang's override registry: (record, hf_config) -> declarations. The record
     # holds the user's raw flags; the resolving view what resolution decided so far (the device).
-    from sglang_specsot.speculative import adapter as sgl
+    from sglang_specsot.host import adapter as sgl
 
     view = sgl.resolving_view(server_args)
     chosen = {field: getattr(server_args, field) for field in BACKEND_FLAGS}
@@ -94,7 +94,7 @@ def register_spec_backend_choice() -> None:
     global _registered
     if _registered:
         return
-    from sglang_specsot.speculative import adapter as sgl
+    from sglang_specsot.host import adapter as sgl
 
     # Every architecture: the choice depends on the device and algorithm, not the model.
     sgl.register_model_override_predicate(lambda architecture: True)(_declare_spec_backend)

@@ -7,11 +7,11 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
+from sglang_specsot.host import adapter as sgl
 from sglang_specsot.sot.loops import LoopWatch
 from sglang_specsot.sot.phases import GenerationAborted, SoTPhaseError
 from sglang_specsot.sot.runner import GenRequest, GenResult, shared_prefix
 from sglang_specsot.sot.tag import PLAIN
-from sglang_specsot.speculative import adapter as sgl
 
 
 class TokenizerManagerBackend:

@@ -1,7 +1,7 @@
 """Server-side Skeleton-of-Thought behind SGLang's OpenAI chat route.
 
 Seam: one AROUND hook on `OpenAIServingChat.handle_request`, the host change
-"sot-chat-route" (host_changes.py), applied in the HTTP server's process only. It sees the
+"sot-chat-route" (host/changes.py), applied in the HTTP server's process only. It sees the
 validated request, the raw request (body and disconnects) and the serving object (tokenizer
 manager, SGLang's own chat conversion); a request in mode "off" goes to the original method
 as it came. A FastAPI middleware or route would have to re-parse and re-validate every request.
@@ -34,6 +34,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
+from sglang_specsot.host import adapter as sgl
 from sglang_specsot.serving.backend import TokenizerManagerBackend
 from sglang_specsot.serving.field import FIELD, SoTField, default_mode, parse_field, server_limits
 from sglang_specsot.serving.gate import GateFull, GroupGate, Reservation
@@ -45,7 +46,6 @@ from sglang_specsot.serving.stream import SoTStream
 from sglang_specsot.sot.limits import SoTLimits, answer_cap
 from sglang_specsot.sot.router import RouteDecision
 from sglang_specsot.sot.runner import RoutePhase, SoTOptions, SoTPhaseError, new_group, route_phase, run_sot
-from sglang_specsot.speculative import adapter as sgl
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 
-from sglang.srt.sampling.custom_logit_processor import CustomLogitProcessor
+from sglang_specsot.host import adapter as sgl
 
 _MAX_REASON = 200  # characters of the deserializer's own error quoted back to the client
 
@@ -49,7 +49,7 @@ def check_custom_logit_processor(serialized: object) -> None:
     """ValueError unless `serialized` deserializes as the scheduler will deserialize it."""
     try:
         # Only strings are cached: any other JSON value fails as the scheduler would fail it.
-        _deserialize(serialized) if isinstance(serialized, str) else CustomLogitProcessor.from_str(serialized)
+        _deserialize(serialized) if isinstance(serialized, str) else sgl.CustomLogitProcessor.from_str(serialized)
     # orjson, bytes.fromhex, dill and the processor's constructor each raise their own
     # types for a malformed value; any of them would be raised in the scheduler instead.
     except Exception as exc:
@@ -67,7 +67,7 @@ def _deserialize(serialized: str) -> None:
     # Server-side SoT sends the same default skeleton processor with every request, and the
     # chat route checks a client's before this hook does: a string that deserialized once
     # need not be unpickled again. Failures raise, so lru_cache never keeps them.
-    CustomLogitProcessor.from_str(serialized)
+    sgl.CustomLogitProcessor.from_str(serialized)
 
 
 def check_servable(obj, input_ids: list[int] | None) -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from http import HTTPStatus
 
+from sglang_specsot.host import adapter as sgl
 from sglang_specsot.serving.field import FIELD
 from sglang_specsot.sot.phases import GenerationAborted, SoTPhaseError
 from sglang_specsot.sot.runner import SoTAnswer
-from sglang_specsot.speculative import adapter as sgl
 
 
 def usage(answer: SoTAnswer):

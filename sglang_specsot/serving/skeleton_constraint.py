@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from sglang.srt.sampling.custom_logit_processor import CustomLogitProcessor
 
+from sglang_specsot.host import adapter as sgl
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
 from sglang_specsot.sot.prompts import SKELETON_PREFILL
 from sglang_specsot.sot.runner import SoTOptions
@@ -43,7 +43,6 @@ from sglang_specsot.sot.skeleton_format import (
     classify_piece,
     piece_need,
 )
-from sglang_specsot.speculative import adapter as sgl
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +197,7 @@ def constraint_for(tokenizer_path: str, config: SoTConfig, prefill: str) -> Cons
     return Constraint(_vocabulary(tokenizer_path), SkeletonFormat(config, prefill))
 
 
-class SkeletonConstraint(CustomLogitProcessor):
+class SkeletonConstraint(sgl.CustomLogitProcessor):
     """Masks each row's logits to the tokens the skeleton format allows after its output.
 
     Configured subclasses come from `skeleton_processor_for`; the base class has no tokenizer.

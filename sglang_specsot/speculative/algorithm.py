@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from sglang.srt.speculative.spec_registry import CustomSpecAlgo
+from sglang_specsot.host import adapter as sgl
 
 logger = logging.getLogger(__name__)
 
@@ -29,15 +29,13 @@ def draft_model_configured() -> bool:
     SGLang publishes its config bags before it sizes pools or builds workers; before that
     (argument handling in the launcher) nothing reads this.
     """
-    from sglang_specsot.speculative import adapter as sgl
-
     try:
         return sgl.get_spec().speculative_draft_model_path is not None
     except ValueError:  # the "spec" namespace is not published in this process yet
         return False
 
 
-class SpecSoTAlgo(CustomSpecAlgo):
+class SpecSoTAlgo(sgl.CustomSpecAlgo):
     """SPECSOT: SoT-context drafting verified as one token tree, on SGLang's spec-V2 schema."""
 
     # -- methods SGLang calls that CustomSpecAlgo lacks (0.5.23) ---------------------------
@@ -186,15 +184,13 @@ def _check_draft_vocab(target: str, draft: str) -> None:
 
 def register_specsot() -> None:
     """Register SPECSOT with SGLang once per process (load_plugins may run us twice)."""
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
     try:
-        SpeculativeAlgorithm.from_string(NAME)
+        sgl.SpeculativeAlgorithm.from_string(NAME)
         return
     except ValueError:
         pass
 
-    @SpeculativeAlgorithm.register(NAME, supports_overlap=True, spec_class=SpecSoTAlgo)
+    @sgl.SpeculativeAlgorithm.register(NAME, supports_overlap=True, spec_class=SpecSoTAlgo)
     def _worker_class(server_args):
         # Heavy imports: only in schedulers.
         if server_args.speculative_draft_model_path is not None:

@@ -9,7 +9,7 @@ tensor indexing; on other devices SGLang's own path runs unchanged.
 
 from __future__ import annotations
 
-from sglang_specsot.speculative import adapter as sgl
+from sglang_specsot.host import adapter as sgl
 
 
 class SoTFutureMap(sgl.FutureMapBase):

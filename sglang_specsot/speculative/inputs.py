@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from sglang_specsot.speculative import adapter as sgl
+from sglang_specsot.host import adapter as sgl
 
 from sglang_specsot.sot.tag import SoTTag
 

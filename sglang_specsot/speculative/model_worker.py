@@ -29,7 +29,7 @@ import torch
 from sglang_specsot.cpu.draft_int8 import (
     DRAFT_INT8_ENV, FORCED_KERNEL, Int8Summary, draft_int8_mode, quantize_draft,
 )  # fmt: skip
-from sglang_specsot.speculative import adapter as sgl
+from sglang_specsot.host import adapter as sgl
 from sglang_specsot.speculative.budget import (
     AcceptanceStats, AdaptiveConfig, ChainStop, FirstDraftCalibration, best_plan, drafting_near,
     expected_drafts_accepted, pick_runner_ups, runner_up_gains,

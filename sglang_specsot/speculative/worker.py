@@ -24,7 +24,7 @@ import time
 import torch
 
 from sglang_specsot.cpu.threads import spin_report
-from sglang_specsot.speculative import adapter as sgl
+from sglang_specsot.host import adapter as sgl
 from sglang_specsot.speculative.budget import (
     FIXED_WINDOW_ENV, AdaptiveConfig, ChainAcceptance, DepthAcceptance, DraftingRuns, ExploreFund, StepPlan, best_plan, candidate_plans,
     explore_every, explore_plan, may_pay,

@@ -6,7 +6,7 @@ SGLang's strict idle memory check ran and found no leaked KV slot or request row
 
 A case that fails for a known open bug is a strict xfail naming it, so its fix shows as an
 XPASS and the mark goes. /generate with a garbage custom_logit_processor or an empty text
-would kill the scheduler without host change reject-unservable-requests (host_changes.py);
+would kill the scheduler without host change reject-unservable-requests (host/changes.py);
 those cases keep such requests refused.
 """
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import sglang
 
-from sglang_specsot.host_changes import HOST_CHANGES
+from sglang_specsot.host.changes import HOST_CHANGES
 
 PATCH_DIR = Path(__file__).resolve().parents[2] / "patches"
 SITE = Path(sglang.__file__).resolve().parents[1]  # the directory that holds `sglang/`

@@ -384,7 +384,7 @@ import json, sys
 from types import SimpleNamespace
 import torch
 from sglang_specsot.cpu.attention import register_cpu_attention_backend
-from sglang_specsot.host_changes import apply_host_changes
+from sglang_specsot.wiring import apply_host_changes
 register_cpu_attention_backend()
 applied = apply_host_changes()
 import sglang.srt.speculative.draft_utils as draft_utils

@@ -9,12 +9,14 @@ import os
 
 import pytest
 
-from sglang_specsot import host_changes
-from sglang_specsot.host_changes import HOST_CHANGES, HostChange, apply_host_changes, register_host_change
+from sglang_specsot.host import changes as host_changes
+from sglang_specsot.host.changes import HOST_CHANGES, HostChange, apply_host_changes, register_host_change
 from sglang_specsot.serving.field import MODE_ENV
+from sglang_specsot.wiring import HOST_CHANGE_HOOKS
 
 NAME = "sot-chat-route"
-CHANGE = next(c for c in HOST_CHANGES if c.name == NAME)
+# With its hook as the plugin supplies it (the ledger entry names none: serving/ implements it).
+CHANGE = dataclasses.replace(next(c for c in HOST_CHANGES if c.name == NAME), hook=HOST_CHANGE_HOOKS[NAME])
 
 
 @pytest.fixture

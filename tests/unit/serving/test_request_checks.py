@@ -9,13 +9,14 @@ from types import SimpleNamespace
 import pytest
 from sglang.srt.sampling.custom_logit_processor import CustomLogitProcessor, DisallowedTokensLogitsProcessor
 
-from sglang_specsot.host_changes import HOST_CHANGES
+from sglang_specsot.host.changes import HOST_CHANGES
 from sglang_specsot.serving.request_checks import (
     check_custom_logit_processor,
     check_input_not_empty,
     check_servable,
     validate_one_request_after,
 )
+from sglang_specsot.wiring import HOST_CHANGE_HOOKS
 
 
 class KeepLogits(CustomLogitProcessor):
@@ -85,7 +86,7 @@ def test_the_hooked_method_takes_the_request_and_its_tokens():
     assert change.target.endswith("TokenizerManager._validate_one_request") and change.hook_type == "after"
     params = list(inspect.signature(TokenizerManager._validate_one_request).parameters)
     assert params == ["self", "obj", "input_ids"]
-    assert change.hook() is validate_one_request_after
+    assert change.hook is None and HOST_CHANGE_HOOKS[change.name]() is validate_one_request_after  # the plugin's
 
 
 def test_server_side_sot_names_its_own_field_for_a_processor_that_cannot_run():

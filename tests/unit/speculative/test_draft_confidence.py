@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sglang_specsot.speculative import adapter
+from sglang_specsot.host import adapter
 from sglang_specsot.speculative.model_draft import RunnerUps, SoTDraftModel
 
 

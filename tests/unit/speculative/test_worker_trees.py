@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from sglang_specsot.speculative.adapter import reconstruct_indices_from_tree_mask_func
+from sglang_specsot.host.adapter import reconstruct_indices_from_tree_mask_func
 from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree, tree_mask
 from sglang_specsot.speculative.worker import _host_links
 

@@ -7,6 +7,11 @@ tests/unit/test_patches.py). Entries whose `when` is false in this process are s
 apply on SGLang's CPU path only, the chat route and the request checks in the HTTP server's
 process only.
 
+What an entry installs is built by its `hook` factory. Where that is code of another package
+(cpu/, serving/, speculative/, each of which imports this one), the entry's `hook` is None and
+the caller of `apply_host_changes` supplies the factory by the entry's name: the plugin, from
+sglang_specsot/wiring.py. So the list stays whole here and this package imports none of them.
+
 `HookRegistry.apply_hooks` logs and swallows failures, so `apply_host_changes` re-checks
 that every applied target is really wrapped and raises otherwise.
 
@@ -24,8 +29,9 @@ import os
 import pkgutil
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +43,9 @@ class HostChange:
     name: str
     target: str  # dotted path, as HookRegistry.register takes it
     hook_type: str  # "before" | "after" | "around" | "replace" | "bind" (see module doc)
-    hook: Callable[[], Callable]  # returns the hook callable (lazy: may import torch/SGLang)
+    # Returns the hook callable (lazy: may import torch/SGLang); None where the factory is
+    # code of another package, supplied to apply_host_changes by name (see module doc).
+    hook: Callable[[], Callable] | None
     why: str  # what SGLang does at file:line and why no public seam served
     patch: str  # file name under patches/
     when: Callable[[], bool] = field(default=lambda: True)
@@ -108,14 +116,21 @@ def _bind_unset_name(target: str, value: object) -> None:
             setattr(mod, attr, value)
 
 
-def apply_host_changes() -> list[str]:
-    """Register every applicable change with HookRegistry, apply, and verify. Idempotent."""
+def apply_host_changes(supplied: Mapping[str, Callable[[], Callable]] = MappingProxyType({})) -> list[str]:
+    """Register every applicable change with HookRegistry, apply, and verify. Idempotent.
+
+    `supplied` maps the name of every entry whose `hook` is None to its hook factory."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+    expected = {c.name for c in HOST_CHANGES if c.hook is None}
+    assert set(supplied) == expected, (
+        f"host changes implemented outside sglang_specsot/host/ need their hooks supplied: "
+        f"missing {sorted(expected - set(supplied))}, unknown {sorted(set(supplied) - expected)}"
+    )
     pending = [c for c in HOST_CHANGES if c.name not in _applied and c.when()]
     # Every hook is built before anything is changed: a factory that refuses (e.g. a bad
     # setting, as SystemExit) leaves SGLang untouched.
-    hooks = {change.name: change.hook() for change in pending}
+    hooks = {change.name: (change.hook or supplied[change.name])() for change in pending}
     originals = {}
     for change in pending:
         originals[change.name] = _resolve(change.target)
@@ -141,18 +156,12 @@ def apply_host_changes() -> list[str]:
 # --- Attention entries: the `specsot_cpu` backend (sglang_specsot/cpu/attention.py) ------------
 
 
-def _draft_backend_factory_hook() -> Callable:
-    from sglang_specsot.cpu.draft_attention import draft_backend_factory_around
-
-    return draft_backend_factory_around
-
-
 register_host_change(
     HostChange(
         name="draft-backend-factory-specsot-cpu",
         target="sglang.srt.speculative.draft_utils.DraftBackendFactory._create_backend",
         hook_type="around",
-        hook=_draft_backend_factory_hook,
+        hook=None,  # cpu/draft_attention.py: draft_backend_factory_around
         why=(
             "DraftBackendFactory.create_decode_backend / create_draft_extend_backend build "
             "hard-coded backend maps (sglang/srt/speculative/draft_utils.py:97-150) and "
@@ -168,7 +177,7 @@ register_host_change(
 
 
 def _last_loc_hook() -> Callable:
-    from sglang_specsot.speculative.adapter import get_last_loc_torch
+    from sglang_specsot.host.adapter import get_last_loc_torch
 
     return get_last_loc_torch
 
@@ -207,16 +216,6 @@ _SAMPLING_WHY = (
     "this fills the name with the torch version in sglang_specsot/cpu/sampling.py."
 )
 
-
-def _sampling_op(name: str) -> Callable[[], Callable]:
-    def hook() -> Callable:
-        from sglang_specsot.cpu import sampling
-
-        return getattr(sampling, name)
-
-    return hook
-
-
 for _module, _name, _where in [
     (
         "sglang.kernels.ops.speculative.verify_sampling",
@@ -232,7 +231,7 @@ for _module, _name, _where in [
             name=f"cpu-{_name.replace('_', '-')}",
             target=f"{_module}.{_name}",
             hook_type="bind",
-            hook=_sampling_op(_name),
+            hook=None,  # cpu/sampling.py: the function of the same name
             why=_SAMPLING_WHY.format(name=_name, where=_where),
             patch=_SAMPLING_PATCH,
             when=_cpu_only,
@@ -272,19 +271,12 @@ register_host_change(
 # --- Server-side SoT on the OpenAI chat route (sglang_specsot/serving/) -----------------------
 
 
-def _chat_route_hook() -> Callable:
-    # Refuses (SystemExit) a bad SGLANG_SPECSOT_SOT_MODE, so the server fails at start-up.
-    from sglang_specsot.serving.chat import sot_chat_hook
-
-    return sot_chat_hook()
-
-
 register_host_change(
     HostChange(
         name="sot-chat-route",
         target="sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat.handle_request",
         hook_type="around",
-        hook=_chat_route_hook,
+        hook=None,  # serving/chat.py: sot_chat_hook(), which refuses a bad server default
         why=(
             "OpenAIServingChat inherits handle_request (sglang/srt/entrypoints/openai/"
             "serving_base.py:80-147), which validates, converts and generates one answer; no "
@@ -302,18 +294,12 @@ register_host_change(
 # --- Requests that would kill the scheduler, refused with a 400 (serving/request_checks.py) ----
 
 
-def _request_checks_hook() -> Callable:
-    from sglang_specsot.serving.request_checks import validate_one_request_after
-
-    return validate_one_request_after
-
-
 register_host_change(
     HostChange(
         name="reject-unservable-requests",
         target="sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request",
         hook_type="after",
-        hook=_request_checks_hook,
+        hook=None,  # serving/request_checks.py: validate_one_request_after
         why=(
             "TokenizerManager._validate_one_request (sglang/srt/managers/tokenizer_manager.py:"
             "1307-1437) is SGLang's per-request check, whose ValueError the HTTP routes answer "
@@ -338,7 +324,7 @@ PROCESSOR_CACHE_SIZE = 64  # distinct processor strings kept deserialized per pr
 def _bounded_processor_cache_hook() -> Callable:
     import functools
 
-    from sglang_specsot.speculative import adapter as sgl
+    from sglang_specsot.host import adapter as sgl
 
     # SGLang's own deserializer, undecorated, under a bounded cache of the same kind.
     return functools.lru_cache(maxsize=PROCESSOR_CACHE_SIZE)(sgl.uncached_processor_deserializer())
@@ -368,7 +354,7 @@ register_host_change(
 
 
 def _eager_select_top_k_hook() -> Callable:
-    from sglang_specsot.speculative import adapter as sgl
+    from sglang_specsot.host import adapter as sgl
 
     return sgl.eager_select_top_k_tokens_later()
 
@@ -397,12 +383,6 @@ register_host_change(
 # --- SPECSOT's cost model and budgets in /server_info (speculative/server_info.py) ----------------
 
 
-def _server_info_hook() -> Callable:
-    from sglang_specsot.speculative.server_info import add_speculative_after
-
-    return add_speculative_after
-
-
 register_host_change(
     HostChange(
         name="server-info-specsot",
@@ -411,7 +391,7 @@ register_host_change(
             "SchedulerInternalStateController._add_speculative"
         ),
         hook_type="after",
-        hook=_server_info_hook,
+        hook=None,  # speculative/server_info.py: add_speculative_after
         why=(
             "/server_info reports each scheduler's internal state, whose speculative part "
             "(managers/scheduler_components/internal_state.py:119-129) is the average accept "

@@ -1,9 +1,11 @@
-"""Every SGLang name sglang-specsot uses that is not SGLang's public API, behind one module.
+"""Every SGLang name sglang-specsot uses from below `sglang`, behind one module.
 
 Internal module paths and private methods moved several times in 2026 (e.g. PR #28093), so
-they are all here: one place to fix on the next SGLang. tests/unit/speculative/test_adapter.py
-fails loudly when one disappears or a private method's parameters change, and when any other
-module of the package uses such a name directly.
+they are all here, with the few public ones (the plugin and registration API) beside them:
+one place to fix on the next SGLang. tests/unit/speculative/test_adapter.py fails loudly when
+one disappears or a private method's parameters change, and when any other module of the
+package uses such a name directly; tests/unit/test_import_graph.py when a module outside
+sglang_specsot/host/ imports SGLang's modules.
 
 Names resolve on first use (PEP 562 `__getattr__`), so importing this module costs nothing:
 the frontend client needs only `TaggingRuntimeEndpoint`, the scheduler the speculative set.
@@ -48,16 +50,21 @@ NAMES: dict[str, str] = {
     "ChatMessage": "sglang.srt.entrypoints.openai.protocol",
     "DeltaMessage": "sglang.srt.entrypoints.openai.protocol",
     "UsageInfo": "sglang.srt.entrypoints.openai.protocol",
-    # Host changes (host_changes.py): SGLang's own torch fallback, used on CPU.
+    # Host changes (host/changes.py): SGLang's own torch fallback, used on CPU.
     "get_last_loc_torch": "sglang.srt.mem_cache.allocation",
     # Launch-time choices (cpu/spec_backend.py): SGLang's argument-resolution registry.
     "register_model_override_predicate": "sglang.srt.arg_groups.model_override_base",
     "resolving_view": "sglang.srt.arg_groups.model_override_base",
     "get_platform": "sglang.srt.runtime_context",
-    # Host changes (host_changes.py): the deserializer of custom logit processors, cached.
+    # Host changes (host/changes.py): the deserializer of custom logit processors, cached.
     "_cache_from_str": "sglang.srt.sampling.custom_logit_processor",
-    # Host changes (host_changes.py): the draft chain's top-k selection, compiled.
+    # Host changes (host/changes.py): the draft chain's top-k selection, compiled.
     "_select_top_k_tokens_later": "sglang.srt.speculative.spec_utils",
+    # Public API: registering SPECSOT (speculative/algorithm.py), the base of a custom logit
+    # processor (serving/skeleton_constraint.py) and its deserializer (serving/request_checks.py).
+    "CustomSpecAlgo": "sglang.srt.speculative.spec_registry",
+    "SpeculativeAlgorithm": "sglang.srt.speculative.spec_info",
+    "CustomLogitProcessor": "sglang.srt.sampling.custom_logit_processor",
 }
 
 # What the adapter calls or overrides on SGLang objects: class -> {method: its parameters}.
