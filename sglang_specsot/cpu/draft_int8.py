@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from sglang_specsot.speculative.probe import best_of_sweeps
+from sglang_specsot.costs.probe import best_of_sweeps
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sglang_specsot.speculative.cost_model import CostModel
+    from sglang_specsot.costs.cost_model import CostModel
 
 # In a SPECSOT server's environment, "1": every step drafts the whole window whatever it costs,
 # as SGLang's own fixed-step algorithms do (parity tests that must exercise verify; studies of

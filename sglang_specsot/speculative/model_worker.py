@@ -26,6 +26,7 @@ import time
 
 import torch
 
+from sglang_specsot.costs.probe import probe_forward_cost
 from sglang_specsot.cpu.draft_int8 import (
     DRAFT_INT8_ENV, FORCED_KERNEL, Int8Summary, draft_int8_mode, quantize_draft,
 )  # fmt: skip
@@ -39,7 +40,6 @@ from sglang_specsot.speculative.draft_kv import DraftKVSlots, shared_backlog
 from sglang_specsot.speculative.extend_backlog import ExtendBacklog, catch_up_passes, deduplicated
 from sglang_specsot.speculative.inputs import SoTDraftInput
 from sglang_specsot.speculative.model_draft import RunnerUps, SoTDraftModel
-from sglang_specsot.speculative.probe import probe_forward_cost
 from sglang_specsot.speculative.worker import SpecSoTWorker
 
 logger = logging.getLogger(__name__)

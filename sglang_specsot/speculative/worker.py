@@ -23,6 +23,8 @@ import time
 
 import torch
 
+from sglang_specsot.costs.cost_model import CostModel, StepCostTable
+from sglang_specsot.costs.probe import probe_forward_cost
 from sglang_specsot.cpu.threads import spin_report
 from sglang_specsot.host import adapter as sgl
 from sglang_specsot.speculative.budget import (
@@ -30,11 +32,9 @@ from sglang_specsot.speculative.budget import (
     explore_every, explore_plan, may_pay,
 )  # fmt: skip
 from sglang_specsot.speculative.context_draft import ContextDrafter
-from sglang_specsot.speculative.cost_model import CostModel, StepCostTable
 from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree, tree_mask
 from sglang_specsot.speculative.inputs import SoTDraftExtendInput, SoTDraftInput, SoTVerifyInput
 from sglang_specsot.speculative.memory import PythonTrace, memory_report
-from sglang_specsot.speculative.probe import probe_forward_cost
 from sglang_specsot.speculative.shadow import ShadowDrafts
 from sglang_specsot.speculative.step_log import StepLog, StepRecord
 from sglang_specsot.sot.tag import PLAIN_TAG, SoTTag

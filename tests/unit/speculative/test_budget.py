@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from sglang_specsot.costs.cost_model import CostModel, ForwardCost
 from sglang_specsot.speculative.budget import (
     AcceptanceStats,
     AdaptiveConfig,
@@ -29,7 +30,6 @@ from sglang_specsot.speculative.budget import (
     speedup_ceiling,
     useful_budget,
 )
-from sglang_specsot.speculative.cost_model import CostModel, ForwardCost
 
 BUDGETS = tuple(range(8))
 

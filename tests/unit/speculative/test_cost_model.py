@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_specsot.speculative.cost_model import CostModel, ForwardCost, StepCostTable
+from sglang_specsot.costs.cost_model import CostModel, ForwardCost, StepCostTable
 
 
 def _flat_then_linear() -> ForwardCost:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from sglang_specsot.speculative import probe
+from sglang_specsot.costs import probe
 
 
 class _Tiny(torch.nn.Module):

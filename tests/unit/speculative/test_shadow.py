@@ -57,7 +57,7 @@ def _context_worker():
     from tests.unit.speculative.test_worker_plan import _worker
 
     # Rows cost 10 ms more each after a 100 ms plain step: at p = 0.8 two drafts pay.
-    from sglang_specsot.speculative.cost_model import CostModel, ForwardCost
+    from sglang_specsot.costs.cost_model import CostModel, ForwardCost
 
     worker = _worker(AdaptiveConfig(buckets=((1, (0, 2)),), prior_accepts=0.1, prior_misses=0.9))
     worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 110.0)))

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from sglang_specsot.costs.cost_model import CostModel, ForwardCost, StepCostTable
 from sglang_specsot.speculative.budget import AdaptiveConfig, ChainAcceptance, DraftingRuns, ExploreFund
 from sglang_specsot.speculative.context_draft import ContextDrafter
-from sglang_specsot.speculative.cost_model import CostModel, ForwardCost, StepCostTable
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.shadow import ShadowDrafts
 from sglang_specsot.speculative.worker import FIXED_WINDOW_ENV, SpecSoTWorker, adaptive_config, budget_mode

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import torch
 
-from sglang_specsot.speculative.cost_model import ForwardCost
+from sglang_specsot.costs.cost_model import ForwardCost
 
 logger = logging.getLogger(__name__)
 
