@@ -154,7 +154,7 @@ def register() -> None:
         register_spec_backend_choice()
         applied = apply_host_changes()
         # --speculative-algorithm is a free string resolved after plugins load (launch_server.py:79).
-        from sglang_specsot.speculative.algorithm import register_specsot
+        from sglang_specsot.wiring import register_specsot
 
         register_specsot()
     except Exception as exc:

@@ -1,17 +1,23 @@
-"""What connects the packages below the plugin: the host changes implemented outside the
-SGLang boundary get their code here.
+"""What connects the packages below the plugin, so that none imports one above it.
 
-The ledger (host/changes.py) says what each change does to SGLang and why. Where the code
-it installs lives in cpu/, serving/ or speculative/, which all import the boundary, the
-entry names no function (its `hook` is None) and the factory is supplied from here, so the
-boundary imports none of them and no package imports one above it.
+- The host changes implemented outside the SGLang boundary get their code here. The ledger
+  (host/changes.py) says what each change does to SGLang and why; where the code it installs
+  lives in cpu/, serving/ or speculative/, which all import the boundary, the entry names no
+  function (its `hook` is None) and the factory is supplied from here.
+- The SPECSOT workers get the CPU's part of their work (speculative/device.py): the draft
+  model's int8 weights and the OpenMP report, from cpu/, which speculative/ does not import.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
+from sglang_specsot.cpu.threads import spin_report
 from sglang_specsot.host import changes
+from sglang_specsot.speculative import device
+
+logger = logging.getLogger(__name__)
 
 
 def _draft_backend_factory() -> Callable:
@@ -63,3 +69,31 @@ HOST_CHANGE_HOOKS: dict[str, Callable[[], Callable]] = {
 def apply_host_changes() -> list[str]:
     """Apply every host change this process takes (host/changes.py), with the hooks above."""
     return changes.apply_host_changes(HOST_CHANGE_HOOKS)
+
+
+def _int8_draft_on_cpu(model, shared: set[int], on: str):
+    """On CPU, give the draft model int8 weights where measured faster (cpu/draft_int8.py);
+    never a weight it shares with the target (`shared`), whose products decide what is
+    accepted. The summary of what was quantized, or None."""
+    import torch
+
+    from sglang_specsot.cpu.draft_int8 import DRAFT_INT8_ENV, FORCED_KERNEL, draft_int8_mode, quantize_draft
+
+    mode = draft_int8_mode()
+    if torch.device(on).type != "cpu" or mode == "off":
+        return None
+    summary = quantize_draft(model, exclude=shared, measured=mode == "auto", forced=FORCED_KERNEL.get(mode, "int8"))
+    logger.info("SPECSOT draft model weights in int8 where faster (%s=off keeps them): %s",
+                DRAFT_INT8_ENV, summary.info())  # fmt: skip
+    return summary
+
+
+DEVICE_SUPPORT = device.DeviceSupport(prepare_draft_model=_int8_draft_on_cpu, thread_report=spin_report)
+
+
+def register_specsot() -> None:
+    """Register SPECSOT (speculative/algorithm.py), its workers given DEVICE_SUPPORT."""
+    from sglang_specsot.speculative.algorithm import register_specsot as register
+
+    device.provide(DEVICE_SUPPORT)
+    register()

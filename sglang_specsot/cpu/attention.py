@@ -166,6 +166,11 @@ def _as_list(cpu_list: list[int] | None, tensor: torch.Tensor) -> list[int]:
 class SpecSoTCpuAttnBackend(TorchNativeAttnBackend):
     """torch_native plus TARGET_VERIFY (chain and tree), DRAFT_EXTEND_V2 and draft decode."""
 
+    # An extend writes every row's K/V before any row attends (forward_planned), so requests
+    # that share a prefix may be extended in one pass: the SPECSOT draft model's catch-up
+    # reads this (speculative/model_worker.py), which does not import this package.
+    extend_writes_kv_first = True
+
     def __init__(self, model_runner):
         super().__init__(model_runner)
         translator = getattr(model_runner, "kv_index_translator", None)

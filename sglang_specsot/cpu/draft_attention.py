@@ -62,6 +62,11 @@ class SpecSoTCpuDraftStepBackend(SpecSoTCpuAttnBackend):
 class SpecSoTCpuMultiStepDraftBackend:
     """Per-step draft-decode backends for `--speculative-num-steps` > 1, any topk."""
 
+    # Each draft is planned when it starts (init_forward_metadata), for the chain length set
+    # then, so a draft may run fewer steps: the SPECSOT draft model reads this
+    # (speculative/model_draft.py `variable_steps`), which does not import this package.
+    plans_each_draft = True
+
     def __init__(self, model_runner, topk: int, speculative_num_steps: int):
         _refuse_draft_window(model_runner)
         page_size = getattr(model_runner, "page_size", None) or 1

@@ -145,9 +145,8 @@ class SoTDraftModel(sgl.DraftModelWorker):
     def variable_steps(self) -> bool:
         """Whether a step may draft a shorter chain than --speculative-num-steps: with our CPU
         draft backend (planned per call) and no draft graphs (captured for the full chain)."""
-        from sglang_specsot.cpu.draft_attention import SpecSoTCpuMultiStepDraftBackend
-
-        return isinstance(self.draft_attn_backend, SpecSoTCpuMultiStepDraftBackend) and not self.fixed_window
+        # Declared by the backend class (cpu/draft_attention.py's SpecSoTCpuMultiStepDraftBackend).
+        return getattr(self.draft_attn_backend, "plans_each_draft", False) and not self.fixed_window
 
     @property
     def fixed_window(self) -> bool:

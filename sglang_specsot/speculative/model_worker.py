@@ -27,9 +27,6 @@ import time
 import torch
 
 from sglang_specsot.costs.probe import probe_forward_cost
-from sglang_specsot.cpu.draft_int8 import (
-    DRAFT_INT8_ENV, FORCED_KERNEL, Int8Summary, draft_int8_mode, quantize_draft,
-)  # fmt: skip
 from sglang_specsot.host import adapter as sgl
 from sglang_specsot.speculative.budget import (
     AcceptanceStats, AdaptiveConfig, ChainStop, FirstDraftCalibration, best_plan, drafting_near,
@@ -57,7 +54,9 @@ class SpecSoTModelWorker(SpecSoTWorker):
         # The draft's probability of its first token, for the budget policy (adaptive only:
         # it costs a softmax over the vocabulary per draft-extend).
         self.draft_worker.confidence = self.adaptive is not None
-        self.draft_int8 = self._quantize_draft()  # before the probe, which times what it chose
+        # On CPU, int8 draft weights where measured faster; before the probe, which times them.
+        shared = {p.data_ptr() for p in target_worker.model_runner.model.parameters()}
+        self.draft_int8 = self.device_support.prepare_draft_model(self.draft_worker.draft_runner.model, shared, self.device)
         self.cost.draft = probe_forward_cost(self.draft_worker.draft_runner.model)
         # Its overhead is per layer (attention, Python), like the target's: the target's,
         # scaled by layers, is the draft's until the draft has run forwards of its own.
@@ -91,19 +90,6 @@ class SpecSoTModelWorker(SpecSoTWorker):
             "chain" if self.draft_worker.topk == 1 else "tree",
             self.num_draft_tokens - self.draft_worker.tree_size,
         )  # fmt: skip
-
-    def _quantize_draft(self) -> Int8Summary | None:
-        """On CPU, give the draft model int8 weights where measured faster (cpu/draft_int8.py);
-        never a weight it shares with the target, whose products decide what is accepted."""
-        mode = draft_int8_mode()
-        if torch.device(self.device).type != "cpu" or mode == "off":
-            return None
-        target = {p.data_ptr() for p in self.target_worker.model_runner.model.parameters()}
-        model = self.draft_worker.draft_runner.model
-        summary = quantize_draft(model, exclude=target, measured=mode == "auto", forced=FORCED_KERNEL.get(mode, "int8"))
-        logger.info("SPECSOT draft model weights in int8 where faster (%s=off keeps them): %s",
-                    DRAFT_INT8_ENV, summary.info())  # fmt: skip
-        return summary
 
     # -- what the scheduler asks of a spec worker with a draft model ----------------------
 
@@ -618,9 +604,9 @@ class SpecSoTModelWorker(SpecSoTWorker):
 
     @functools.cached_property
     def _extend_writes_first(self) -> bool:
-        from sglang_specsot.cpu.attention import SpecSoTCpuAttnBackend
-
-        return isinstance(self.draft_worker.draft_runner.attn_backend, SpecSoTCpuAttnBackend)
+        # Declared by the backend class (cpu/attention.py's SpecSoTCpuAttnBackend and its
+        # subclasses); any other backend may let a row attend before a later row's KV is written.
+        return getattr(self.draft_worker.draft_runner.attn_backend, "extend_writes_kv_first", False)
 
     def _mark_step(self, batch, result, valid: bool, skip: list[int] | None = None, upto: list[int] | None = None) -> None:
         """Record whether the draft's KV holds this step's committed tokens (positions

@@ -25,12 +25,12 @@ import torch
 
 from sglang_specsot.costs.cost_model import CostModel, StepCostTable
 from sglang_specsot.costs.probe import probe_forward_cost
-from sglang_specsot.cpu.threads import spin_report
 from sglang_specsot.host import adapter as sgl
 from sglang_specsot.speculative.budget import (
     FIXED_WINDOW_ENV, AdaptiveConfig, ChainAcceptance, DepthAcceptance, DraftingRuns, ExploreFund, StepPlan, best_plan, candidate_plans,
     explore_every, explore_plan, may_pay,
 )  # fmt: skip
+from sglang_specsot.speculative import device
 from sglang_specsot.speculative.context_draft import ContextDrafter
 from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree, tree_mask
 from sglang_specsot.speculative.inputs import SoTDraftExtendInput, SoTDraftInput, SoTVerifyInput
@@ -52,9 +52,14 @@ def runs_key(size: int, roles: str) -> str:
 class SpecSoTWorker(sgl.SpecWorkerBase):
     """Speculative worker whose drafts come from the SoT context (prompt, skeleton, siblings)."""
 
+    # What the device's package gives this worker (speculative/device.py): set in __init__;
+    # nothing for a worker built without it.
+    device_support: device.DeviceSupport = device.NO_DEVICE_SUPPORT
+
     def __init__(self, server_args, gpu_id: int, nccl_port: int, target_worker):
         super().__init__()
         self.server_args = server_args
+        self.device_support = device.provided()
         self.bind_workers(target_worker)  # no draft model: BaseSpecWorker's defaults then skip it
         self.model_runner = target_worker.model_runner
         self.device = sgl.get_device().device
@@ -135,7 +140,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             "drafting_runs_total": self.drafting_runs.totals(),
             "acceptance_by_depth": {source: d.info() for source, d in self.by_depth.items()},
             "memory": memory_report(self.drafter, self._trace),
-            "omp_spin": spin_report(),
+            "omp_spin": self.device_support.thread_report(),
         }}  # fmt: skip
 
     def forward_batch_generation(
