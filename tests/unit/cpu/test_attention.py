@@ -8,10 +8,6 @@ float16-rounded K/V under a mask built here, independently, from the case's stru
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -28,6 +24,7 @@ from sglang_specsot.cpu.attention import (
     verify_window_masks,
 )
 from sglang_specsot.cpu.draft_attention import SpecSoTCpuMultiStepDraftBackend
+from tests.unit import cpu_checks
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 4, 2, 16  # GQA: two query heads per KV head
 POOL_SLOTS, MAX_REQS, MAX_CONTEXT = 1024, 8, 160
@@ -379,8 +376,10 @@ def test_registration_is_idempotent():
     assert isinstance(ATTENTION_BACKENDS[BACKEND_NAME](world.runner), SpecSoTCpuAttnBackend)
 
 
-_FACTORY_PROBE = r"""
-import json, sys
+# In a CPU-engine process (the one the unit tests share): the host changes apply and the draft
+# backend factory returns our backends.
+FACTORY_PROBE = cpu_checks.add("draft-backend-factory", r"""
+import sys
 from types import SimpleNamespace
 import torch
 from sglang_specsot.cpu.attention import register_cpu_attention_backend
@@ -389,7 +388,9 @@ register_cpu_attention_backend()
 applied = apply_host_changes()
 import sglang.srt.speculative.draft_utils as draft_utils
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
-# The factory reads the published server config; give it the pair a launched server would.
+# The factory reads the published server config; give it the pair a launched server would
+# (and put SGLang's own back after: the process is shared).
+published = draft_utils.attention_backends, draft_utils.get_spec
 draft_utils.attention_backends = lambda: ("specsot_cpu", "specsot_cpu")
 draft_utils.get_spec = lambda: SimpleNamespace(speculative_attention_mode="prefill")
 config = SimpleNamespace(hf_config=SimpleNamespace(), hf_text_config=SimpleNamespace())
@@ -398,36 +399,34 @@ runner = SimpleNamespace(
     req_to_token_pool=ReqToTokenPool(4, 64, "cpu", False),
     token_to_kv_pool=MHATokenToKVPool(64, 1, torch.float16, 2, 16, 1, "cpu", False),
 )
-factory = draft_utils.DraftBackendFactory(runner, topk=2, speculative_num_steps=3)
-decode, extend = factory.create_decode_backend(), factory.create_draft_extend_backend()
-runner.draft_attention_backend = "no_such_backend"
 try:
-    draft_utils.DraftBackendFactory(runner, topk=2, speculative_num_steps=3).create_decode_backend()
-    other = "built"
-except ValueError as exc:
-    other = str(exc)
+    factory = draft_utils.DraftBackendFactory(runner, topk=2, speculative_num_steps=3)
+    decode, extend = factory.create_decode_backend(), factory.create_draft_extend_backend()
+    runner.draft_attention_backend = "no_such_backend"
+    try:
+        draft_utils.DraftBackendFactory(runner, topk=2, speculative_num_steps=3).create_decode_backend()
+        other = "built"
+    except ValueError as exc:
+        other = str(exc)
+finally:
+    draft_utils.attention_backends, draft_utils.get_spec = published
 from sglang.srt.mem_cache import allocation
 req_to_token = torch.arange(12, dtype=torch.int32).view(3, 4)
 last_loc = allocation.get_last_loc(req_to_token, torch.tensor([2, 0]), torch.tensor([3, 0]))
-print(json.dumps({
+result = {
     "applied": applied, "last_loc": last_loc.tolist(),
     "sgl_kernel": sys.modules["sgl_kernel"].__name__ if "sgl_kernel" in sys.modules else None,
     "decode": type(decode).__name__, "steps": [type(b).__name__ for b in decode.attn_backends],
     "decode_stamp": decode.decode_attention_backend_str,
     "extend": type(extend).__name__, "extend_stamp": extend.prefill_attention_backend_str,
     "other_backend": other,
-}))
-"""
+}
+""")  # fmt: skip
 
 
-def test_host_change_wires_draft_backend_factory():
+def test_host_change_wires_draft_backend_factory(cpu_process):
     """In a CPU-engine process the host changes apply and the factory returns our backends."""
-    env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1")
-    proc = subprocess.run(
-        [sys.executable, "-c", _FACTORY_PROBE], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = cpu_process(FACTORY_PROBE)
     assert {"draft-backend-factory-specsot-cpu", "last-loc-torch-on-cpu"} <= set(result["applied"])
     # get_last_loc answers on CPU (its Triton kernel would need a GPU driver): slot before prefix.
     assert result["last_loc"] == [10, -1]

@@ -13,15 +13,13 @@ Three kinds of checks:
 from __future__ import annotations
 
 import math
-import os
 import random
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from sglang_specsot.cpu import sampling as S
+from tests.unit import cpu_checks
 
 # --- plain-Python references ---------------------------------------------------------------
 
@@ -439,11 +437,14 @@ def test_wrong_samplers_fail_the_same_check(name, monkeypatch):
     assert min(p for _, _, p in fits.values()) < ALPHA, fits
 
 
-# --- (c) the host change in a fresh CPU process ---------------------------------------------
+# --- (c) the host change in a fresh CPU process (the one the unit tests share) --------------
 
-_CPU_PROCESS_CHECK = """
+UNBOUND_BEFORE_THE_PLUGIN = cpu_checks.add("sampler-unbound-before-the-plugin", """
 import sglang.srt.speculative.eagle_utils as eu
 assert eu.tree_speculative_sampling_target_only is None  # bound before the plugin ran
+""", before_plugin=True)  # fmt: skip
+ROUTED_AFTER_REGISTER = cpu_checks.add("sampler-routed-after-register", """
+import sglang.srt.speculative.eagle_utils as eu
 from sglang_specsot.plugin import register
 register()
 from sglang_specsot.cpu import sampling
@@ -466,12 +467,9 @@ import sys
 stray = [(m.__name__, k) for m in list(sys.modules.values()) if m is not None and m is not sampling
          for k, v in list(getattr(m, "__dict__", {}).items()) if id(v) in ops and k != ops[id(v)]]
 assert not stray, stray
-print("ok")
-"""
+""")
 
 
-def test_plugin_routes_cpu_verify_to_the_sampler():
-    env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1")
-    cmd = [sys.executable, "-c", _CPU_PROCESS_CHECK]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+def test_plugin_routes_cpu_verify_to_the_sampler(cpu_process):
+    cpu_process(UNBOUND_BEFORE_THE_PLUGIN)
+    cpu_process(ROUTED_AFTER_REGISTER)

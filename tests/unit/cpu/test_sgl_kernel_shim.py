@@ -1,8 +1,9 @@
-"""The `sgl_kernel` shim as SGLang meets it, each case in a fresh interpreter.
+"""The `sgl_kernel` shim as SGLang meets it, in fresh interpreters.
 
 The import hook (`sglang_specsot._bootstrap`, installed by a .pth file) acts at interpreter
 start-up and at the first `import sgl_kernel`, so these run in subprocesses with the
-environment under test.
+environment under test: the hook's own cases each in its own, SGLang's through the shim in
+the CPU-engine interpreter the unit tests share, before the plugin registers (`cpu_process`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import sys
 import textwrap
 
 import pytest
+
+from tests.unit import cpu_checks
 
 SGLANG_IMPORT_TIMEOUT_S = 300
 
@@ -86,10 +89,9 @@ def test_hook_stays_out_of_the_way_without_cpu_engine(tmp_path, cpu_engine):
     _assert_ok(_run(code, tmp_path, cpu_engine=cpu_engine))
 
 
-def test_sglang_cpu_modules_bind_the_shim_ops(tmp_path):
-    # Every module that imports from sgl_kernel on the dense Llama/Qwen2 CPU path and the
-    # NGRAM / STANDALONE / EAGLE / EAGLE3 paths, and the names each one binds.
-    code = """
+# Every module that imports from sgl_kernel on the dense Llama/Qwen2 CPU path and the
+# NGRAM / STANDALONE / EAGLE / EAGLE3 paths, and the names each one binds.
+SHIM_BINDINGS = cpu_checks.add("shim-bindings", textwrap.dedent("""
         import importlib
         from sglang_specsot.cpu import kernels
 
@@ -128,15 +130,16 @@ def test_sglang_cpu_modules_bind_the_shim_ops(tmp_path):
             "sglang.srt.models.qwen2",
         ]:
             importlib.import_module(module_name)
-        print("OK")
-    """
-    _assert_ok(_run(code, tmp_path, cpu_engine="1"))
+"""), before_plugin=True)  # fmt: skip
 
 
-def test_sglang_call_sites_reach_the_shim(tmp_path):
-    # SGLang's own wrappers, called as its workers call them: positional/keyword signatures
-    # (verify passes `retrive_*` keywords, fill_accept passes 3 arguments on CPU) and results.
-    code = """
+def test_sglang_cpu_modules_bind_the_shim_ops(cpu_process):
+    cpu_process(SHIM_BINDINGS)
+
+
+# SGLang's own wrappers, called as its workers call them: positional/keyword signatures
+# (verify passes `retrive_*` keywords, fill_accept passes 3 arguments on CPU) and results.
+SHIM_CALL_SITES = cpu_checks.add("shim-call-sites", textwrap.dedent("""
         import torch
 
         from sglang.srt.mem_cache import allocation
@@ -244,6 +247,8 @@ def test_sglang_call_sites_reach_the_shim(tmp_path):
             expected = old.clone()
             expected[tgt] = old[src]
             assert torch.equal(buf, expected)
-        print("OK")
-    """
-    _assert_ok(_run(code, tmp_path, cpu_engine="1"))
+"""), before_plugin=True)  # fmt: skip
+
+
+def test_sglang_call_sites_reach_the_shim(cpu_process):
+    cpu_process(SHIM_CALL_SITES)

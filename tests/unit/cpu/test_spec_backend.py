@@ -1,18 +1,16 @@
 """A speculative CPU launch gets an attention backend that verifies drafts, or stops naming it.
 
-The pure decision first, then SGLang's real argument resolution (in a subprocess: it configures
-logging and SGLang's process-wide state) with the plugin loaded as a launch loads it.
+The pure decision first, then SGLang's real argument resolution (in the CPU-engine subprocess
+the unit tests share: it configures logging and SGLang's process-wide state) with the plugin
+loaded as a launch loads it.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
 from sglang_specsot.cpu.spec_backend import FIX, spec_backend_declaration, verifies_drafts
+from tests.unit import cpu_checks
 
 NONE_CHOSEN = {"attention_backend": None, "prefill_attention_backend": None, "decode_attention_backend": None}
 
@@ -70,39 +68,33 @@ def test_intel_amx_verifies_only_with_amx():
 
 # -- SGLang's own argument resolution, as `python -m sglang.launch_server` runs it ---------------
 
-_RESOLVE = """
-import json, sys
+RESOLVE = cpu_checks.add("spec-backend-resolution", """
 from sglang_specsot import plugin
 plugin.register()
 from sglang.srt.server_args import prepare_server_args
 from sglang.srt.arg_groups.overrides import resolution_result
-out = []
-for argv in json.loads(sys.argv[1]):
+base = ["--model-path", TINY_MODEL, "--device", "cpu"]
+argvs = [
+    base + ["--speculative-algorithm", "SPECSOT"],
+    base + ["--speculative-algorithm", "NGRAM"],
+    base + ["--speculative-algorithm", "NGRAM", "--attention-backend", "torch_native"],
+    base + ["--speculative-algorithm", "SPECSOT", "--attention-backend", "specsot_cpu"],
+    base,
+]
+result = []
+for argv in argvs:
     sa = prepare_server_args(argv)
     try:
         sa.resolve_once()
-        out.append(resolution_result(sa, "attention_backend"))
+        result.append(resolution_result(sa, "attention_backend"))
     except ValueError as exc:
-        out.append("ValueError: " + str(exc))
-print(json.dumps(out))
-"""
+        result.append("ValueError: " + str(exc))
+""")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def resolved(tiny_model_path) -> list[str]:
-    base = ["--model-path", tiny_model_path, "--device", "cpu"]
-    argvs = [
-        base + ["--speculative-algorithm", "SPECSOT"],
-        base + ["--speculative-algorithm", "NGRAM"],
-        base + ["--speculative-algorithm", "NGRAM", "--attention-backend", "torch_native"],
-        base + ["--speculative-algorithm", "SPECSOT", "--attention-backend", "specsot_cpu"],
-        base,
-    ]
-    out = subprocess.run(
-        [sys.executable, "-c", _RESOLVE, json.dumps(argvs)],
-        check=True, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def resolved(cpu_process) -> list[str]:
+    return cpu_process(RESOLVE)
 
 
 def test_sglang_resolution_chooses_specsot_cpu_when_none_was_chosen(resolved):

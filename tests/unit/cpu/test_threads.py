@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
+from sglang_specsot import plugin
 from sglang_specsot.cpu.threads import (
     MARKER_ENV,
     NOT_SET,
@@ -16,6 +14,7 @@ from sglang_specsot.cpu.threads import (
     keep_workers_spinning,
     spin_report,
 )
+from tests.unit import cpu_checks
 
 
 def test_an_unset_environment_gets_the_spin_count_and_says_so():
@@ -36,20 +35,31 @@ def test_a_users_choice_is_left_alone():
         assert spin_report(env)["source"] == SET_BY_USER
 
 
-def _registered_env(extra: dict[str, str]) -> dict:
-    code = (
-        "import json, os; from sglang_specsot.plugin import register; register();"
-        "print(json.dumps({k: os.environ.get(k) for k in ('GOMP_SPINCOUNT', 'OMP_WAIT_POLICY')}))"
-    )
-    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", MARKER_ENV)}
-    out = subprocess.run([sys.executable, "-c", code], check=True, env={**env, **extra}, timeout=600,
-                         capture_output=True, text=True).stdout  # fmt: skip
-    return json.loads(out.strip().splitlines()[-1])
+# register() in the CPU-engine process the unit tests share, started without either setting.
+REGISTERED = cpu_checks.add("omp-spin-after-register", """
+import os
+from sglang_specsot.plugin import register
+register()
+result = {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+""")  # fmt: skip
 
 
-def test_the_plugin_sets_it_on_sglangs_cpu_path_only():
-    assert _registered_env({"SGLANG_USE_CPU_ENGINE": "1"}) == {"GOMP_SPINCOUNT": SPIN_COUNT, "OMP_WAIT_POLICY": None}
-    assert _registered_env({"SGLANG_USE_CPU_ENGINE": ""}) == {"GOMP_SPINCOUNT": None, "OMP_WAIT_POLICY": None}
-    assert _registered_env({"SGLANG_USE_CPU_ENGINE": "1", "OMP_WAIT_POLICY": "PASSIVE"}) == {
+def _plugin_step(monkeypatch, **env: str) -> dict:
+    """The settings after the plugin's step runs in this process's environment plus `env`
+    (the step reads the environment when it runs, as register() calls it)."""
+    for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", MARKER_ENV):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    plugin._keep_omp_workers_spinning()
+    return {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+
+
+def test_the_plugin_sets_it_on_sglangs_cpu_path_only(cpu_process, monkeypatch):
+    ours = {"GOMP_SPINCOUNT": SPIN_COUNT, "OMP_WAIT_POLICY": None}
+    assert cpu_process(REGISTERED) == ours
+    assert _plugin_step(monkeypatch, SGLANG_USE_CPU_ENGINE="1") == ours
+    assert _plugin_step(monkeypatch, SGLANG_USE_CPU_ENGINE="") == {"GOMP_SPINCOUNT": None, "OMP_WAIT_POLICY": None}
+    assert _plugin_step(monkeypatch, SGLANG_USE_CPU_ENGINE="1", OMP_WAIT_POLICY="PASSIVE") == {
         "GOMP_SPINCOUNT": None, "OMP_WAIT_POLICY": "PASSIVE"
     }  # fmt: skip
