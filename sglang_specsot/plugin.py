@@ -119,20 +119,10 @@ def _check_launch_device() -> None:
         raise SystemExit(f"sglang-specsot: {message}")
 
 
-def _keep_omp_workers_spinning() -> None:
-    """On SGLang's CPU path, before its schedulers start: see `cpu/threads.py`."""
-    from sglang_specsot._bootstrap import cpu_engine_requested
-
-    if cpu_engine_requested():
-        from sglang_specsot.cpu.threads import keep_workers_spinning
-
-        keep_workers_spinning()
-
-
 def register() -> None:
-    """Check the launch line and SGLang version, keep the CPU's OpenMP workers awake between
-    a step's ops (`cpu/threads.py`), register the CPU backend, apply host changes
-    (server-side SoT on the chat route among them), register SPECSOT.
+    """Check the launch line and SGLang version, register the CPU backend, apply host changes
+    (host/changes.py: on CPU the OpenMP spin count first; server-side SoT on the chat route
+    among them), register SPECSOT.
 
     Idempotent; SGLang calls it once per process (main, scheduler, detokenizer).
     """
@@ -142,7 +132,6 @@ def register() -> None:
     _check_launch_device()
     try:
         check_sglang_version()
-        _keep_omp_workers_spinning()
         # Before argparse (launch_server.py:79-81), so `--attention-backend specsot_cpu` parses.
         from sglang_specsot.cpu.attention import register_cpu_attention_backend
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from sglang_specsot.cpu.threads import spin_report
+from sglang_specsot.cpu.threads import keep_workers_spinning, spin_report
 from sglang_specsot.host import changes
 from sglang_specsot.speculative import device
 
@@ -56,6 +56,7 @@ def _server_info() -> Callable:
 
 # Host change name -> the factory of what it installs (lazy: it may import torch or SGLang).
 HOST_CHANGE_HOOKS: dict[str, Callable[[], Callable]] = {
+    "omp-spin-on-cpu": lambda: keep_workers_spinning,
     "draft-backend-factory-specsot-cpu": _draft_backend_factory,
     "cpu-tree-speculative-sampling-target-only": _sampling_op("tree_speculative_sampling_target_only"),
     "cpu-top-k-renorm-prob": _sampling_op("top_k_renorm_prob"),

@@ -135,7 +135,10 @@ def draft_model_context(parallel_layout):
 @contextlib.contextmanager
 def _forward_replaced(model_runner, wrap):
     """`model_runner.forward` replaced by `wrap(forward)` inside the block; the runner's own
-    `forward` (an instance attribute, or the class method) is back when the block ends."""
+    `forward` (an instance attribute, or the class method) is back when the block ends.
+
+    A change to what SGLang's draft loop does: each use is a "scoped" entry of the host-change
+    ledger (host/changes.py), with its reason and upstream diff."""
     forward, own = model_runner.forward, "forward" in vars(model_runner)
     model_runner.forward = wrap(forward)
     try:
@@ -149,7 +152,8 @@ def _forward_replaced(model_runner, wrap):
 
 @contextlib.contextmanager
 def kept_forward_logits(model_runner):
-    """The `logits_output` of every `model_runner.forward` call inside the block, in a list.
+    """The `logits_output` of every `model_runner.forward` call inside the block, in a list
+    (host change keep-draft-extend-logits).
 
     SGLang's draft-extend (eagle_worker_v2.py:1207-1272) keeps its logits local: for a top-1
     chain it takes the argmax and leaves `topk_p = 1.0` (a chain needs no scores), so the draft
@@ -175,7 +179,8 @@ def kept_forward_logits(model_runner):
 def stoppable_forwards(model_runner, go_on, seen):
     """`model_runner.forward` inside the block: `seen(next_token_logits)` after every call
     that runs; before every call after the first, `go_on()`, and once that says no, this
-    call and every later one return the last run's output again, without a forward.
+    call and every later one return the last run's output again, without a forward (host
+    change stop-draft-chain-early).
 
     SGLang's draft loop (eagle_worker_v2.py:816-897) runs every step of the chain and has no
     way to stop; the tokens it takes from a repeated output lie past where the chain stops,

@@ -15,10 +15,18 @@ sglang_specsot/wiring.py. So the list stays whole here and this package imports 
 `HookRegistry.apply_hooks` logs and swallows failures, so `apply_host_changes` re-checks
 that every applied target is really wrapped and raises otherwise.
 
-The one exception to HookRegistry is hook type "bind": it fills a module-level name that SGLang
-sets to None on this platform (a kernel it has no implementation for). HookRegistry cannot
-patch a None: its propagation (hook_registry.py:320-347) rewrites every module attribute that
-`is` the original, and an SGLang CPU process has thousands of None globals.
+Three hook types are not HookRegistry's:
+- "bind" fills a module-level name that SGLang sets to None on this platform (a kernel it has
+  no implementation for). HookRegistry cannot patch a None: its propagation
+  (hook_registry.py:320-347) rewrites every module attribute that `is` the original, and an
+  SGLang CPU process has thousands of None globals.
+- "environ" sets an environment variable that SGLang's processes read (`target` names it):
+  the hook sets it, for the processes this one starts. No SGLang code is touched.
+- "scoped" changes what one SGLang method (`target`) does, for the length of one call, on
+  sglang-specsot's own objects only: the hook is the adapter function that makes the change
+  around each call (host/adapter.py). Applying the entry changes nothing at start-up and does
+  not import the method's module (seconds of a CPU process's start-up); tests/unit/host/
+  checks that the method exists.
 """
 
 from __future__ import annotations
@@ -38,11 +46,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class HostChange:
-    """One change to SGLang: a HookRegistry hook on `target`, with its reason and patch."""
+    """One change to SGLang: a hook on `target`, with its reason and patch."""
 
     name: str
-    target: str  # dotted path, as HookRegistry.register takes it
-    hook_type: str  # "before" | "after" | "around" | "replace" | "bind" (see module doc)
+    target: str  # dotted path, as HookRegistry.register takes it ("environ": the variable)
+    # "before" | "after" | "around" | "replace" (HookRegistry's) | "bind" | "environ" |
+    # "scoped" (see module doc)
+    hook_type: str
     # Returns the hook callable (lazy: may import torch/SGLang); None where the factory is
     # code of another package, supplied to apply_host_changes by name (see module doc).
     hook: Callable[[], Callable] | None
@@ -131,19 +141,25 @@ def apply_host_changes(supplied: Mapping[str, Callable[[], Callable]] = MappingP
     # Every hook is built before anything is changed: a factory that refuses (e.g. a bad
     # setting, as SystemExit) leaves SGLang untouched.
     hooks = {change.name: (change.hook or supplied[change.name])() for change in pending}
-    originals = {}
+    originals = {}  # change name -> its target before, where the change replaces it (checked below)
     for change in pending:
-        originals[change.name] = _resolve(change.target)
-        if change.hook_type == "bind":
-            _bind_unset_name(change.target, hooks[change.name])
-            continue
-        assert originals[change.name] is not None, (
-            f"host change {change.name!r}: {change.target} is None here; use hook_type 'bind'"
-        )
-        HookRegistry.register(change.target, hooks[change.name], HookType(change.hook_type))
+        hook = hooks[change.name]
+        if change.hook_type == "environ":
+            hook()
+        elif change.hook_type == "scoped":
+            continue  # the hook makes the change around each call
+        elif change.hook_type == "bind":
+            originals[change.name] = _resolve(change.target)
+            _bind_unset_name(change.target, hook)
+        else:
+            originals[change.name] = _resolve(change.target)
+            assert originals[change.name] is not None, (
+                f"host change {change.name!r}: {change.target} is None here; use hook_type 'bind'"
+            )
+            HookRegistry.register(change.target, hook, HookType(change.hook_type))
     HookRegistry.apply_hooks()
     for change in pending:
-        if _resolve(change.target) is originals[change.name]:
+        if change.name in originals and _resolve(change.target) is originals[change.name]:
             raise RuntimeError(
                 f"sglang-specsot host change {change.name!r} was not applied to {change.target}; "
                 "see the HookRegistry error logged above (is this SGLang 0.5.23?)"
@@ -151,6 +167,32 @@ def apply_host_changes(supplied: Mapping[str, Callable[[], Callable]] = MappingP
         _applied.append(change.name)
         logger.info("sglang-specsot: applied host change %s -> %s", change.name, change.target)
     return applied_host_changes()
+
+
+# --- CPU: OpenMP workers kept awake between a step's ops (sglang_specsot/cpu/threads.py) -------
+
+
+register_host_change(
+    HostChange(
+        name="omp-spin-on-cpu",
+        target="GOMP_SPINCOUNT",
+        hook_type="environ",
+        hook=None,  # cpu/threads.py: keep_workers_spinning
+        why=(
+            "On SGLang's CPU path torch's intra-op pool runs on libgomp, whose workers spin "
+            "GOMP_SPINCOUNT times after a parallel region (300,000, a few ms) and then sleep. "
+            "A decode step is hundreds of small regions with Python between them, so a region "
+            "after a longer gap waits for a wake-up, and a speculative step, with more Python "
+            "between its forwards, loses more to it than plain decoding. SGLang sets the "
+            "environment its schedulers inherit in _set_envs_and_config "
+            "(sglang/srt/entrypoints/engine.py:1878), but nothing of OpenMP's, and libgomp "
+            "reads the variable once, when torch loads. The hook sets it to 10M (about 0.1 s) "
+            "in the launching process, unless the user set it or OMP_WAIT_POLICY."
+        ),
+        patch="cpu-omp-spin-count.diff",
+        when=_cpu_only,
+    )
+)
 
 
 # --- Attention entries: the `specsot_cpu` backend (sglang_specsot/cpu/attention.py) ------------
@@ -401,5 +443,63 @@ register_host_change(
             "scheduler's spec worker has speculative_state_report()."
         ),
         patch="server-info-spec-worker-report.diff",
+    )
+)
+
+
+# --- The draft model's forwards, for the length of one call (host/adapter.py) ------------------
+# Both wrap only the forward of sglang-specsot's own draft model runner, while SGLang's draft
+# loop or draft-extend runs; both need the eager CPU draft backend (the draft chain that
+# stops early, and the confidence it is priced by), hence CPU only.
+
+
+def _stoppable_forwards_hook() -> Callable:
+    from sglang_specsot.host import adapter as sgl
+
+    return sgl.stoppable_forwards
+
+
+register_host_change(
+    HostChange(
+        name="stop-draft-chain-early",
+        target="sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker.draft_forward",
+        hook_type="scoped",
+        hook=_stoppable_forwards_hook,
+        why=(
+            "EagleDraftWorker.draft_forward (sglang/srt/speculative/eagle_worker_v2.py:816-897) "
+            "runs every step of the draft chain and has no way to stop it. SPECSOT stops a chain "
+            "where the draft's confidence says the rest would not be accepted: for one draft, "
+            "adapter.stoppable_forwards replaces the forward of our draft model runner, and "
+            "once told to stop hands SGLang's loop the last forward's output again without a "
+            "forward (the tokens it takes past the stop are cut before verify)."
+        ),
+        patch="draft-forward-step-callback.diff",
+        when=_cpu_only,
+    )
+)
+
+
+def _kept_forward_logits_hook() -> Callable:
+    from sglang_specsot.host import adapter as sgl
+
+    return sgl.kept_forward_logits
+
+
+register_host_change(
+    HostChange(
+        name="keep-draft-extend-logits",
+        target="sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._draft_extend_for_decode",
+        hook_type="scoped",
+        hook=_kept_forward_logits_hook,
+        why=(
+            "EagleDraftWorker's draft-extend (sglang/srt/speculative/eagle_worker_v2.py:1207-1272 "
+            "after verify, :1062 after prefill) keeps its logits local: for a top-1 chain it "
+            "takes the argmax and leaves topk_p = 1.0, so the draft model's confidence in its "
+            "next token, which SPECSOT's budget policy prices a chain by, is lost. For one "
+            "draft-extend, adapter.kept_forward_logits wraps the forward of our draft model "
+            "runner to keep each forward's logits_output."
+        ),
+        patch="draft-extend-keep-logits.diff",
+        when=_cpu_only,
     )
 )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-from sglang_specsot import plugin
 from sglang_specsot.cpu.threads import (
     MARKER_ENV,
     NOT_SET,
@@ -14,6 +13,8 @@ from sglang_specsot.cpu.threads import (
     keep_workers_spinning,
     spin_report,
 )
+from sglang_specsot.host import changes
+from sglang_specsot.wiring import HOST_CHANGE_HOOKS
 from tests.unit import cpu_checks
 
 
@@ -45,13 +46,17 @@ result = {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
 
 
 def _plugin_step(monkeypatch, **env: str) -> dict:
-    """The settings after the plugin's step runs in this process's environment plus `env`
-    (the step reads the environment when it runs, as register() calls it)."""
+    """The settings after the plugin's host change omp-spin-on-cpu is applied in this
+    process's environment plus `env` (it reads the environment when applied, as register()
+    applies it)."""
     for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", MARKER_ENV):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    plugin._keep_omp_workers_spinning()
+    spin = next(c for c in changes.HOST_CHANGES if c.name == "omp-spin-on-cpu")
+    monkeypatch.setattr(changes, "HOST_CHANGES", [spin])
+    monkeypatch.setattr(changes, "_applied", [])
+    changes.apply_host_changes({spin.name: HOST_CHANGE_HOOKS[spin.name]})
     return {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
 
 
