@@ -87,3 +87,48 @@ def tiny_model_path(tmp_path_factory) -> str:
     from sglang_specsot.models.tiny import build_tiny_model
 
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0))
+
+
+# -- tiers (tests/README.md) -------------------------------------------------------------------
+# The default tier is what CI runs and must stay well inside its time budget; soak, load,
+# benchmark-like and repeated parity runs are marked `long` and run with `--tier long`.
+TIERS = ("default", "long", "all")
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--tier", choices=TIERS, default=os.environ.get("SPECSOT_TEST_TIER", "default"),
+        help="which tests to run: 'default' (not marked long; what CI runs), 'long' (only tests "
+        "marked long) or 'all'; default from SPECSOT_TEST_TIER, else 'default'",
+    )  # fmt: skip
+
+
+def pytest_collection_modifyitems(config, items):
+    tier = config.getoption("--tier")
+    if tier == "all":
+        return
+    keep, drop = [], []
+    for item in items:
+        (keep if (item.get_closest_marker("long") is not None) == (tier == "long") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_report_header(config):
+    return f"test tier: {config.getoption('--tier')} (scripts/test.sh [--long | --all]; tests/README.md)"
+
+
+# Per-test times, appended as each phase ends (so a run cut short still leaves them), when
+# SPECSOT_TEST_TIMES names a file: how a tier's budget is checked and kept (tests/README.md).
+TIMES_ENV = "SPECSOT_TEST_TIMES"
+
+
+def pytest_runtest_logreport(report):
+    path = os.environ.get(TIMES_ENV)
+    if path:
+        import json
+
+        line = {"nodeid": report.nodeid, "when": report.when, "s": round(report.duration, 3), "outcome": report.outcome}
+        with open(path, "a") as out:
+            out.write(json.dumps(line) + "\n")

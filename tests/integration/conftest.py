@@ -181,6 +181,21 @@ def _log_tail(server: ServerProcess, lines: int = 40) -> str:
 # (request_logger.py:116); a load snapshot every decode step keeps /v1/loads one step behind.
 WATCHED_ARGS = ["--log-level", "debug", "--load-snapshot-publish-interval", "1",
                 "--log-requests", "--log-requests-level", "0"]  # fmt: skip
+# One SPECSOT server (SmolLM2-135M) with custom logit processors on and its log watched, shared by
+# the bad-input, bad-request and fault modules: each starts from whatever the others left, which
+# is the point of those tests (a server that keeps serving), and a server start is most of a
+# small module's cost on two cores. Its teardown, after the session's last request to it, proves
+# SGLang's strict idle memory check ran and found nothing.
+SHARED_SPECSOT_ARGS = cpu_args() + SPECSOT + ["--enable-custom-logit-processor"] + WATCHED_ARGS
+
+
+@pytest.fixture(scope="session")
+def shared_specsot_server(smollm2_path, tmp_path_factory) -> Iterator[ServerProcess]:
+    log = tmp_path_factory.mktemp("shared-specsot") / "server.log"
+    with leak_checked_server(smollm2_path, SHARED_SPECSOT_ARGS, log) as server:
+        yield server
+
+
 # Server-side SoT names its generations "specsot-<group>-<role>-<n>" (serving/backend.py).
 SOT_RID = r"specsot-(?P<group>[0-9a-f]+)-(?P<role>[a-z]+)-(?P<n>\d+)"
 RECEIVED_RID = re.compile(r"Receive: obj=GenerateReqInput\(.*?rid='(" + SOT_RID + ")'")

@@ -5,7 +5,8 @@ Without host change "reject-unservable-requests", each one kills the scheduler, 
 whole server: a `custom_logit_processor` that does not deserialize (custom_logit_processor.py:20),
 a text of 0 tokens (rotary_embedding/base.py:347 on CPU), and server-side SoT's
 `specsot.skeleton_logit_processor` (sent to the scheduler as the skeleton's processor).
-The module's server is under SGLang's strict idle memory check, which must pass at the end.
+The server, shared with the bad-input and fault modules, is under SGLang's strict idle memory
+check, which must pass after the session's last request to it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import pytest
 
 from sglang_specsot.sot import SoTConfig
 from sglang_specsot.sot.budget import min_sot_tokens
-from tests.integration.conftest import SPECSOT, cpu_args, leak_checked_server
 
 pytestmark = pytest.mark.integration
 
@@ -33,11 +33,10 @@ CHAT = {
 
 
 @pytest.fixture(scope="module")
-def server(smollm2_path, tmp_path_factory):
-    args = cpu_args() + SPECSOT + ["--enable-custom-logit-processor"]
-    log = tmp_path_factory.mktemp("bad-requests") / "server.log"
-    with leak_checked_server(smollm2_path, args, log) as server:
-        yield server
+def server(shared_specsot_server):
+    # The session's SPECSOT server with custom logit processors (conftest.py); its teardown, after
+    # the session's last request, proves SGLang's idle memory check ran and passed.
+    return shared_specsot_server
 
 
 def _post(server, path: str, payload: dict) -> tuple[int, str]:

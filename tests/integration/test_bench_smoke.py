@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 SOT_CONFIG = {"skeleton_max_tokens": 48, "max_points": 3, "max_running": 3, "default_branch_tokens": 16,
               "min_branch_tokens": 8, "router_min_answer_tokens": 1}  # fmt: skip

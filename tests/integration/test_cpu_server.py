@@ -128,6 +128,7 @@ SPEC_CONFIGS = {
 }
 
 
+@pytest.mark.long  # SGLang's own algorithms; SPECSOT's parity is in the default tier
 @pytest.mark.parametrize("algo", sorted(SPEC_CONFIGS))
 def test_builtin_speculative_is_token_identical(algo, smollm2_path, chat_prompts, plain_outputs):
     args = COMMON + SPEC_CONFIGS[algo]

@@ -17,7 +17,7 @@ import pytest
 from sglang_specsot.launch import ServerProcess
 from tests.integration.conftest import cpu_args
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 COMMON = cpu_args(mem_fraction_static=0.2)
 PROMPTS = ["The quick brown fox", "Once upon a time", "How can I improve my time management skills?"]

@@ -4,7 +4,7 @@ An SoT request is cut mid-skeleton or mid-branch by SGLang's /abort_request on o
 generations, or by its client leaving (streaming and not), or its client closes after the first
 streamed chunk. Each time: a plain request running beside it gets exactly its solo answer, every
 generation of the SoT group that was still running is aborted in SGLang's scheduler, none starts
-after, the server goes idle, and the module's teardown proves SGLang's strict idle memory check
+after, the server goes idle, and the shared server's teardown proves SGLang's strict idle memory check
 ran and found no leaked KV slot or request row.
 
 SGLang is paused in place while the fault happens, so until it resumes a generation can end only
@@ -21,13 +21,12 @@ import threading
 import pytest
 
 from tests.integration.conftest import (
-    ABORTED_RID, RECEIVED_RID, SOT_RID, SPECSOT, WATCHED_ARGS, abort_request, cpu_args, is_idle,
-    leak_checked_server, load_snapshot, log_since, log_size, paused, sot_rids, wait_for,
+    ABORTED_RID, RECEIVED_RID, SOT_RID, abort_request, is_idle, load_snapshot, log_since, log_size, paused,
+    sot_rids, wait_for,
 )  # fmt: skip
 
 pytestmark = pytest.mark.integration
 
-ARGS = cpu_args() + SPECSOT + ["--enable-custom-logit-processor"] + WATCHED_ARGS
 SUITABLE = "How can I improve my time management skills?"
 BYSTANDER = {"model": "default", "messages": [{"role": "user", "content": "Name three colours."}],
              "temperature": 0, "max_tokens": 48}  # fmt: skip
@@ -39,11 +38,10 @@ FINISHED_RID = re.compile(r"Finish: obj=GenerateReqInput\(.*?rid='(" + SOT_RID +
 
 
 @pytest.fixture(scope="module")
-def server(smollm2_path, tmp_path_factory):
-    log = tmp_path_factory.mktemp("faults") / "server.log"
-    # Its teardown, after the last test, proves SGLang's idle memory check ran and passed.
-    with leak_checked_server(smollm2_path, ARGS, log) as server:
-        yield server
+def server(shared_specsot_server):
+    # The session's SPECSOT server with custom logit processors (conftest.py); its teardown, after
+    # the session's last request, proves SGLang's idle memory check ran and passed.
+    return shared_specsot_server
 
 
 @pytest.fixture(scope="module")

@@ -54,7 +54,8 @@ def test_no_backend_chosen_serves_verifies_with_specsot_cpu(smollm2_path, prompt
 
 
 @pytest.mark.parametrize(
-    ("algorithm", "backend"), [("SPECSOT", "torch_native"), ("NGRAM", "torch_native"), ("NGRAM", "intel_amx")]
+    ("algorithm", "backend"),
+    [("SPECSOT", "torch_native")] + [pytest.param("NGRAM", b, marks=pytest.mark.long) for b in ("torch_native", "intel_amx")],
 )
 def test_a_backend_that_cannot_verify_stops_the_launch(smollm2_path, tmp_path, algorithm, backend):
     args = NO_BACKEND + ["--speculative-algorithm", algorithm, "--attention-backend", backend]

@@ -12,7 +12,7 @@ import pytest
 from sglang_specsot.loadtest import SERVER_ARGS, main
 from tests.integration.conftest import leak_checked_server
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 
 def test_one_minute_of_load_loses_nothing(smollm2_path, tmp_path):

@@ -24,7 +24,7 @@ import torch
 
 from sglang_specsot.models import registry
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 MODEL = "smollm2-135m"
 NEW_TOKENS = 20

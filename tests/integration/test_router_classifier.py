@@ -17,7 +17,7 @@ from sglang_specsot.sot.router import evaluate, route_question
 from sglang_specsot.sot.router_head import load_head
 from tests.unit.sot.test_router import HELD_OUT
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 # Each floor sits a question or two below the shipped head's score (`python -m
 # sglang_specsot.sot.router eval NAME`): a question may flip across BLAS builds (two

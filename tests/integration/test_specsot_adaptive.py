@@ -80,6 +80,7 @@ def _check(server, prompts, plain_ids, label: str) -> dict:
 # Each policy with each scheduler loop, three servers for the four pairs: SPECSOT's own policy
 # with the overlap loop is the no-flag test below (the flag changes nothing in the policy), and
 # an SGLang-format config changes the budgets, not the loop, so one loop for it is enough.
+@pytest.mark.long  # the default policy's parity is the no-flag test below, in the default tier
 @pytest.mark.parametrize(
     ("with_config", "overlap"), [(False, False), (True, True)], ids=["own-policy-no-overlap", "sglang-config-overlap"]
 )
@@ -111,6 +112,7 @@ def test_without_the_flag_specsot_still_decides_from_its_costs(smollm2_path, smo
     assert scheduler_loop_line(overlap=True) in log
 
 
+@pytest.mark.long
 def test_draft_model_parity(qwen05_path, qwen05_draft_path, qwen05_parity, tmp_path):
     prompts, plain_ids = qwen05_parity
     # The 12-layer draft may never pay here, and then the policy would never draft: explore
@@ -147,6 +149,7 @@ def _acceptance(results: list[dict]) -> float:
     return accepted / proposed
 
 
+@pytest.mark.long  # an acceptance measurement: two servers, 24 prompts each
 def test_deferred_draft_extend_keeps_the_drafts_as_good(smollm2_path, tmp_path):
     # SmolLM2 drafting for itself: with the draft's KV right, most drafts are the target's own
     # greedy tokens. Not all: SGLang's standalone draft reads its input one token ahead

@@ -70,7 +70,14 @@ def plain_ids(qwen05_parity) -> list[list[int]]:
     return [ids[:MAX_NEW] for ids in qwen05_parity[1]]  # a prefix of the longer plain run
 
 
-@pytest.fixture(scope="module", params=list(CONFIGS))
+# The chain, overlap on and off, in the default tier; the tree and the token map in the long one.
+LONG_CONFIGS = {"tree-overlap", "chain-token-map"}
+
+
+@pytest.fixture(
+    scope="module",
+    params=[pytest.param(c, marks=[pytest.mark.long] if c in LONG_CONFIGS else []) for c in CONFIGS],
+)
 def draft_server(request, qwen05_path, qwen05_draft_path, tmp_path_factory):
     log = tmp_path_factory.mktemp("specsot-draft") / "server.log"
     args = COMMON + ["--speculative-algorithm", "SPECSOT", "--speculative-draft-model-path", qwen05_draft_path]
