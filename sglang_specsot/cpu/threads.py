@@ -17,8 +17,9 @@ same time on the same cores should not spin: set OMP_WAIT_POLICY=PASSIVE for the
 
 libgomp reads the variable once, when it is loaded (on `import torch`), so it must be in the
 environment before SGLang starts its scheduler processes; the plugin sets it in the launching
-process, and the schedulers inherit it. A value the user set (GOMP_SPINCOUNT, or
-OMP_WAIT_POLICY, which sets its own spin count) is left as it is.
+process (host change `omp-spin-on-cpu`, host/changes.py), and the schedulers inherit it. A
+value the user set (GOMP_SPINCOUNT, or OMP_WAIT_POLICY, which sets its own spin count) is left
+as it is.
 """
 
 from __future__ import annotations
