@@ -14,9 +14,10 @@ normalised to a distribution first so that no source outweighs another by its le
   each tokenised as it usually appears in running text (after a space, sometimes
   capitalised or at a line's start);
 - Python's own standard library sources (code, comments, docstrings), for code answers;
-- answers the project's models wrote to questions no benchmark reports on
-  (`enumerated_asks*.jsonl`, `benchmarks/skeleton-tuning`), for chat formatting (lists,
-  bold headers, line breaks).
+- answers the project's models wrote to questions no benchmark reports on (those of
+  `router_train` and `enumerated_asks*.jsonl`, kept in
+  `benchmarks/token-map-corpus/answers.jsonl`), for chat formatting (lists, bold headers,
+  line breaks).
 Every special and added token is kept (an answer must be able to end in a draft); ids the
 sources never produce fill the rest in id order (byte-level BPE merges earlier are more
 frequent in the tokenizer's own corpus).
