@@ -50,7 +50,9 @@ def _plugin_step(monkeypatch, **env: str) -> dict:
     process's environment plus `env` (it reads the environment when applied, as register()
     applies it)."""
     for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", MARKER_ENV):
-        monkeypatch.delenv(name, raising=False)
+        # Set, then delete: delenv of an unset name records nothing to restore, and the hook sets two.
+        monkeypatch.setenv(name, "x")
+        monkeypatch.delenv(name)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     spin = next(c for c in changes.HOST_CHANGES if c.name == "omp-spin-on-cpu")
