@@ -65,24 +65,64 @@ def merge_answer(points: Sequence[str], expansions: Mapping[int, str]) -> Merged
     return answer
 
 
-_SENTENCE_END = re.compile(r"[.!?)\]](?:\*\*)?(?=\s|$)|\n")
+# A sentence ends at . ! ? (closing quotes, brackets or emphasis may follow) before a space,
+# and a line at its break (a list item or heading needs no period). A closing bracket alone
+# ends nothing: "For example, the National Institutes of Health (NIH)" is cut.
+_SENTENCE_END = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]*_]*(?=\s|$)|\n")
+_ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|vs|cf|approx|incl)\.)$", re.IGNORECASE)
 _BARE_MARKER = re.compile(r"\n\s*(?:\d{1,2}[.)]|[-*])$")  # a list item cut right after its marker
+_CLAUSE_END = re.compile(r"[,;](?=\s)")
+# With no sentence ended, a budget-cut text ends at its last clause that has this many words:
+# "... steps through the list to be sorted, compares ... if they are in the wrong" keeps
+# "... the list to be sorted." rather than the point losing all its text.
+MIN_CLAUSE_WORDS = 8
+_FENCE = "```"
+_HEADING = re.compile(r"#{1,6}\s")
+_CLOSERS = "*_`\"'\u201d\u2019 "  # may follow a lead-in's colon: "**Examples:**"
 
 
 def drop_cut_sentence(text: str) -> str:
-    """`text` without its last, unfinished sentence: what a branch stopped by its token
-    budget leaves ("... Use a planner to") reads worse than one sentence less. A lead-in
-    left last ("Here are the steps you can follow:") goes too, since the list it introduced
-    was what the budget cut; unless it is all the text there is."""
-    ends = [m.end() for m in _SENTENCE_END.finditer(text.rstrip())]
+    """`text` cut by its token budget, without its unfinished sentence: it ends at its last
+    complete sentence ("... Use a planner to" reads worse than one sentence less), an open
+    code block goes, and so does a lead-in left last (`drop_lead_in`). With no sentence
+    ended, it ends at its last long clause, closed with a period, or is dropped."""
+    text = text.strip()
+    if text.count(_FENCE) % 2:  # cut inside a code block: the block goes
+        text = text[: text.rfind(_FENCE)].rstrip()
+    ends = [m.end() for m in _SENTENCE_END.finditer(text)
+            if not _ABBREVIATION.search(text[max(0, m.start() - 8) : m.start() + 1])]  # fmt: skip
     if not ends:
-        return text
-    kept = _BARE_MARKER.sub("", text[: ends[-1]].rstrip())  # "...:\n1." keeps no bare "1."
-    if kept.endswith(":"):
-        before = [end for end in ends if end < len(kept) and text[:end].strip()]
-        if before:
-            return text[: before[-1]].rstrip()
-    return kept
+        return _last_clause(text)
+    return drop_lead_in(_BARE_MARKER.sub("", text[: ends[-1]].rstrip()))  # "...:\n1." keeps no bare "1."
+
+
+def _last_clause(text: str) -> str:
+    """The text up to its last clause break after MIN_CLAUSE_WORDS words, as one sentence; ""
+    when there is none."""
+    for match in reversed(list(_CLAUSE_END.finditer(text))):
+        clause = text[: match.start()].rstrip()
+        if len(clause.split()) >= MIN_CLAUSE_WORDS:
+            return clause + "."
+    return ""
+
+
+def drop_lead_in(text: str) -> str:
+    """`text` without a lead-in left last ("Here are the steps:", "- **Use cases**:", a
+    heading): the list it introduced is gone, cut by the budget or as a run into other
+    points. "" when the lead-in was all there was."""
+    text = text.rstrip()
+    while text:
+        head, newline, line = text.rpartition("\n")
+        stripped = line.strip()
+        if _HEADING.match(stripped) or _BARE_MARKER.search("\n" + stripped):
+            text = head.rstrip()  # a heading or a bare list marker with nothing under it
+        elif stripped.rstrip(_CLOSERS).endswith(":"):  # the lead-in's own sentence goes
+            ends = [m.end() for m in _SENTENCE_END.finditer(stripped.rstrip(_CLOSERS)[:-1])]
+            kept = line[: line.index(stripped) + ends[-1]] if ends else ""
+            text = (head + newline + kept).rstrip()
+        else:
+            break
+    return text
 
 
 def clean_expansion(text: str, index: int, points: Sequence[str]) -> tuple[str, tuple[str, ...]]:
@@ -99,6 +139,12 @@ def clean_expansion(text: str, index: int, points: Sequence[str]) -> tuple[str, 
     cut = _cut_other_points(stripped, index, points)
     if cut != stripped:
         repairs.append("cut text that ran into another point")
+    # A list that ran into other points leaves its lead-in last ("Here are some tips:" and
+    # then "1. <another point's title>"); a point never ends announcing what is not there.
+    led = drop_lead_in(cut)
+    if led != cut.rstrip():
+        repairs.append("dropped a lead-in left last")
+        cut = led
     return _layout(cut), tuple(repairs)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_specsot.sot import clean_expansion, merge_answer
-from sglang_specsot.sot.merge import drop_cut_sentence
+from sglang_specsot.sot.merge import drop_cut_sentence, drop_lead_in
 
 POINTS = ["Set clear goals", "Prioritize tasks", "Take breaks"]
 
@@ -97,13 +97,44 @@ def test_a_branch_that_lists_its_own_steps_keeps_them_as_bullets():
 @pytest.mark.parametrize(
     ("text", "kept"),
     [("Plan ahead. Use a planner to", "Plan ahead."), ("Breathe! Then", "Breathe!"),
-     ("Steps:\n   - **Set", "Steps:"), ("Set goals (SMART). Write", "Set goals (SMART)."),
-     ("no sentence ended", "no sentence ended"),
+     ("Set goals (SMART). Write", "Set goals (SMART)."),
      # A lead-in whose list the budget cut goes with the list (the demo's "Here are the steps
-     # you can follow:" ending a point), unless nothing else is left.
+     # you can follow:" ending a point), even when it is all there is: the point keeps its title.
      ("Make a schedule. Here are the steps you can follow:\n1. Write", "Make a schedule."),
      ("Make a schedule. Here are the steps:\n1. List tasks.\n2. Rank", "Make a schedule. Here are the steps:\n1. List tasks."),
-     ("Rest well (daily). Try these:\n   - **Nap", "Rest well (daily).")],
+     ("Rest well (daily). Try these:\n   - **Nap", "Rest well (daily)."), ("Steps:\n   - **Set", ""),
+     # A closing bracket ends no sentence; one after a period does.
+     ("Funding grew. For example, the National Institutes of Health (NIH) fund", "Funding grew."),
+     ('He said "stop." Then', 'He said "stop."'), ("Rest. **Sleep well.** Then", "Rest. **Sleep well.**"),
+     ("Use a tool. For example, e.g. the", "Use a tool."),
+     # An open code block goes, and the lead-in that announced it.
+     ("Python reads well. For example, this code:\n```python\ndef f(x):\n    return", "Python reads well."),
+     ("Rest. Here:\n### Tips\n", "Rest."),
+     # No sentence ended: the last clause of 8 words or more, closed; else nothing.
+     ("Bubble sort steps through the list to be sorted and compares pairs, swapping them if they are in the wrong",
+      "Bubble sort steps through the list to be sorted and compares pairs."),
+     ("no sentence ended, so the point keeps its title", "")],
 )  # fmt: skip
 def test_a_budget_cut_loses_its_unfinished_sentence(text, kept):
     assert drop_cut_sentence(text) == kept
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [("Rest restores focus. Here are some tips:", "Rest restores focus."),
+     ("Rest restores focus. **Examples:**", "Rest restores focus."),
+     ("Rest matters.\nHere are the key differences:\n- **Use Cases**:", "Rest matters."),
+     ("Try these:", ""), ("Rest helps.\n## Tips", "Rest helps."),
+     ("Try these:\n- **Nap**: twenty minutes.", "Try these:\n- **Nap**: twenty minutes."),
+     ("Ratios such as 3:1 matter.", "Ratios such as 3:1 matter.")],
+)  # fmt: skip
+def test_a_lead_in_left_last_goes(text, kept):
+    assert drop_lead_in(text) == kept
+
+
+def test_a_list_that_ran_into_other_points_leaves_no_lead_in():
+    # The branch of point 2 lists the skeleton's own points; the cut there left its lead-in last.
+    raw = "Ranking saves time. Here are some strategies to prioritize tasks:\n\n1. **Set clear goals**: write them."
+    text, repairs = clean_expansion(raw, 1, POINTS)
+    assert text == "Ranking saves time."
+    assert repairs == ("cut text that ran into another point", "dropped a lead-in left last")
