@@ -18,7 +18,7 @@ from sglang_specsot.bench.report import Row
 
 VS_PLAIN, VS_SPEC, VS_SOT, MIN_COVERAGE = 3.0, 1.5, 1.5, 0.9
 # The quality bar: no question's answer below this coverage, loop-ended branches
-# under this share, and no skeleton with code or a repeated point.
+# under this share, no skeleton with code or a repeated point, and no point that ends cut.
 WORST_COVERAGE, MAX_BRANCH_LOOPS = 0.6, 0.05
 SPEC_ONLY = ("NGRAM", "SPECSOT-ctx", "STANDALONE", "SPECSOT")
 SOT_ALONE = {"SpecSoT-server": "SoT-server", "SpecSoT-frontend": "SoT-frontend"}
@@ -132,10 +132,13 @@ def _quality(name: str, row: Row | None) -> list[Goal]:
     worst = row.min_normal_covered if row else None
     loops = row.branch_loops if row else None
     flawed = row.flawed_skeletons if row else None
+    cut = row.mid_sentence_points + row.lead_in_points if row and row.mid_sentence_points is not None else None
     return [
         _at_least(f"{name} worst question covers the normal answer", worst, WORST_COVERAGE),
         Goal(f"{name} loop-ended branches", loops, f"< {MAX_BRANCH_LOOPS:g}", None if loops is None else loops < MAX_BRANCH_LOOPS),
         Goal(f"{name} skeletons with code or repeated points", flawed, "0", None if flawed is None else flawed == 0),
+        Goal(f"{name} points ending mid-sentence or on an empty lead-in", cut, "0",
+             None if cut is None else cut == 0),
     ]  # fmt: skip
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
 from sglang_specsot.bench.configs import BASELINE, GREEDY_PAIRS
+from sglang_specsot.bench.endings import endings
 from sglang_specsot.bench.metrics import LOSS, TIE, WIN
 from sglang_specsot.bench.quality import Quality
 from sglang_specsot.bench.store import OK, CellResult
@@ -37,6 +38,10 @@ class Row:
     looped: float | None
     branch_loops: float | None  # share of SoT branches that ended in a loop (trace "ended")
     empty_points: float | None  # share of SoT points whose branch gave nothing but the title
+    # SoT points that end cut (bench.endings), counted over the row's SoT answers: mid-sentence,
+    # and on a lead-in with nothing after it ("Here are some tips:" and no tips).
+    mid_sentence_points: int | None
+    lead_in_points: int | None
     flawed_skeletons: int | None  # skeletons holding code or a repeated point (see skeleton_flawed)
     normal_covered: float | None
     min_normal_covered: float | None  # the worst question's coverage
@@ -105,6 +110,7 @@ def _row(name, subset, mine: list[CellResult], ups, quality_by, judged: dict, ca
         _mean(c.points for c in sot), attr(lambda c: c.accept_length),
         attr(lambda c: float(c.path == "sot")), attr(lambda c: float(c.fallback)), attr(lambda c: float(c.hit_cap)), attr(lambda c: float(c.looped)),
         _mean(float(b.ended == "loop") for c in sot for b in c.branches), _empty_share(sot),
+        *_cut_points(sot),
         sum(skeleton_flawed(c.skeleton_text) for c in ok if c.skeleton_text) if ok else None,
         _mean(x.normal_covered for x in q), min((x.normal_covered for x in q if x.normal_covered is not None), default=None),
         _mean(x.normal_matched for x in q), _mean(x.answer_covered for x in q), _mean(x.cosine for x in q),
@@ -119,6 +125,15 @@ def _empty_share(sot: list[CellResult]) -> float | None:
     counted = [c for c in sot if c.empty_points is not None]
     points = sum(c.points for c in counted)
     return sum(c.empty_points for c in counted) / points if points else None
+
+
+def _cut_points(sot: list[CellResult]) -> tuple[int | None, int | None]:
+    """(points ending mid-sentence, points ending on an empty lead-in) over the SoT answers;
+    None for both where there is none. Read from the answers, so older runs are counted too."""
+    if not sot:
+        return None, None
+    found = [endings(c.answer) for c in sot]
+    return sum(len(e.mid_sentence) for e in found), sum(len(e.lead_in) for e in found)
 
 
 def skeleton_flawed(text: str) -> bool:
@@ -156,6 +171,9 @@ def per_question(cells: dict[tuple[int, str], CellResult], quality: list[Quality
                "points": cell.points, "accept_length": cell.accept_length, "hit_cap": cell.hit_cap,
                "looped": cell.looped, "fallback": cell.fallback, "empty_points": cell.empty_points,
                "load": cell.load, "commit": cell.commit}  # fmt: skip
+        if cell.status == OK and cell.path == "sot":
+            found = endings(cell.answer)
+            row.update(mid_sentence=len(found.mid_sentence), lead_in=len(found.lead_in), cut_points=found.cut)
         q = quality_by.get(key, {})
         row.update({k: q[k] for k in ("normal_covered", "normal_matched", "answer_covered", "cosine", "length_ratio",
                                        "asks", "asks_addressed") if k in q})  # fmt: skip
@@ -168,7 +186,8 @@ COLUMNS = [("config", "config"), ("subset", "subset"), ("ok", "ok"), ("failed", 
            ("tokens_per_s", "tok/s"), ("skeleton_s", "skeleton s"), ("longest_branch_s", "longest branch s"),
            ("points", "points"), ("accept_length", "accept"), ("sot_share", "SoT path"),
            ("fallback", "fallback"),           ("hit_cap", "hit cap"), ("looped", "looped"), ("branch_loops", "branch loops"),
-           ("empty_points", "empty points"),
+           ("empty_points", "empty points"), ("mid_sentence_points", "mid-sentence points"),
+           ("lead_in_points", "empty lead-ins"),
            ("flawed_skeletons", "flawed skeletons"), ("normal_covered", "covers normal"),
            ("min_normal_covered", "worst covers normal"), ("normal_matched", "covers normal 1:1"),
            ("answer_covered", "covered by normal"), ("cosine", "cosine"), ("length_ratio", "length ratio"),
@@ -197,6 +216,7 @@ QUESTION_COLUMNS = [("question_id", "q"), ("config", "config"), ("status", "stat
                     ("speedup", "speed-up"), ("tokens", "out tok"), ("path", "path"), ("points", "points"),
                     ("skeleton_s", "skeleton s"), ("longest_branch_s", "longest branch s"),
                     ("accept_length", "accept"), ("hit_cap", "hit cap"), ("looped", "looped"),
+                    ("cut_points", "cut points"),
                     ("normal_covered", "covers normal"), ("normal_matched", "covers normal 1:1"),
                     ("asks_addressed", "asks addressed"), ("load", "load avg")]  # fmt: skip
 

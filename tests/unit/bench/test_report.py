@@ -93,3 +93,25 @@ def test_controls_score_known_halves_and_other_questions_with_both_measures():
     # The other suitable question's answer shares no sentence with this one's.
     assert by["other question"].covered == 0.0 and by["other question"].matched == 0.0
     assert controls(cells_of(cell(1, "plain", answer=first)), WordEmbedder()) == []  # one question: nothing to swap
+
+
+def test_points_that_end_cut_are_counted_per_configuration_and_per_question():
+    from sglang_specsot.bench.goals import check
+
+    cut = "1. Sleep. Rest helps.\n2. Food. For example, the National Institutes of Health (NIH)\n3. Move. Tips:"
+    whole = "1. Sleep. Rest helps.\n2. Food. Tips:\n   - **Rice**: cheap."
+    cells = cells_of(cell(1, "plain"), sot_cell(1, "SpecSoT-server", 1.0, answer=cut),
+                     cell(2, "plain"), sot_cell(2, "SpecSoT-server", 1.0, answer=whole),
+                     cell(3, "plain"), cell(3, "SpecSoT-server", answer="Answered normally, so not counted"))  # fmt: skip
+    rows = {(r.config, r.subset): r for r in summarize(cells, [])}
+    spec = rows[("SpecSoT-server", "all")]
+    assert (spec.mid_sentence_points, spec.lead_in_points) == (1, 1)
+    assert (rows[("plain", "all")].mid_sentence_points, rows[("plain", "all")].lead_in_points) == (None, None)
+    assert "| mid-sentence points | empty lead-ins |" in markdown(list(rows.values())).splitlines()[0]
+    by_question = {(r["question_id"], r["config"]): r for r in per_question(cells, [])}
+    assert by_question[(1, "SpecSoT-server")]["cut_points"] == 2
+    assert by_question[(2, "SpecSoT-server")]["cut_points"] == 0
+    assert "cut_points" not in by_question[(3, "SpecSoT-server")]  # the normal path
+    goals = {g.name: g for g in check(list(rows.values()))}
+    goal = goals["SpecSoT-server points ending mid-sentence or on an empty lead-in"]
+    assert (goal.value, goal.met) == (2, False)
