@@ -2,8 +2,9 @@
 
 - The host changes implemented outside the SGLang boundary get their code here. The ledger
   (host/changes.py) says what each change does to SGLang and why; where the code it installs
-  lives in cpu/, serving/ or speculative/, which all import the boundary, the entry names no
-  function (its `hook` is None) and the factory is supplied from here.
+  lives in another package (costs/, cpu/, serving/, speculative/; the last three import the
+  boundary), the entry names no function (its `hook` is None) and the factory is supplied
+  from here.
 - The SPECSOT workers get the CPU's part of their work (speculative/device.py): the draft
   model's int8 weights and the OpenMP report, from cpu/, which speculative/ does not import.
 """
@@ -54,6 +55,18 @@ def _server_info() -> Callable:
     return add_speculative_after
 
 
+def _row_cost_probe() -> Callable:
+    from sglang_specsot.costs.probe import probe_after_start_up
+
+    return probe_after_start_up
+
+
+def _row_costs_report() -> Callable:
+    from sglang_specsot.costs.published import add_row_costs_after
+
+    return add_row_costs_after
+
+
 # Host change name -> the factory of what it installs (lazy: it may import torch or SGLang).
 HOST_CHANGE_HOOKS: dict[str, Callable[[], Callable]] = {
     "omp-spin-on-cpu": lambda: keep_workers_spinning,
@@ -64,6 +77,8 @@ HOST_CHANGE_HOOKS: dict[str, Callable[[], Callable]] = {
     "sot-chat-route": _chat_route,
     "reject-unservable-requests": _request_checks,
     "server-info-specsot": _server_info,
+    "row-cost-probe": _row_cost_probe,
+    "server-info-row-costs": _row_costs_report,
 }
 
 

@@ -1,5 +1,6 @@
-"""What a forward costs on this machine by rows: the start-up probe (`probe.py`, torch) and
-the cost model it feeds (`cost_model.py`, plain Python).
+"""What a forward costs on this machine by rows: the start-up probe (`probe.py`, torch), the
+cost model it feeds (`cost_model.py`, plain Python), and the scheduler's published curve that
+/server_info reports (`published.py`).
 
 Below both the SPECSOT worker (speculative/) and the serving layer (serving/), so that any
 server, whatever its speculative algorithm, can measure its row-cost curve; the CPU's int8

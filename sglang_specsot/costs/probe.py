@@ -16,6 +16,7 @@ from typing import TypeVar
 
 import torch
 
+from sglang_specsot.costs import published
 from sglang_specsot.costs.cost_model import ForwardCost
 
 logger = logging.getLogger(__name__)
@@ -106,3 +107,22 @@ def _time_products(products, inputs: dict[tuple[int, torch.dtype], torch.Tensor]
         product(inputs[(k, dtype)])
     _sync(device)
     return (time.perf_counter() - start) * 1e3
+
+
+def probe_after_start_up(result, controller, scheduler, record_step_time):
+    """AFTER hook on SchedulerInternalStateController.__init__ (host change row-cost-probe):
+    probe the target model once the scheduler has loaded it, unless its spec worker published
+    its own curve (SPECSOT measures the same at its start-up). A model the probe cannot time
+    leaves the curve unknown, which SoT's routing reports and steps around, rather than
+    stopping a server that would otherwise serve."""
+    if published.published() is not None:
+        return result
+    try:
+        cost = probe_forward_cost(scheduler.tp_worker.model_runner.model)
+    except (AssertionError, AttributeError, RuntimeError) as exc:
+        logger.warning("sglang-specsot: no row-cost curve for this server (%s: %s); SoT routes by the router alone",
+                       type(exc).__name__, exc)  # fmt: skip
+        return result
+    published.publish(cost)
+    logger.info("sglang-specsot row costs measured at start-up (target, ms by rows): %s", cost.info())
+    return result

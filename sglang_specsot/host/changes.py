@@ -447,6 +447,55 @@ register_host_change(
 )
 
 
+# --- Every server's row-cost curve, measured at start-up and in /server_info (costs/) -----------
+# One upstream diff, two entries: the probe once the model is loaded, and its report. Server-side
+# SoT prices its answers by the curve (sot/latency.py) on every server, whatever its algorithm.
+
+_ROW_COSTS_PATCH = "row-cost-probe.diff"
+
+register_host_change(
+    HostChange(
+        name="row-cost-probe",
+        target=(
+            "sglang.srt.managers.scheduler_components.internal_state."
+            "SchedulerInternalStateController.__init__"
+        ),
+        hook_type="after",
+        hook=None,  # costs/probe.py: probe_after_start_up
+        why=(
+            "SGLang measures no forward's cost by rows; SPECSOT's worker probes its target at "
+            "start-up, but a server of any other algorithm has no such curve, and SoT's routing "
+            "needs it on every server. No seam runs plugin code once the model is loaded and "
+            "before serving: the scheduler builds its internal-state controller at start-up after "
+            "its model workers (sglang/srt/managers/scheduler.py:735, after :568), and the hook "
+            "probes the target's weight products by rows there (costs/probe.py), where SPECSOT "
+            "has not published its own."
+        ),
+        patch=_ROW_COSTS_PATCH,
+    )
+)
+
+register_host_change(
+    HostChange(
+        name="server-info-row-costs",
+        target=(
+            "sglang.srt.managers.scheduler_components.internal_state."
+            "SchedulerInternalStateController.get_internal_state"
+        ),
+        hook_type="after",
+        hook=None,  # costs/published.py: add_row_costs_after
+        why=(
+            "/server_info returns each scheduler's internal state "
+            "(managers/scheduler_components/internal_state.py:45-63), which a plugin cannot add "
+            "to. The hook adds the scheduler's row-cost curve (the start-up probe, or SPECSOT's "
+            "cost model with the overhead it learned from real steps) under 'specsot_row_costs', "
+            "where the HTTP process reads it (TokenizerManager.get_internal_state) to price SoT."
+        ),
+        patch=_ROW_COSTS_PATCH,
+    )
+)
+
+
 # --- The draft model's forwards, for the length of one call (host/adapter.py) ------------------
 # Both wrap only the forward of sglang-specsot's own draft model runner, while SGLang's draft
 # loop or draft-extend runs; both need the eager CPU draft backend (the draft chain that

@@ -23,6 +23,7 @@ import time
 
 import torch
 
+from sglang_specsot.costs import published
 from sglang_specsot.costs.cost_model import CostModel, StepCostTable
 from sglang_specsot.costs.probe import probe_forward_cost
 from sglang_specsot.host import adapter as sgl
@@ -76,6 +77,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         # The cost model is measured on every start-up (and shown in /server_info); the
         # budget policy uses it unless SGLANG_SPECSOT_FIXED_WINDOW=1.
         self.cost = CostModel(target=probe_forward_cost(self.model_runner.model))
+        published.publish(self.cost.target)  # the server's curve in /server_info, for SoT's routing
         self.step_costs = StepCostTable()  # real step times, where the model prices them wrong
         # Wall-clock step times mean something only where the host waits for the forward.
         self._refresh_costs = torch.device(self.device).type == "cpu"

@@ -19,11 +19,12 @@ FORBIDDEN = ("sglang", "torch", "transformers")
 PACKAGE_DIR = Path(sglang_specsot.__file__).parent
 SOT_MODULES = sorted(f"sglang_specsot.sot.{m.name}" for m in pkgutil.iter_modules([str(PACKAGE_DIR / "sot")]))
 # The pure parts of speculative/ (the drafter's tree shape, the SoT-context drafter, the
-# budget policy), and the cost model it reads (costs/).
+# budget policy), and the cost model it reads and the curve it publishes (costs/).
 SPECULATIVE_MODULES = [
     "sglang_specsot.speculative.context_draft",
     "sglang_specsot.speculative.draft_tree",
     "sglang_specsot.costs.cost_model",
+    "sglang_specsot.costs.published",
     "sglang_specsot.speculative.budget",
     "sglang_specsot.speculative.shadow",
 ]

@@ -3,9 +3,11 @@ seconds spoils one sweep's time of a row count, not the cost model of the server
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
-from sglang_specsot.costs import probe
+from sglang_specsot.costs import probe, published
 
 
 class _Tiny(torch.nn.Module):
@@ -56,3 +58,26 @@ def test_a_layer_with_an_int8_copy_is_timed_through_its_quant_method():
     model.proj.quant_method, model.proj.specsot_int8_plan = Method(), ("int8",) * 4
     probe.probe_forward_cost(model, rows=(1, 8), sweeps=1)
     assert calls == [1, 8, 1, 8]  # the warm-up sweep and one timed sweep, once per row count
+
+
+def _scheduler(model) -> SimpleNamespace:
+    return SimpleNamespace(tp_worker=SimpleNamespace(model_runner=SimpleNamespace(model=model)))
+
+
+def test_every_server_probes_at_start_up_unless_its_worker_published_and_reports_the_curve(monkeypatch):
+    monkeypatch.setattr(published, "_published", None)
+    assert probe.probe_after_start_up("result", None, _scheduler(_Tiny()), False) == "result"
+    cost = published.published()
+    assert cost is not None and cost.probe_rows == probe.PROBE_ROWS
+    probe.probe_after_start_up(None, None, _scheduler(None), False)  # a SPECSOT worker's curve stands
+    assert published.published() is cost
+    out = published.add_row_costs_after(SimpleNamespace(internal_state={}), None, None)
+    assert out.internal_state[published.REPORT_KEY]["probe_rows"] == list(probe.PROBE_ROWS)
+
+
+def test_a_model_the_probe_cannot_time_leaves_the_curve_unknown(monkeypatch, caplog):
+    monkeypatch.setattr(published, "_published", None)
+    probe.probe_after_start_up(None, None, _scheduler(torch.nn.LayerNorm(4)), False)  # no 2-D weight
+    assert published.published() is None and "no row-cost curve" in caplog.text
+    out = published.add_row_costs_after(SimpleNamespace(internal_state={"x": 1}), None, None)
+    assert out.internal_state == {"x": 1, published.REPORT_KEY: None}
