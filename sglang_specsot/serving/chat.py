@@ -8,9 +8,11 @@ as it came. A FastAPI middleware or route would have to re-parse and re-validate
 
 A request opts in with the `specsot` field (serving/field.py); left at the server default
 "off", requests that do not opt in go to SGLang's own handler untouched. "auto" routes by
-`sot.router`, and answers normally when no SoT slot is free ("busy"); "on" forces SoT. A
-question the router sends to a normal answer is answered by SGLang's own handler (its
-response gains `metadata.specsot`). On a server that
+`sot.router`, then by the latency model (`sot.latency`, fed by serving/costs.py: the server's
+row-cost curve and load), which keeps SoT only where it is predicted faster by a margin, and
+answers normally when no SoT slot is free ("busy"); "on" forces SoT. A question sent to a
+normal answer is answered by SGLang's own handler (its response gains `metadata.specsot`,
+the latency model's numbers under `route.latency`). On a server that
 can run it (`skeleton_constraint.constraint_runs`), the skeleton is constrained to numbered
 points unless the client sent its own processor.
 
@@ -36,6 +38,7 @@ from collections.abc import Callable
 
 from sglang_specsot.host import adapter as sgl
 from sglang_specsot.serving.backend import TokenizerManagerBackend
+from sglang_specsot.serving.costs import server_costs
 from sglang_specsot.serving.field import FIELD, SoTField, default_mode, parse_field, server_limits
 from sglang_specsot.serving.gate import GateFull, GroupGate, Reservation
 from sglang_specsot.serving.request_checks import check_custom_logit_processor
@@ -43,9 +46,15 @@ from sglang_specsot.serving.responses import aborted_completion, chat_completion
 from sglang_specsot.serving.router import server_router, warm_up, with_server_classifier
 from sglang_specsot.serving.skeleton_constraint import with_server_constraint
 from sglang_specsot.serving.stream import SoTStream
+from sglang_specsot.sot.latency import AnswerShape, LengthBook, decide, unpriced
 from sglang_specsot.sot.limits import SoTLimits, answer_cap
+from sglang_specsot.sot.phases import SOT, SoTAnswer, route_trace
+from sglang_specsot.sot.prompts import expansion_prompt
 from sglang_specsot.sot.router import RouteDecision
-from sglang_specsot.sot.runner import RoutePhase, SoTOptions, SoTPhaseError, new_group, route_phase, run_sot
+from sglang_specsot.sot.runner import (
+    RoutePhase, SoTOptions, SoTPhaseError, new_group, plain_request, priced_route, route_phase, run_sot,
+    skeleton_request,
+)  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +158,8 @@ class _SoTChat:
             return self._error(str(exc))
         # Off the event loop: the classifier encodes the question (and may still be loading).
         options, route = await asyncio.to_thread(_route, question, options)
+        if route.decision.use_sot and self.field.mode == "auto":
+            route = await self._priced(question, options, route)
         reservation = None
         if route.decision.use_sot and self.field.mode == "auto":
             reservation = await sot_gate().reserve()
@@ -156,7 +167,7 @@ class _SoTChat:
                 route = _busy(route, sot_gate())
                 logger.info("SoT group %s answered normally: every SoT slot is taken", self.group)
         if not route.decision.use_sot:
-            return _annotate(await self._sglang(), route)
+            return self._observed(_annotate(await self._sglang(), route), route)
         try:
             return await self._sot(question, options, route, reservation)
         finally:
@@ -165,6 +176,40 @@ class _SoTChat:
 
     async def _sglang(self):
         return await self.original(self.serving, self.request, self.raw_request)
+
+    async def _priced(self, question: str, options: SoTOptions, route: RoutePhase) -> RoutePhase:
+        """The route with the latency model's verdict (sot/latency.py): SoT only where it is
+        predicted faster by the margin on this server, at its load now."""
+        costs = server_costs(self.serving.tokenizer_manager)
+        curve, why = await costs.curve()
+        load = await costs.load()
+        if curve is None:
+            return priced_route(route, unpriced(load, why))
+        shape = await asyncio.to_thread(self._shape, question, options, costs.book)  # tokenizes
+        decision = decide(curve, load, shape)
+        logger.debug("SoT group %s priced: %s", self.group, decision.reason)
+        return priced_route(route, decision)
+
+    def _shape(self, question: str, options: SoTOptions, book: LengthBook) -> AnswerShape:
+        """The answer's expected shape, its prompts counted by the model's own tokenizer."""
+        tokenizer = self.serving.tokenizer_manager.tokenizer
+        count = lambda text: len(tokenizer.encode(text))  # noqa: E731
+        points = ["x"] * book.points(options.config)  # the skeleton itself is added as expected
+        branch = expansion_prompt(question, points, 0, instructions=options.system_prompt)
+        return book.shape(
+            options.config, options.max_new_tokens,
+            count(plain_request(question, self._render, options, self.group).prompt),
+            count(skeleton_request(question, self._render, options, self.group).prompt),
+            count(branch.render(self._render)),
+        )  # fmt: skip
+
+    def _observed(self, response, route: RoutePhase):
+        """`response` after noting its length: a normal answer the latency model chose for a
+        question the router found suitable is what it expects SoT to beat."""
+        usage = getattr(response, "usage", None)
+        if route.latency is not None and route.latency.shape is not None and usage is not None:
+            server_costs(self.serving.tokenizer_manager).book.observe_normal(usage.completion_tokens)
+        return response
 
     async def _sot(self, question: str, options: SoTOptions, route: RoutePhase, reservation: Reservation | None):
         try:
@@ -181,8 +226,10 @@ class _SoTChat:
 
         async def run(on_delta=None):
             async with sot_gate().slot(reservation):
-                return await run_sot(question, backend, self._render, options, group=self.group,
-                                     on_delta=on_delta, route=route)  # fmt: skip
+                answer = await run_sot(question, backend, self._render, options, group=self.group,
+                                       on_delta=on_delta, route=route)  # fmt: skip
+            _note_lengths(server_costs(self.serving.tokenizer_manager).book, answer)
+            return answer
 
         if self.request.stream:
             return await self._streaming(run)
@@ -258,11 +305,17 @@ def _route(question: str, options: SoTOptions) -> tuple[SoTOptions, RoutePhase]:
 
 def _annotate(response, route: RoutePhase):
     """Say on SGLang's own non-streamed response why SoT did not answer."""
-    decision = route.decision
     if hasattr(response, "metadata") and hasattr(response, "choices"):
-        trace = {"path": "normal", "reason": decision.reason, "route": {"rule": decision.rule}}
+        trace = {"path": "normal", "reason": route.decision.reason, "route": route_trace(route)}
         response.metadata = {**(response.metadata or {}), FIELD: trace}
     return response
+
+
+def _note_lengths(book: LengthBook, answer: SoTAnswer) -> None:
+    """An SoT answer's skeleton and branch lengths, for the next answers' expected shape."""
+    if answer.path == SOT and answer.skeleton is not None and answer.branches is not None:
+        branches = [b.result.completion_tokens for b in answer.branches.results]
+        book.observe_sot(answer.skeleton.result.completion_tokens, branches)
 
 
 def _client_processor_error(options: SoTOptions, server_args) -> str | None:

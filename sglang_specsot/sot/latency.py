@@ -279,10 +279,12 @@ class LengthBook:
               branch_prompt_tokens: int = 0) -> AnswerShape:  # fmt: skip
         """The expected shape of an answer capped at `cap` completion tokens (None: uncapped):
         the normal answer within the cap; the skeleton within its budget; the points' branches
-        within the budgets sot/budget.py would give them, each at most its recent median."""
+        within the budgets sot/budget.py would give them, each at most its recent median.
+        `branch_prompt_tokens` counts the branches' shared prompt without the skeleton's points,
+        which the shape adds as the skeleton expected."""
         normal = _median(self._normal, PRIOR_NORMAL_TOKENS)
         skeleton = min(_median(self._skeleton, PRIOR_SKELETON_TOKENS), skeleton_budget(config, cap))
-        points = max(config.min_points, min(_median(self._points, PRIOR_POINTS), config.branch_cap))
+        points = self.points(config)
         left = None if cap is None else max(0, cap - skeleton)
         branches = (Branch(i, str(i), config.default_branch_tokens, None) for i in range(points))
         plan = fit_plan(BranchPlan(tuple(branches), config.max_running), left, config)
@@ -290,8 +292,13 @@ class LengthBook:
         typical = _median(self._branch, max(budgets))
         return AnswerShape(
             normal if cap is None else min(cap, normal), skeleton, tuple(min(b, typical) for b in budgets),
-            config.max_running, prompt_tokens, skeleton_prompt_tokens, branch_prompt_tokens,
+            config.max_running, prompt_tokens, skeleton_prompt_tokens,
+            branch_prompt_tokens + skeleton if branch_prompt_tokens else 0,
         )  # fmt: skip
+
+    def points(self, config: SoTConfig) -> int:
+        """The points a skeleton is expected to have, within what `config` plans."""
+        return max(config.min_points, min(_median(self._points, PRIOR_POINTS), config.branch_cap))
 
     def info(self) -> dict:
         return {"seen": {"normal": len(self._normal), "sot": len(self._skeleton)},

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sglang_specsot.sot.latency import LatencyDecision
 from sglang_specsot.sot.loops import find_loop
 from sglang_specsot.sot.merge import MergedAnswer
 from sglang_specsot.sot.planner import BranchPlan
@@ -91,6 +92,9 @@ class SoTPhaseError(RuntimeError):
 class RoutePhase:
     decision: RouteDecision
     seconds: float
+    # The latency model's verdict where it priced the answer (mode "auto" on a server; set by
+    # runner.priced_route): SoT's and the normal answer's predicted times and why.
+    latency: LatencyDecision | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,8 +231,7 @@ def _trace(answer: SoTAnswer) -> dict:
         "seconds": answer.seconds,
         "usage": {"prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens},
         "spec_accept_length": answer.accept_length,
-        "route": {"use_sot": answer.route.decision.use_sot, "rule": answer.route.decision.rule,
-                  "seconds": answer.route.seconds},
+        "route": route_trace(answer.route),
     }  # fmt: skip
     if answer.skeleton is not None:
         trace["skeleton"] = _skeleton_trace(answer.skeleton)
@@ -241,6 +244,13 @@ def _trace(answer: SoTAnswer) -> dict:
     if answer.normal is not None:
         trace["normal"] = {"seconds": answer.normal.seconds, **_gen_trace(answer.normal.result)}
     return trace
+
+
+def route_trace(route: RoutePhase) -> dict:
+    """The route's part of a trace: the router's choice and, where it ran, the latency model's."""
+    decision = route.decision
+    out = {"use_sot": decision.use_sot, "rule": decision.rule, "seconds": route.seconds}
+    return out if route.latency is None else {**out, "latency": route.latency.info()}
 
 
 def _skeleton_trace(skeleton: SkeletonPhase) -> dict:

@@ -16,12 +16,13 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from sglang_specsot.sot.asks import cover_asks, derived_parse
 from sglang_specsot.sot.budget import fit_plan, min_sot_tokens, remaining, skeleton_budget
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
+from sglang_specsot.sot.latency import LatencyDecision
 from sglang_specsot.sot.merge import MergedPoint, clean_expansion, drop_cut_sentence, format_point, merge_answer
 from sglang_specsot.sot.planner import BranchPlan, plan_branches
 from sglang_specsot.sot.prompts import expansion_prompt, format_skeleton, normal_messages, skeleton_prompt
@@ -155,6 +156,15 @@ def route_phase(question: str, options: SoTOptions) -> RoutePhase:
         why = f"max_new_tokens={options.max_new_tokens} is below {floor}, the least an SoT answer fits in"
         decision = RouteDecision(False, "cap_too_small", why)
     return RoutePhase(decision, time.perf_counter() - started)
+
+
+def priced_route(route: RoutePhase, latency: LatencyDecision) -> RoutePhase:
+    """The route with the latency model's verdict (sot/latency.py): a normal answer where SoT
+    is predicted no faster; the router's choice, now with its numbers, otherwise."""
+    decision = route.decision
+    if decision.use_sot and not latency.use_sot:
+        decision = RouteDecision(False, "latency", latency.reason)
+    return replace(route, decision=decision, latency=latency)
 
 
 def _fits_sot(options: SoTOptions) -> bool:

@@ -38,11 +38,20 @@ class _TokenizerManager:
     context_len = CONTEXT
     num_reserved_tokens = 0
 
-    def __init__(self, abort: dict | None = None, abort_role: str = "branch") -> None:
+    def __init__(self, abort: dict | None = None, abort_role: str = "branch", row_costs: dict | None = None) -> None:
         self.tokenizer = _Tokenizer()
         self.server_args = SimpleNamespace(enable_custom_logit_processor=False)
         self.abort, self.abort_role = abort, abort_role  # the finish reason that role ends with
         self.requests: list[GenerateReqInput] = []
+        self.row_costs = row_costs  # the scheduler's curve (None: its probe could not time the model)
+        self.running = 0  # requests in the scheduler's running batch
+
+    async def get_internal_state(self):
+        return [{"specsot_row_costs": self.row_costs}]
+
+    async def get_loads(self):
+        return [SimpleNamespace(num_running_reqs=self.running, num_waiting_reqs=0, max_running_requests=64,
+                                decode_moments=None)]  # fmt: skip
 
     async def generate_request(self, obj, raw_request=None):
         self.requests.append(obj)
@@ -341,3 +350,42 @@ def test_a_request_that_leaves_sot_before_its_answer_starts_gives_its_slot_back(
 
     first, reservation = asyncio.run(scenario())
     assert first.by == "sglang" and reservation is not None
+
+
+# -- mode "auto" priced by the server's row costs (sot/latency.py) ---------------------------------
+
+LINEAR = {"probe_rows": [1, 4, 8], "probe_ms": [197.0, 677.0, 1355.0], "overhead_ms": 0.0, "observed_steps": 0}
+CHEAP = {"probe_rows": [1, 8, 64], "probe_ms": [174.0, 177.0, 285.0], "overhead_ms": 134.0, "observed_steps": 0}
+
+
+def test_in_mode_auto_linear_row_costs_answer_normally_with_the_numbers_in_the_metadata():
+    response = asyncio.run(_respond(_TokenizerManager(row_costs=LINEAR), "auto"))
+    trace = response.metadata["specsot"]
+    assert response.by == "sglang" and trace["route"]["rule"] == "latency" and trace["reason"].startswith("a normal")
+    latency = trace["route"]["latency"]
+    assert latency["use_sot"] is False and latency["sot_ms"] > latency["normal_ms"] > 0
+    assert latency["curve"] == "start-up probe" and latency["running"] == 0 and latency["margin"] == 0.15
+
+
+def test_in_mode_auto_cheap_rows_give_sot_and_it_steps_aside_as_the_batch_grows():
+    tm = _TokenizerManager(row_costs=CHEAP)
+    sot = asyncio.run(_respond(tm, "auto", max_tokens=400))
+    latency = sot.metadata["specsot"]["route"]["latency"]
+    assert sot.metadata["specsot"]["path"] == "sot" and latency["use_sot"] and latency["ratio"] < 0.85
+    tm.running = 63
+    busy = asyncio.run(_respond(tm, "auto", max_tokens=400))
+    assert busy.by == "sglang" and busy.metadata["specsot"]["route"]["latency"]["running"] == 63
+    tm.running = 0
+    assert asyncio.run(_respond(tm, "auto", max_tokens=400)).metadata["specsot"]["path"] == "sot"
+
+
+def test_without_a_curve_auto_keeps_the_routers_choice_and_says_why():
+    response = asyncio.run(_respond(_TokenizerManager(row_costs=None), "auto"))
+    latency = response.metadata["specsot"]["route"]["latency"]
+    assert response.metadata["specsot"]["path"] == "sot" and latency["curve"] == "unknown"
+    assert "probe could not time" in latency["reason"]
+
+
+def test_mode_on_is_not_priced():
+    response, _ = _answer({"mode": "on"}, tm=_TokenizerManager(row_costs=LINEAR))
+    assert response.metadata["specsot"]["path"] == "sot" and "latency" not in response.metadata["specsot"]["route"]

@@ -141,3 +141,20 @@ def test_the_length_book_starts_from_priors_and_follows_what_it_sees():
     assert seen.normal_tokens == 80 and seen.skeleton_tokens == 24  # the last 3: 70, 80, 90
     assert seen.branch_tokens == (45, 45, 45)
     assert book.info()["seen"] == {"normal": 3, "sot": 1}
+
+
+def test_a_priced_route_turns_normal_only_where_sot_would_be_slower_and_keeps_the_numbers():
+    from sglang_specsot.sot.phases import RoutePhase, route_trace
+    from sglang_specsot.sot.router import RouteDecision
+    from sglang_specsot.sot.runner import priced_route
+
+    suitable, direct = RoutePhase(RouteDecision(True, "list_ask", "a list"), 0.0), RoutePhase(
+        RouteDecision(False, "math", "math"), 0.0)  # fmt: skip
+    slower = decide(EPYC_AVX2, ServerLoad(), held_out_shape(317))
+    priced = priced_route(suitable, slower)
+    assert (priced.decision.use_sot, priced.decision.rule, priced.decision.reason) == (False, "latency", slower.reason)
+    assert route_trace(priced)["latency"] == slower.info()
+    faster = decide(XEON, ServerLoad(), held_out_shape(317))
+    assert priced_route(suitable, faster).decision == suitable.decision
+    assert priced_route(direct, faster).decision == direct.decision  # the router's "no" stands
+    assert "latency" not in route_trace(suitable)
