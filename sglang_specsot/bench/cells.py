@@ -263,4 +263,5 @@ def from_trace(trace: dict) -> dict:
         "skeleton_constrained": skeleton.get("constrained") if skeleton else None,
         "branches": branches,
         "empty_points": len(merge.get("empty_points") or ()) if merge is not None else None,
+        "route_latency": (trace.get("route") or {}).get("latency"),
     }

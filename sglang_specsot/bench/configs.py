@@ -101,6 +101,10 @@ def matrix(has_draft: bool) -> list[CellConfig]:
         cells += [CellConfig("STANDALONE", "standalone", NORMAL), CellConfig("SPECSOT", "specsot", NORMAL)]
     cells += [
         CellConfig("SoT-server", "plain", SERVER_SOT, "on"),
+        # Mode "auto" on the same server: the router, then the latency model on the server's
+        # measured row costs (sot/latency.py), on every question; each answer's decision and
+        # its predicted times are in the cell (`route_latency`).
+        CellConfig("SoT-auto", "plain", SERVER_SOT, "auto"),
         # SoT-server, but a question that names its items still gets a generated skeleton:
         # what deriving the plan from the question (SoTConfig.derive_skeleton) changes.
         CellConfig("SoT-server-skeleton", "plain", SERVER_SOT, "on", sot_config=(("derive_skeleton", False),)),

@@ -171,6 +171,8 @@ def per_question(cells: dict[tuple[int, str], CellResult], quality: list[Quality
                "points": cell.points, "accept_length": cell.accept_length, "hit_cap": cell.hit_cap,
                "looped": cell.looped, "fallback": cell.fallback, "empty_points": cell.empty_points,
                "load": cell.load, "commit": cell.commit}  # fmt: skip
+        if cell.route_latency:  # mode "auto": what the latency model predicted and chose
+            row.update(route_latency=cell.route_latency, predicted_ratio=cell.route_latency.get("ratio"))
         if cell.status == OK and cell.path == "sot":
             found = endings(cell.answer)
             row.update(mid_sentence=len(found.mid_sentence), lead_in=len(found.lead_in), cut_points=found.cut)
@@ -213,7 +215,8 @@ def markdown(rows: list[Row]) -> str:
 
 
 QUESTION_COLUMNS = [("question_id", "q"), ("config", "config"), ("status", "status"), ("latency", "s"),
-                    ("speedup", "speed-up"), ("tokens", "out tok"), ("path", "path"), ("points", "points"),
+                    ("speedup", "speed-up"), ("tokens", "out tok"), ("path", "path"),
+                    ("predicted_ratio", "predicted SoT/normal"), ("points", "points"),
                     ("skeleton_s", "skeleton s"), ("longest_branch_s", "longest branch s"),
                     ("accept_length", "accept"), ("hit_cap", "hit cap"), ("looped", "looped"),
                     ("cut_points", "cut points"),

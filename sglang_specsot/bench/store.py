@@ -44,6 +44,8 @@ class CellResult:
     skeleton_constrained: bool | None = None  # a logit processor kept it to numbered points
     empty_points: int | None = None  # points whose branch gave only the title (None: not recorded)
     branches: tuple[Branch, ...] = field(default=())
+    # Mode "auto": the latency model's decision and predicted times (metadata.specsot.route.latency)
+    route_latency: dict | None = None
     load: float | None = None  # the machine's 1-minute load average when the answer arrived
     commit: str = ""  # the git commit of the code that measured it
 

@@ -71,6 +71,12 @@ def test_from_trace_places_branches_after_the_skeleton():
     assert fields["empty_points"] is None  # a trace without a merge (a fallback) counts none
 
 
+def test_from_trace_keeps_the_latency_models_decision():
+    decision = {"use_sot": False, "normal_ms": 9000.0, "sot_ms": 12000.0, "ratio": 1.333, "reason": "a normal answer"}
+    assert from_trace({"path": "normal", "route": {"rule": "latency", "latency": decision}})["route_latency"] == decision
+    assert from_trace(TRACE)["route_latency"] is None
+
+
 def test_from_trace_counts_the_points_the_merge_found_empty():
     assert from_trace({**TRACE, "merge": {"seconds": 0.0, "empty_points": [1]}})["empty_points"] == 1
     assert from_trace({**TRACE, "merge": {"seconds": 0.0, "empty_points": []}})["empty_points"] == 0

@@ -12,6 +12,9 @@ def test_matrix_with_a_draft_runs_spec_sot_on_the_draft_server():
     assert cells["SpecSoT-server"].server == "specsot" and cells["SpecSoT-server"].kind == SERVER_SOT
     router = cells["SpecSoT-router"]
     assert router.mode == "auto" and router.runs_on(False) and not router.runs_on(True)
+    auto = cells["SoT-auto"]  # the latency model's route, on every question of the plain server
+    assert (auto.server, auto.kind, auto.mode) == ("plain", SERVER_SOT, "auto")
+    assert auto.runs_on(True) and auto.runs_on(False)
 
 
 def test_matrix_without_a_draft_has_no_draft_servers():

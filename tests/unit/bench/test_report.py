@@ -55,6 +55,15 @@ def test_markdown_has_one_line_per_row_and_dashes_for_missing_values():
     assert "| - |" in table[2]
 
 
+def test_per_question_rows_show_what_auto_predicted():
+    import dataclasses
+
+    auto = dataclasses.replace(cell(1, "SoT-auto", 9.0), route_latency={"use_sot": False, "ratio": 1.4})
+    rows = {r["config"]: r for r in per_question(cells_of(cell(1, "plain", 10.0), auto), [])}
+    assert rows["SoT-auto"]["predicted_ratio"] == 1.4 and rows["SoT-auto"]["route_latency"]["use_sot"] is False
+    assert "predicted_ratio" not in rows["plain"]
+
+
 def test_per_question_rows_keep_failures_with_reasons():
     rows = per_question(CELLS, [])
     failed = [r for r in rows if r["status"] == FAILED]
