@@ -2,14 +2,19 @@
 
 Starts a SPECSOT SmolLM2-135M server on this CPU (or connects to one with --url), runs
 --clients concurrent clients on loopback for --duration seconds, each sending chat requests one
-after another: plain or SoT (`"specsot": {"mode": "on"}`), streaming or not, and --fault-share
-of them cut at random (the client disconnects, or a plain request is aborted by SGLang's
+after another: plain or SoT (`"specsot": {"mode": "on"}`; with `--sot-mode auto`, the same
+requests in mode "auto" and in mode "off"), streaming or not, and --fault-share of them cut at
+random (the client disconnects, or a plain request is aborted by SGLang's
 /abort_request). Then it stops sending, waits for the requests in flight, and reports sent /
 completed / failed / aborted / lost, latency percentiles (plain vs SoT), the scheduler's RSS and
 KV usage (/v1/loads) before and after, and the server's health. Exit status 1 when a request
 failed or was lost, or the server is unhealthy or not idle afterwards.
 
     python -m sglang_specsot.loadtest --duration 300 --clients 32 --out load.json
+
+With `--sot-mode auto` the report's latency "sot" is mode "auto" and "plain" the same requests
+in mode "off", and `sot_paths` counts how the non-streamed "auto" answers were given ("sot" or
+"normal", from `metadata.specsot.path`).
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ class Outcome:
     status: str = "lost"  # completed | failed | aborted | lost (set when the request ends)
     latency: float | None = None  # seconds, for completed requests
     detail: str = ""
+    path: str | None = None  # a non-streamed answer's metadata.specsot.path ("sot" or "normal")
 
 
 @dataclass
@@ -75,6 +81,7 @@ class Report:
     aborted: int = 0
     lost: int = 0
     latency: dict[str, dict[str, float]] = field(default_factory=dict)
+    sot_paths: dict[str, int] = field(default_factory=dict)  # how "sot" requests were answered
     before: dict = field(default_factory=dict)
     after: dict = field(default_factory=dict)
     rss_peak_mb: float | None = None
@@ -198,11 +205,15 @@ def _slope(points: list[tuple[float, float]]) -> float:
     return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else 0.0
 
 
-def request_body(kind: str, stream: bool, question: str, rid: str) -> dict:
+def request_body(kind: str, stream: bool, question: str, rid: str, sot_mode: str = "on") -> dict:
+    """A chat request: "sot" in `sot_mode`; "plain" a short plain one, or with `sot_mode` "auto"
+    the same request as "sot" in mode "off", so the two kinds' latencies compare like for like."""
     body = {"model": "default", "messages": [{"role": "user", "content": question}], "temperature": 0.7,
             "stream": stream, "max_tokens": PLAIN_MAX_TOKENS, "rid": rid}  # fmt: skip
+    if kind == "sot" or sot_mode == "auto":
+        mode = sot_mode if kind == "sot" else "off"
+        body.update(max_tokens=SOT_MAX_TOKENS, specsot={"mode": mode, "config": SOT_CONFIG})
     if kind == "sot":
-        body.update(max_tokens=SOT_MAX_TOKENS, specsot={"mode": "on", "config": SOT_CONFIG})
         del body["rid"]  # SoT names its own generations; a client rid would name none of them
     return body
 
@@ -234,6 +245,8 @@ def run_one(server: Server, outcome: Outcome, body: dict, rng: random.Random) ->
         outcome.status, outcome.detail = "failed", error
     else:
         outcome.status, outcome.latency = "completed", time.monotonic() - started
+        if not outcome.stream:
+            outcome.path = ((json.loads(raw).get("metadata") or {}).get("specsot") or {}).get("path")
 
 
 def _error_in(status: int, raw: bytes, stream: bool) -> str | None:
@@ -274,7 +287,7 @@ def client(server: Server, index: int, stop_at: float, outcomes: list[Outcome], 
         outcome = Outcome(kind, stream, fault)
         with lock:
             outcomes.append(outcome)
-        body = request_body(kind, stream, rng.choice(QUESTIONS), f"load-{args.seed}-{index}-{n}")
+        body = request_body(kind, stream, rng.choice(QUESTIONS), f"load-{args.seed}-{index}-{n}", args.sot_mode)
         run_one(server, outcome, body, rng)
 
 
@@ -288,7 +301,8 @@ def percentiles(values: list[float]) -> dict[str, float]:
 
 
 def run_load(server: Server, args) -> Report:
-    settings = {k: getattr(args, k) for k in ("clients", "duration", "sot_share", "stream_share", "fault_share", "seed")}
+    names = ("clients", "duration", "sot_mode", "sot_share", "stream_share", "fault_share", "seed")
+    settings = {k: getattr(args, k) for k in names}
     settings.update(plain_max_tokens=PLAIN_MAX_TOKENS, sot_max_tokens=SOT_MAX_TOKENS, sot_config=SOT_CONFIG)
     # oneDNN caches one primitive per new matmul shape (1,024 by default): most of the native
     # heap's growth under load, so a memory reading means little without it.
@@ -334,6 +348,9 @@ def _tally(report: Report, outcomes: list[Outcome]) -> None:
             report.failures.append(f"{o.kind} stream={o.stream} fault={o.fault}: {o.status} {o.detail}")
     for kind in ("plain", "sot"):
         report.latency[kind] = percentiles([o.latency for o in outcomes if o.kind == kind and o.latency is not None])
+    for o in outcomes:
+        if o.kind == "sot" and o.status == "completed" and not o.stream:
+            report.sot_paths[o.path or "unknown"] = report.sot_paths.get(o.path or "unknown", 0) + 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -342,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="smollm2-135m", help="model to fetch and serve when --url is not given")
     parser.add_argument("--clients", type=int, default=CLIENTS)
     parser.add_argument("--duration", type=float, default=DURATION, help="seconds of sending")
+    parser.add_argument("--sot-mode", choices=("on", "auto"), default="on",
+                        help='the mode of "sot" requests; with "auto", "plain" requests are the same in mode "off"')
     parser.add_argument("--sot-share", type=float, default=SOT_SHARE)
     parser.add_argument("--stream-share", type=float, default=STREAM_SHARE)
     parser.add_argument("--fault-share", type=float, default=FAULT_SHARE)

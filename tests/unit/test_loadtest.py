@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_specsot.loadtest import main, memory_trend
+from sglang_specsot.loadtest import Outcome, Report, _tally, main, memory_trend, request_body
 
 
 def _entry(t_s: int, rss: float, malloc: float | None = None) -> dict:
@@ -32,3 +32,26 @@ def test_a_server_off_this_machine_is_refused(capsys):
     with pytest.raises(SystemExit) as info:
         main(["--url", "http://10.0.0.5:30000", "--duration", "1"])
     assert info.value.code == 2 and "loopback" in capsys.readouterr().err
+
+
+def test_in_auto_mode_the_plain_requests_are_the_same_requests_sent_off():
+    auto = request_body("sot", False, "Why?", "r1", "auto")
+    off = request_body("plain", False, "Why?", "r2", "auto")
+    assert auto["specsot"]["mode"] == "auto" and off["specsot"]["mode"] == "off"
+    same = {k: v for k, v in off.items() if k not in ("specsot", "rid")}
+    assert {k: v for k, v in auto.items() if k != "specsot"} == same
+    assert auto["specsot"]["config"] == off["specsot"]["config"] and "rid" not in auto
+    assert "specsot" not in request_body("plain", False, "Why?", "r3")  # mode "on": short plain requests
+    assert request_body("sot", True, "Why?", "r4")["specsot"]["mode"] == "on"
+
+
+def test_the_tally_counts_how_the_sot_requests_were_answered():
+    outcomes = [
+        Outcome("sot", False, None, "completed", 1.0, path="sot"),
+        Outcome("sot", False, None, "completed", 2.0, path="normal"),
+        Outcome("sot", True, None, "completed", 3.0),  # streamed: its path is not read
+        Outcome("plain", False, None, "completed", 1.0),
+    ]
+    report = Report()
+    _tally(report, outcomes)
+    assert report.sot_paths == {"sot": 1, "normal": 1} and report.latency["sot"]["n"] == 3
