@@ -249,7 +249,7 @@ def _trace(answer: SoTAnswer) -> dict:
 def route_trace(route: RoutePhase) -> dict:
     """The route's part of a trace: the router's choice and, where it ran, the latency model's."""
     decision = route.decision
-    out = {"use_sot": decision.use_sot, "rule": decision.rule, "seconds": route.seconds}
+    out = {"use_sot": decision.use_sot, "rule": decision.rule, "source": decision.source, "seconds": route.seconds}
     return out if route.latency is None else {**out, "latency": route.latency.info()}
 
 

@@ -160,10 +160,11 @@ def route_phase(question: str, options: SoTOptions) -> RoutePhase:
 
 def priced_route(route: RoutePhase, latency: LatencyDecision) -> RoutePhase:
     """The route with the latency model's verdict (sot/latency.py): a normal answer where SoT
-    is predicted no faster; the router's choice, now with its numbers, otherwise."""
+    is predicted no faster (its `source` still the router that found the question suitable);
+    the router's choice, now with its numbers, otherwise."""
     decision = route.decision
     if decision.use_sot and not latency.use_sot:
-        decision = RouteDecision(False, "latency", latency.reason)
+        decision = RouteDecision(False, "latency", latency.reason, decision.source)
     return replace(route, decision=decision, latency=latency)
 
 

@@ -139,9 +139,21 @@ def test_mode_auto_routes_by_the_question_classifier(smollm2_server):
     the HTTP server's process at start-up)."""
     status, reply = post(smollm2_server, chat(SUITABLE, specsot={"mode": "auto", "config": CONFIG}))
     assert status == 200
-    route = reply["metadata"]["specsot"]["route"]
-    assert route["rule"] == "classifier" and route["use_sot"]
-    assert reply["metadata"]["specsot"]["path"] in ("sot", "normal")  # normal: an unusable skeleton
+    trace = reply["metadata"]["specsot"]
+    route = trace["route"]
+    assert route["source"] == "classifier"
+    # Then the latency model priced it, by the curve the plain server's scheduler probed at
+    # start-up and its load (sot/latency.py): SoT only where predicted faster by the margin.
+    latency = route["latency"]
+    assert latency["curve"].startswith("start-up probe"), latency
+    assert latency["normal_ms"] > 0 and latency["sot_ms"] > 0 and latency["margin"] == 0.15
+    assert latency["running"] >= 0 and latency["waiting"] >= 0 and latency["shape"]["branch_tokens"]
+    assert latency["use_sot"] == (latency["ratio"] <= 1 - latency["margin"])
+    if latency["use_sot"]:
+        assert route["rule"] == "classifier" and route["use_sot"]
+        assert trace["path"] in ("sot", "normal")  # normal: an unusable skeleton
+    else:
+        assert route["rule"] == "latency" and trace["path"] == "normal" and trace["reason"] == latency["reason"]
 
 
 def test_request_without_the_field_is_untouched(smollm2_server, smollm2_path):

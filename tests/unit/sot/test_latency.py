@@ -153,6 +153,7 @@ def test_a_priced_route_turns_normal_only_where_sot_would_be_slower_and_keeps_th
     slower = decide(EPYC_AVX2, ServerLoad(), held_out_shape(317))
     priced = priced_route(suitable, slower)
     assert (priced.decision.use_sot, priced.decision.rule, priced.decision.reason) == (False, "latency", slower.reason)
+    assert priced.decision.source == suitable.decision.source  # the router that found it suitable
     assert route_trace(priced)["latency"] == slower.info()
     faster = decide(XEON, ServerLoad(), held_out_shape(317))
     assert priced_route(suitable, faster).decision == suitable.decision
