@@ -46,7 +46,7 @@ from sglang_specsot.serving.responses import aborted_completion, chat_completion
 from sglang_specsot.serving.router import server_router, warm_up, with_server_classifier
 from sglang_specsot.serving.skeleton_constraint import with_server_constraint
 from sglang_specsot.serving.stream import SoTStream
-from sglang_specsot.sot.latency import AnswerShape, LengthBook, decide, unpriced
+from sglang_specsot.sot.latency import LengthBook, ServerLoad, decide, unpriced
 from sglang_specsot.sot.limits import SoTLimits, answer_cap
 from sglang_specsot.sot.phases import SOT, SoTAnswer, route_trace
 from sglang_specsot.sot.prompts import expansion_prompt
@@ -182,26 +182,25 @@ class _SoTChat:
         predicted faster by the margin on this server, at its load now."""
         costs = server_costs(self.serving.tokenizer_manager)
         curve, why = await costs.curve()
-        load = await costs.load()
-        if curve is None:
-            return priced_route(route, unpriced(load, why))
-        shape = await asyncio.to_thread(self._shape, question, options, costs.book)  # tokenizes
-        decision = decide(curve, load, shape)
+        load, no_load = await costs.load()
+        if curve is None or load is None:
+            return priced_route(route, unpriced(load or ServerLoad(), why or no_load))
+        # The book is read here, on the event loop that writes it; only the tokenizer runs aside.
+        points = costs.book.points(options.config)
+        prompts = await asyncio.to_thread(self._prompt_tokens, question, options, points)
+        decision = decide(curve, load, costs.book.shape(options.config, options.max_new_tokens, *prompts))
         logger.debug("SoT group %s priced: %s", self.group, decision.reason)
         return priced_route(route, decision)
 
-    def _shape(self, question: str, options: SoTOptions, book: LengthBook) -> AnswerShape:
-        """The answer's expected shape, its prompts counted by the model's own tokenizer."""
+    def _prompt_tokens(self, question: str, options: SoTOptions, points: int) -> tuple[int, int, int]:
+        """The normal prompt's, the skeleton prompt's and the branches' shared prompt's tokens
+        (the last without its skeleton, which the shape adds as expected), by the model's tokenizer."""
         tokenizer = self.serving.tokenizer_manager.tokenizer
         count = lambda text: len(tokenizer.encode(text))  # noqa: E731
-        points = ["x"] * book.points(options.config)  # the skeleton itself is added as expected
-        branch = expansion_prompt(question, points, 0, instructions=options.system_prompt)
-        return book.shape(
-            options.config, options.max_new_tokens,
-            count(plain_request(question, self._render, options, self.group).prompt),
-            count(skeleton_request(question, self._render, options, self.group).prompt),
-            count(branch.render(self._render)),
-        )  # fmt: skip
+        branch = expansion_prompt(question, ["x"] * points, 0, instructions=options.system_prompt)
+        return (count(plain_request(question, self._render, options, self.group).prompt),
+                count(skeleton_request(question, self._render, options, self.group).prompt),
+                count(branch.render(self._render)))  # fmt: skip
 
     def _observed(self, response, route: RoutePhase):
         """`response` after noting its length: a normal answer the latency model chose for a

@@ -74,6 +74,7 @@ class ServerCosts:
         self._why = "the scheduler has not been asked yet"
         self._fetched_at: float | None = None
         self._fetching: asyncio.Task | None = None
+        self._waited = False  # the first decision waited for the first answer
         speculating = getattr(tokenizer_manager.server_args, "speculative_algorithm", None)
         self._steps_refresh = speculating is None  # a speculative step is no decode step of that many rows
 
@@ -83,23 +84,29 @@ class ServerCosts:
         stale = self._fetched_at is None or now - self._fetched_at > (REFRESH_S if self._report else RETRY_S)
         if stale and (self._fetching is None or self._fetching.done()):
             self._fetching = asyncio.ensure_future(self._fetch())
-        if self._fetched_at is None:
+        if self._fetched_at is None and not self._waited:
+            self._waited = True  # one request waits; the others go on while the scheduler is slow
             try:  # shielded: a slow answer still lands for later requests
                 await asyncio.wait_for(asyncio.shield(self._fetching), FIRST_FETCH_S)
             except asyncio.TimeoutError:
-                return None, f"the scheduler did not answer within {FIRST_FETCH_S:.0f} s"
+                pass
+        if self._fetched_at is None:
+            return None, "the scheduler has not answered yet"
         return self._costs(), self._why
 
-    async def load(self) -> ServerLoad:
-        """The scheduler's running batch and queue now (the first DP rank's)."""
-        snapshots = await self.tokenizer_manager.get_loads()
+    async def load(self) -> tuple[ServerLoad | None, str]:
+        """The scheduler's running batch and queue now (the first DP rank's), or None and why not."""
+        try:
+            snapshots = await self.tokenizer_manager.get_loads()
+        except Exception as exc:  # noqa: BLE001 - no snapshot to read (a multi-tokenizer server): unpriced
+            return None, f"no load snapshot ({type(exc).__name__}: {exc})"
         if not snapshots:
-            return ServerLoad()
+            return None, "the scheduler has published no load snapshot yet"
         snap = snapshots[0]
         if self._steps_refresh:
             self.steps.update(getattr(snap, "decode_moments", None))
         cap = getattr(snap, "max_running_requests", 0) or None
-        return ServerLoad(int(snap.num_running_reqs), int(snap.num_waiting_reqs), cap)
+        return ServerLoad(int(snap.num_running_reqs), int(snap.num_waiting_reqs), cap), ""
 
     async def _fetch(self) -> None:
         try:

@@ -70,10 +70,10 @@ class RowCosts:
         if not counts or list(self.rows) != sorted(set(self.rows)):
             raise ValueError(f"rows={self.rows!r} must be increasing positive integers, e.g. (1, 4, 8)")
         for name, values in (("ms", self.ms), ("overhead_ms", (self.overhead_ms,))):
-            bad = [v for v in values if not _finite(v) or v < 0 or (name == "ms" and v == 0)]
+            bad = [v for v in values if not _finite(v) or v < 0]
             if bad:
-                raise ValueError(f"{name}={values!r} has {bad[0]!r}: forward times must be finite and positive "
-                                 "milliseconds (overhead may be 0); re-run the probe")  # fmt: skip
+                raise ValueError(f"{name}={values!r} has {bad[0]!r}: forward times must be finite, non-negative "
+                                 "milliseconds; re-run the probe")  # fmt: skip
 
     def step_ms(self, rows: int) -> float:
         """One forward of `rows` rows (a decode step of that many requests, or a prefill of that

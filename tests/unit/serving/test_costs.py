@@ -66,15 +66,26 @@ def test_a_slow_scheduler_does_not_hold_the_request_and_its_answer_lands_later(m
     async def scenario():
         server = ServerCosts(tm)
         first = await server.curve()
+        started = asyncio.get_running_loop().time()
+        second = await server.curve()  # does not wait again
+        waited = asyncio.get_running_loop().time() - started
         await asyncio.sleep(0.3)
-        return first, await server.curve()
+        return first, second, waited, await server.curve()
 
-    (curve, why), (later, _) = asyncio.run(scenario())
-    assert curve is None and "did not answer" in why and later is not None and tm.asked == 1
+    (curve, why), (second, _), waited, (later, _) = asyncio.run(scenario())
+    assert curve is None and second is None and "not answered yet" in why and waited < 0.1
+    assert later is not None and tm.asked == 1
 
 
 def test_the_load_is_the_schedulers_snapshot():
-    assert asyncio.run(ServerCosts(_TokenizerManager()).load()) == ServerLoad(3, 1, 16)
+    assert asyncio.run(ServerCosts(_TokenizerManager()).load()) == (ServerLoad(3, 1, 16), "")
+
+    class _NoSnapshots(_TokenizerManager):
+        async def get_loads(self):
+            raise AttributeError("'NoneType' object has no attribute 'read_all'")
+
+    load, why = asyncio.run(ServerCosts(_NoSnapshots()).load())
+    assert load is None and "no load snapshot" in why
 
 
 def test_a_plain_servers_overhead_comes_from_its_timed_decode_steps():

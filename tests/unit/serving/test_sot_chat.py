@@ -389,3 +389,22 @@ def test_without_a_curve_auto_keeps_the_routers_choice_and_says_why():
 def test_mode_on_is_not_priced():
     response, _ = _answer({"mode": "on"}, tm=_TokenizerManager(row_costs=LINEAR))
     assert response.metadata["specsot"]["path"] == "sot" and "latency" not in response.metadata["specsot"]["route"]
+
+
+def test_the_server_learns_the_lengths_it_prices_by():
+    from sglang_specsot.serving.costs import server_costs
+
+    tm = _TokenizerManager(row_costs=CHEAP)
+    asyncio.run(_respond(tm, "auto", max_tokens=400))
+    assert server_costs(tm).book.info()["seen"] == {"normal": 0, "sot": 1}
+    assert server_costs(tm).book.info()["median_points"] == 4
+
+    async def with_usage(serving, request, raw_request):
+        return SimpleNamespace(by="sglang", choices=[], metadata=None, usage=SimpleNamespace(completion_tokens=77))
+
+    tm = _TokenizerManager(row_costs=LINEAR)  # priced normal: its length is what SoT must beat
+    req = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": QUESTION}])
+    field = parse_field(b'{"specsot": {"mode": "auto"}}', "off")
+    asyncio.run(_SoTChat(_Serving(tm), req, None, field).respond(with_usage))
+    assert server_costs(tm).book.info()["seen"]["normal"] == 1
+    assert server_costs(tm).book.info()["median_normal_tokens"] == 77

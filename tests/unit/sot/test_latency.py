@@ -115,6 +115,7 @@ def test_the_curve_interpolates_and_extends_its_last_slope():
         (lambda: RowCosts((4, 1), (1.0, 2.0)), "increasing"),
         (lambda: RowCosts((1, 4), (10.0, -3.0)), "-3.0"),
         (lambda: RowCosts((1,), (float("nan"),)), "nan"),
+        (lambda: RowCosts((1,), (float("inf"),)), "inf"),
         (lambda: RowCosts((1,), (10.0,), overhead_ms=-1.0), "overhead_ms"),
         (lambda: ServerLoad(-1), "running=-1"),
         (lambda: ServerLoad(0, 0, 0), "max_running=0"),
