@@ -169,6 +169,7 @@ class LatencyDecision:
     sot_ms: float | None = None
     branches_at_once: int | None = None
     shape: AnswerShape | None = None
+    costs: RowCosts | None = None  # the curve priced by, so each decision names its machine
 
     @property
     def ratio(self) -> float | None:
@@ -181,7 +182,7 @@ class LatencyDecision:
         if self.sot_ms is not None:
             out |= {"normal_ms": round(self.normal_ms, 1), "sot_ms": round(self.sot_ms, 1),
                     "ratio": round(self.ratio, 3), "branches_at_once": self.branches_at_once,
-                    "shape": self.shape.info()}  # fmt: skip
+                    "shape": self.shape.info(), "row_costs": self.costs.info()}  # fmt: skip
         return out
 
 
@@ -206,7 +207,7 @@ def decide(costs: RowCosts, load: ServerLoad, shape: AnswerShape, margin: float 
     branches = _branch_phase(lambda n: step(answers * n), shape.branch_tokens, at_once)
     sot_ms = answers * prompts + shape.skeleton_tokens * step(answers) + branches
     decision = LatencyDecision(True, "", margin, load.running, load.waiting, load.shared, costs.source,
-                               normal_ms, sot_ms, at_once, shape)  # fmt: skip
+                               normal_ms, sot_ms, at_once, shape, costs)  # fmt: skip
     use_sot = decision.ratio <= 1 - margin
     return replace(decision, use_sot=use_sot, reason=_reason(decision, use_sot))
 

@@ -146,6 +146,7 @@ def test_mode_auto_routes_by_the_question_classifier(smollm2_server):
     # start-up and its load (sot/latency.py): SoT only where predicted faster by the margin.
     latency = route["latency"]
     assert latency["curve"].startswith("start-up probe"), latency
+    assert latency["row_costs"]["rows"][0] == 1 and len(latency["row_costs"]["ms"]) == len(latency["row_costs"]["rows"])
     assert latency["normal_ms"] > 0 and latency["sot_ms"] > 0 and latency["margin"] == 0.15
     assert latency["running"] >= 0 and latency["waiting"] >= 0 and latency["shape"]["branch_tokens"]
     assert latency["use_sot"] == (latency["ratio"] <= 1 - latency["margin"])

@@ -92,6 +92,7 @@ def test_decisions_are_deterministic_and_carry_their_numbers():
     assert (info["running"], info["waiting"], info["shared"]) == (2, 1, 3)
     assert "against" in first.reason and "2 running, 1 waiting" in first.reason
     assert info["shape"]["branch_tokens"] == list(shape.branch_tokens)
+    assert info["row_costs"] == XEON.info() and info["row_costs"]["ms"][0] == 173.997
 
 
 def test_where_no_curve_is_known_the_router_choice_stands():
