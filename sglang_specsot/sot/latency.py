@@ -187,8 +187,9 @@ class LatencyDecision:
 
 
 def unpriced(load: ServerLoad, why: str, margin: float = MARGIN) -> LatencyDecision:
-    """The decision where no curve is known yet: the router's choice stands, and says why."""
-    return LatencyDecision(True, f"no row-cost curve yet ({why}); the router's choice stands", margin,
+    """The decision where the answer cannot be priced (no curve known yet, or no load): the
+    router's choice stands, and says why."""
+    return LatencyDecision(True, f"not priced: {why}; the router's choice stands", margin,
                            load.running, load.waiting, load.shared, "unknown")  # fmt: skip
 
 
