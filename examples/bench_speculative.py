@@ -44,7 +44,7 @@ from sglang_specsot.data import load_questions
 from sglang_specsot.launch import ServerProcess
 from sglang_specsot.models import fetch as fetch_model
 from sglang_specsot.sot import expansion_prompt
-from sglang_specsot.speculative.budget import FIXED_WINDOW_ENV
+from sglang_specsot.speculative.policy.config import FIXED_WINDOW_ENV
 from sglang_specsot.speculative.token_map import resolve_map
 from sglang_specsot.sot.runner import shared_prefix
 

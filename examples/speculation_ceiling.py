@@ -20,7 +20,7 @@ import urllib.request
 from itertools import zip_longest
 
 from sglang_specsot.costs.cost_model import CostModel, ForwardCost
-from sglang_specsot.speculative.budget import measured_speedup_ceiling, parse_step_table, speedup_ceiling
+from sglang_specsot.bench.ceiling import measured_speedup_ceiling, parse_step_table, speedup_ceiling
 
 BATCH_SIZES = (1, 2, 4, 8, 16)
 GRID = (0.5, 0.6, 0.7, 0.8, 0.9)

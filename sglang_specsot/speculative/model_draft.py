@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from sglang_specsot.host import adapter as sgl
-from sglang_specsot.speculative.budget import ChainStop
+from sglang_specsot.speculative.policy.chains import ChainStop
 from sglang_specsot.speculative.draft_tree import DraftTree, TreeBuilder
 from sglang_specsot.speculative.draft_kv import range_slots
 from sglang_specsot.speculative.token_map import check_token_map

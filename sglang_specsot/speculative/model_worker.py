@@ -28,10 +28,10 @@ import torch
 
 from sglang_specsot.costs.probe import probe_forward_cost
 from sglang_specsot.host import adapter as sgl
-from sglang_specsot.speculative.budget import (
-    AcceptanceStats, AdaptiveConfig, ChainStop, FirstDraftCalibration, best_plan, drafting_near,
-    expected_drafts_accepted, pick_runner_ups, runner_up_gains,
-)  # fmt: skip
+from sglang_specsot.speculative.policy.acceptance import AcceptanceStats, expected_drafts_accepted, FirstDraftCalibration
+from sglang_specsot.speculative.policy.chains import ChainStop, pick_runner_ups, runner_up_gains
+from sglang_specsot.speculative.policy.config import AdaptiveConfig
+from sglang_specsot.speculative.policy.planning import best_plan, drafting_near
 from sglang_specsot.speculative.draft_tree import DraftTree, with_runner_ups
 from sglang_specsot.speculative.draft_kv import DraftKVSlots, shared_backlog
 from sglang_specsot.speculative.extend_backlog import ExtendBacklog, catch_up_passes, deduplicated

@@ -27,10 +27,10 @@ from sglang_specsot.costs import published
 from sglang_specsot.costs.cost_model import CostModel, StepCostTable
 from sglang_specsot.costs.probe import probe_forward_cost
 from sglang_specsot.host import adapter as sgl
-from sglang_specsot.speculative.budget import (
-    FIXED_WINDOW_ENV, AdaptiveConfig, ChainAcceptance, DepthAcceptance, DraftingRuns, ExploreFund, StepPlan, best_plan, candidate_plans,
-    explore_every, explore_plan, may_pay,
-)  # fmt: skip
+from sglang_specsot.speculative.policy.acceptance import ChainAcceptance, DepthAcceptance
+from sglang_specsot.speculative.policy.config import AdaptiveConfig, FIXED_WINDOW_ENV
+from sglang_specsot.speculative.policy.planning import best_plan, candidate_plans, explore_every, explore_plan, may_pay, StepPlan
+from sglang_specsot.speculative.policy.runs import DraftingRuns, ExploreFund
 from sglang_specsot.speculative import device
 from sglang_specsot.speculative.context_draft import ContextDrafter
 from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree, tree_mask

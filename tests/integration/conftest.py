@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sglang_specsot.launch import ServerProcess
-from sglang_specsot.speculative import budget
+from sglang_specsot.speculative.policy import config as policy_config
 from tests.integration.parity import plain_reference
 
 # SGLang's context-only SPECSOT: no draft model, a 6-token verify window.
@@ -26,7 +26,7 @@ SPECSOT = ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens
 STRICT_MEM_CHECK_ENV = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}
 # SPECSOT drafts its whole window every step (not only where its costs say it pays): the
 # parity tests that must see verify run on every step.
-FIXED_WINDOW_ENV = {budget.FIXED_WINDOW_ENV: "1"}
+FIXED_WINDOW_ENV = {policy_config.FIXED_WINDOW_ENV: "1"}
 LEAK_NEEDLES = ("memory leak detected", "double free", "use-after-free")
 
 

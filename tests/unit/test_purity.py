@@ -25,7 +25,11 @@ SPECULATIVE_MODULES = [
     "sglang_specsot.speculative.draft_tree",
     "sglang_specsot.costs.cost_model",
     "sglang_specsot.costs.published",
-    "sglang_specsot.speculative.budget",
+    "sglang_specsot.speculative.policy",
+    *sorted(
+        f"sglang_specsot.speculative.policy.{m.name}"
+        for m in pkgutil.iter_modules([str(PACKAGE_DIR / "speculative" / "policy")])
+    ),
     "sglang_specsot.speculative.shadow",
 ]
 # The question sets' loader: json and pathlib only, so the eval commands can read sets.

@@ -45,7 +45,7 @@ def test_a_token_map_twin_cuts_only_specsots_draft_head():
 
 
 def test_a_variant_runs_specsot_with_its_own_adaptive_keys(tmp_path):
-    from sglang_specsot.speculative.budget import AdaptiveConfig
+    from sglang_specsot.speculative.policy.config import AdaptiveConfig
 
     variants = bench.parse_variants(['noru={"runner_ups": false}'], tmp_path, max_budget=7)
     names = bench.configs("/draft", 6, 4, 1, 5, variants=variants)

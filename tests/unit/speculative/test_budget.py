@@ -3,35 +3,46 @@
 from __future__ import annotations
 
 import contextlib
-
 import json
 
 import pytest
 
+from sglang_specsot.bench.ceiling import (
+    measured_speedup_ceiling,
+    parse_step_table,
+    speedup_ceiling,
+)
 from sglang_specsot.costs.cost_model import CostModel, ForwardCost
-from sglang_specsot.speculative.budget import (
+from sglang_specsot.speculative.policy.acceptance import (
     AcceptanceStats,
-    AdaptiveConfig,
     ChainAcceptance,
-    ChainStop,
     DepthAcceptance,
     FirstDraftCalibration,
-    StepPlan,
-    drafting_near,
     expected_drafts_accepted,
+    useful_budget,
+)
+from sglang_specsot.speculative.policy.chains import (
+    ChainStop,
+    pick_runner_ups,
+    runner_up_gains,
+)
+from sglang_specsot.speculative.policy.config import AdaptiveConfig
+from sglang_specsot.speculative.policy.planning import (
+    StepPlan,
+    best_plan,
+    candidate_plans,
+    drafting_near,
     explore_every,
     explore_plan,
     may_pay,
-    measured_speedup_ceiling,
-    parse_step_table,
-    pick_runner_ups,
-    runner_up_gains,
-    plan_step,
-    speedup_ceiling,
-    useful_budget,
 )
 
 BUDGETS = tuple(range(8))
+
+
+def plan_step(*args, **kwargs) -> StepPlan:
+    """The best of the candidate plans, as the policy picks it."""
+    return best_plan(candidate_plans(*args, **kwargs))
 
 
 def _cpu_bf16() -> CostModel:
@@ -529,7 +540,7 @@ def test_requests_that_draft_nothing_do_not_count_in_the_chain():
 
 
 def test_drafting_runs_are_measured_by_the_batch_size_they_began_at():
-    from sglang_specsot.speculative.budget import DraftingRuns
+    from sglang_specsot.speculative.policy.runs import DraftingRuns
 
     runs = DraftingRuns(window=3, min_runs=2)
 
@@ -551,7 +562,7 @@ def test_drafting_runs_are_measured_by_the_batch_size_they_began_at():
 
 
 def test_drafting_runs_measure_what_they_saved_setup_and_flushes_included():
-    from sglang_specsot.speculative.budget import DraftingRuns
+    from sglang_specsot.speculative.policy.runs import DraftingRuns
 
     runs = DraftingRuns(window=3, min_runs=2)
     runs.step(4, drafted=False, saved_ms=-150.0)  # a plain step that flushed: owed by the next run
@@ -580,7 +591,7 @@ def test_drafting_runs_measure_what_they_saved_setup_and_flushes_included():
 
 
 def test_a_batch_sizes_runs_are_forgotten_once_stale():
-    from sglang_specsot.speculative.budget import DraftingRuns
+    from sglang_specsot.speculative.policy.runs import DraftingRuns
 
     runs = DraftingRuns(window=3, min_runs=2, fresh_steps=10)
     for _ in range(2):
@@ -597,7 +608,7 @@ def test_a_batch_sizes_runs_are_forgotten_once_stale():
 def test_a_run_that_ends_after_its_keys_verdict_went_stale_starts_a_new_window():
     # A run that began with no query (nothing to repay) must not extend a stale window: its
     # verdict would outlive fresh_steps, and a losing one would never count as lost.
-    from sglang_specsot.speculative.budget import DraftingRuns
+    from sglang_specsot.speculative.policy.runs import DraftingRuns
 
     runs = DraftingRuns(window=3, min_runs=2, fresh_steps=10)
     for _ in range(2):
@@ -616,7 +627,7 @@ def test_a_run_that_ends_after_its_keys_verdict_went_stale_starts_a_new_window()
 def test_a_verdict_that_keeps_losing_is_measured_again_less_often():
     # Each re-measurement costs min_runs runs behind catch-ups; where it only confirms that a
     # batch loses, a long-lived server would pay that every fresh_steps for ever.
-    from sglang_specsot.speculative.budget import DraftingRuns
+    from sglang_specsot.speculative.policy.runs import DraftingRuns
 
     runs = DraftingRuns(window=3, min_runs=2, fresh_steps=10, max_backoff=2)
 
@@ -655,7 +666,7 @@ def test_a_verdict_that_keeps_losing_is_measured_again_less_often():
 
 
 def test_exploring_is_funded_by_a_share_of_what_drafting_saved():
-    from sglang_specsot.speculative.budget import ExploreFund
+    from sglang_specsot.speculative.policy.runs import ExploreFund
 
     fund = ExploreFund(share=0.1)
     assert fund.allows()  # a server explores once before it has earned anything
@@ -669,7 +680,7 @@ def test_exploring_is_funded_by_a_share_of_what_drafting_saved():
 
 
 def test_a_run_begun_by_exploring_is_known_while_it_lasts():
-    from sglang_specsot.speculative.budget import DraftingRuns
+    from sglang_specsot.speculative.policy.runs import DraftingRuns
 
     runs = DraftingRuns()
     runs.step(2, drafted=True, exploring=True)
@@ -683,7 +694,7 @@ def test_a_run_begun_by_exploring_is_known_while_it_lasts():
 
 
 def test_runs_without_measured_savings_give_no_verdict():
-    from sglang_specsot.speculative.budget import DraftingRuns
+    from sglang_specsot.speculative.policy.runs import DraftingRuns
 
     runs = DraftingRuns(window=3, min_runs=2)
     for _ in range(3):  # a worker that does not time its steps (a GPU under overlap) passes 0

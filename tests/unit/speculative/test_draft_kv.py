@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import torch
 
-from sglang_specsot.speculative.budget import AdaptiveConfig
+from sglang_specsot.speculative.policy.config import AdaptiveConfig
 from sglang_specsot.speculative.draft_kv import DraftKVSlots, shared_backlog
 from sglang_specsot.speculative.extend_backlog import ExtendBacklog
 

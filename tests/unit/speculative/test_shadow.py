@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import torch
 
-from sglang_specsot.speculative.budget import AdaptiveConfig
+from sglang_specsot.speculative.policy.config import AdaptiveConfig
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.shadow import ShadowDrafts
 

@@ -9,11 +9,18 @@ from types import SimpleNamespace
 import pytest
 
 from sglang_specsot.costs.cost_model import CostModel, ForwardCost, StepCostTable
-from sglang_specsot.speculative.budget import AdaptiveConfig, ChainAcceptance, DraftingRuns, ExploreFund
 from sglang_specsot.speculative.context_draft import ContextDrafter
 from sglang_specsot.speculative.draft_tree import DraftTree
+from sglang_specsot.speculative.policy.acceptance import ChainAcceptance
+from sglang_specsot.speculative.policy.config import AdaptiveConfig
+from sglang_specsot.speculative.policy.runs import DraftingRuns, ExploreFund
 from sglang_specsot.speculative.shadow import ShadowDrafts
-from sglang_specsot.speculative.worker import FIXED_WINDOW_ENV, SpecSoTWorker, adaptive_config, budget_mode
+from sglang_specsot.speculative.worker import (
+    FIXED_WINDOW_ENV,
+    SpecSoTWorker,
+    adaptive_config,
+    budget_mode,
+)
 
 
 def _worker(config: AdaptiveConfig) -> SpecSoTWorker:
@@ -272,7 +279,7 @@ def test_no_step_log_without_its_environment_variable(monkeypatch):
 def _confident_worker():
     import torch
 
-    from sglang_specsot.speculative.budget import FirstDraftCalibration
+    from sglang_specsot.speculative.policy.acceptance import FirstDraftCalibration
 
     config = AdaptiveConfig(buckets=((1, (0, 1, 2, 3)),), explore_share=0.0)
     worker = _model_worker(config)
@@ -309,7 +316,7 @@ def test_after_a_catch_up_the_plan_is_made_again_with_the_fresh_confidence():
 def test_verify_tells_the_calibration_whether_each_draft_was_the_targets_token():
     import torch
 
-    from sglang_specsot.speculative.budget import ChainStop
+    from sglang_specsot.speculative.policy.chains import ChainStop
 
     worker, batch = _confident_worker()
     worker.first_calibration = type(worker.first_calibration)()
@@ -383,7 +390,8 @@ def test_an_adaptive_chains_budgets_stop_at_the_chain_length():
 
 
 def _long_match_worker():
-    from sglang_specsot.speculative.budget import AcceptanceStats, StepPlan
+    from sglang_specsot.speculative.policy.acceptance import AcceptanceStats
+    from sglang_specsot.speculative.policy.planning import StepPlan
 
     worker, batch = _confident_worker()
     worker.long_match_stats, worker.draft_model_skips = AcceptanceStats(worker.adaptive), 0
@@ -907,8 +915,9 @@ def test_a_drafting_step_is_priced_with_the_extend_it_runs():
 
 
 def test_runner_ups_join_chains_where_rows_are_free_and_acceptance_learns_the_chain_alone():
-    from sglang_specsot.speculative.budget import ChainStop, FirstDraftCalibration
     from sglang_specsot.speculative.model_draft import RunnerUps
+    from sglang_specsot.speculative.policy.acceptance import FirstDraftCalibration
+    from sglang_specsot.speculative.policy.chains import ChainStop
 
     worker = _model_worker(AdaptiveConfig(buckets=((1, (0, 1, 2, 3)),), explore_share=0.0))
     ups = RunnerUps()
