@@ -56,6 +56,10 @@ NAMES: dict[str, str] = {
     "register_model_override_predicate": "sglang.srt.arg_groups.model_override_base",
     "resolving_view": "sglang.srt.arg_groups.model_override_base",
     "get_platform": "sglang.srt.runtime_context",
+    # Launch-time choices (speculative/algorithm.py): the resolved CUDA-graph config.
+    "Backend": "sglang.srt.model_executor.cuda_graph_config",  # a CUDA-graph backend
+    "Phase": "sglang.srt.model_executor.cuda_graph_config",  # prefill or decode graphs
+    "with_phase": "sglang.srt.model_executor.cuda_graph_config",
     # Host changes (host/changes.py): the deserializer of custom logit processors, cached.
     "_cache_from_str": "sglang.srt.sampling.custom_logit_processor",
     # Host changes (host/changes.py): the draft chain's top-k selection, compiled.

@@ -105,9 +105,28 @@ def apply_defaults(sa) -> None:
         sa.max_running_requests = 48  # as SGLang's built-ins (speculative_hook.py:1294)
     sa.enable_mixed_chunk = False  # verify batches cannot mix with prefill chunks
     if sa.device != "cpu":
-        # decode_cuda_graph_runner.py:2069-2150 builds a dummy verify input only for
-        # built-in algorithms; until SPECSOT provides one, capture no target decode graph.
-        sa.disable_decode_cuda_graph = True
+        _no_decode_graphs(sa)
+
+
+def _no_decode_graphs(sa) -> None:
+    """Capture no decode graph: the target's is captured in TARGET_VERIFY mode with the dummy
+    verify input of base_runner.py:653, which SGLang builds for its own algorithms only
+    (spec_info.py:482-548: EAGLE, STANDALONE, DFLASH, NGRAM; None for SPECSOT, and never
+    SPECSOT's window of tree and context nodes), and the draft model's (eagle_worker_v2.py:481)
+    would replay SGLang's chain, not SPECSOT's.
+
+    The graph runners read the resolved `cuda_graph_config` (cuda_graph_setup.py:731), which
+    SGLang derives from --disable-decode-cuda-graph before this hook runs
+    (cuda_graph_hook.py:64, pipeline.py:191), so the flag alone would come too late: the
+    config itself is rewritten (CPU captures no graph for speculation: cpu_graph_runner.py:663).
+    """
+    if sa.cuda_graph_backend_decode not in (None, sgl.Backend.DISABLED):
+        logger.warning(
+            "SPECSOT: --cuda-graph-backend-decode %s is overridden: SPECSOT cannot replay a "
+            "decode graph, so none is captured", sa.cuda_graph_backend_decode,
+        )  # fmt: skip
+    sa.disable_decode_cuda_graph = True
+    sa.cuda_graph_config = sgl.with_phase(sa.cuda_graph_config, sgl.Phase.DECODE, backend=sgl.Backend.DISABLED)
 
 
 def _check_num_draft_tokens(n: int) -> None:

@@ -6,6 +6,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
+from sglang.srt.model_executor.cuda_graph_config import CudaGraphConfig
 
 from sglang_specsot.speculative.algorithm import NAME, SpecSoTAlgo, apply_defaults, register_specsot
 from sglang_specsot.speculative.model_draft import model_tree_size
@@ -16,7 +17,7 @@ def _args(**over):
         model_path="/target", speculative_draft_model_path=None, speculative_num_draft_tokens=None,
         speculative_eagle_topk=None, speculative_num_steps=None, page_size=None,
         max_running_requests=None, enable_mixed_chunk=True, device="cpu",
-        disable_decode_cuda_graph=False,
+        disable_decode_cuda_graph=False, cuda_graph_backend_decode=None, cuda_graph_config=CudaGraphConfig(),
     )  # fmt: skip
     base.update(over)
     return SimpleNamespace(**base)
@@ -34,6 +35,9 @@ def test_cuda_disables_decode_graphs():
     sa = _args(device="cuda")
     apply_defaults(sa)
     assert sa.disable_decode_cuda_graph is True
+    # The config the graph runners read, not only the flag it was derived from
+    # (tests/unit/speculative/test_gpu_launch.py resolves a whole launch).
+    assert sa.cuda_graph_config.decode.backend == "disabled" and sa.cuda_graph_config.prefill == CudaGraphConfig().prefill
 
 
 def test_user_values_kept():

@@ -1,0 +1,85 @@
+"""A SPECSOT launch on a GPU, resolved by SGLang's own argument resolution (`ServerArgs` and
+`resolve_once`, as the launcher runs them) on this CPU, with the GPU's facts faked through
+SGLang's `override_platform`: its attention backend attends by the verify tree's mask, and the
+config SGLang's graph runners read captures no decode graph SPECSOT cannot replay.
+
+CPU twins of what only a CUDA machine would run: the launch itself needs no GPU, only the
+facts SGLang asks of it (compute capability, whether FlashInfer imports).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from sglang.srt.arg_groups.overrides import resolution_result
+from sglang.srt.model_executor.cuda_graph_config import Backend, Phase, check_cuda_graph_backend
+from sglang.srt.runtime_context import create_context, override_platform, use_context
+from sglang.srt.server_args import ServerArgs
+
+from sglang_specsot.speculative.algorithm import register_specsot
+
+# An H100/H200 with CUDA >= 12.3: where SGLang picks FlashAttention-3 for a model like this one
+# when --speculative-eagle-topk is unset or 1 (model_override_base.py:305).
+HOPPER = dict(is_cuda=True, is_sm90=True, is_hopper_with_cuda_12_3=True, device_capability=(9, 0), device_sm=90)
+# A checkpoint's config.json is all argument resolution reads of it.
+LLAMA = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "head_dim": 32,
+    "intermediate_size": 352, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 4,
+    "vocab_size": 1024, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "dtype": "bfloat16",
+    "tie_word_embeddings": False,
+}  # fmt: skip
+
+
+@pytest.fixture
+def checkpoint(tmp_path) -> str:
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA))
+    return str(tmp_path)
+
+
+@pytest.fixture
+def resolve(checkpoint):
+    """Resolve a CUDA launch of `checkpoint` as SGLang's launcher does, with SPECSOT registered
+    as the plugin registers it; resolution sets SGLang's environment variables, put back after."""
+    register_specsot()
+    saved = dict(os.environ)
+
+    def run(has_flashinfer: bool = False, draft_model: bool = False, **flags) -> ServerArgs:
+        if draft_model:
+            flags["speculative_draft_model_path"] = checkpoint
+        with override_platform(**HOPPER, has_flashinfer=has_flashinfer):
+            sa = ServerArgs(model_path=checkpoint, device="cuda", **flags)
+            sa.resolve_once()
+        return sa
+
+    yield run
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def _captures_decode_graphs(sa: ServerArgs) -> bool:
+    """What the target's and the draft's graph capture ask before capturing (cuda_graph_setup.py:731,
+    eagle_worker_v2.py:481), in the config a scheduler publishes from this launch."""
+    with use_context(create_context(sa, role="scheduler")):
+        return not check_cuda_graph_backend(Phase.DECODE, Backend.DISABLED)
+
+
+# -- the decode graphs ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("draft_model", [False, True], ids=["context-draft", "draft-model"])
+def test_resolved_cuda_graph_config_captures_no_decode_graph(resolve, draft_model):
+    sa = resolve(draft_model=draft_model, speculative_algorithm="SPECSOT")
+    assert resolution_result(sa, "cuda_graph_config").decode.backend == Backend.DISABLED
+    assert not _captures_decode_graphs(sa)
+
+
+def test_resolved_cuda_graph_config_overrides_a_decode_graph_asked_for(resolve, caplog):
+    sa = resolve(speculative_algorithm="SPECSOT", cuda_graph_backend_decode="full")
+    assert not _captures_decode_graphs(sa)
+    assert "--cuda-graph-backend-decode full" in caplog.text
+
+
+def test_resolved_cuda_graph_config_of_other_launches_is_sglangs(resolve):
+    assert _captures_decode_graphs(resolve())  # plain decoding on the same machine keeps its graphs
