@@ -56,6 +56,10 @@ NAMES: dict[str, str] = {
     "register_model_override_predicate": "sglang.srt.arg_groups.model_override_base",
     "resolving_view": "sglang.srt.arg_groups.model_override_base",
     "get_platform": "sglang.srt.runtime_context",
+    # Launch-time choices (speculative/backend_choice.py): the model's attention, as SGLang's
+    # default-backend rule reads it.
+    "model_config_of": "sglang.srt.arg_groups.model_override_base",
+    "use_mla_backend": "sglang.srt.arg_groups.model_override_base",
     # Launch-time choices (speculative/algorithm.py): the resolved CUDA-graph config.
     "Backend": "sglang.srt.model_executor.cuda_graph_config",  # a CUDA-graph backend
     "Phase": "sglang.srt.model_executor.cuda_graph_config",  # prefill or decode graphs

@@ -202,7 +202,11 @@ def _check_draft_vocab(target: str, draft: str) -> None:
 
 
 def register_specsot() -> None:
-    """Register SPECSOT with SGLang once per process (load_plugins may run us twice)."""
+    """Register SPECSOT with SGLang once per process (load_plugins may run us twice), and
+    its attention-backend choice on CUDA, which argument resolution asks before the algorithm."""
+    from sglang_specsot.speculative.backend_choice import register_tree_backend_choice
+
+    register_tree_backend_choice()
     try:
         sgl.SpeculativeAlgorithm.from_string(NAME)
         return

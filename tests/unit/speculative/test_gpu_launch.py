@@ -13,6 +13,7 @@ import json
 import os
 
 import pytest
+from sglang.srt.arg_groups.model_override_base import attention_backends_of, resolved_view
 from sglang.srt.arg_groups.overrides import resolution_result
 from sglang.srt.model_executor.cuda_graph_config import Backend, Phase, check_cuda_graph_backend
 from sglang.srt.runtime_context import create_context, override_platform, use_context
@@ -58,11 +59,52 @@ def resolve(checkpoint):
     os.environ.update(saved)
 
 
+def _attention(sa: ServerArgs) -> tuple[str, str]:
+    """The (prefill, decode) attention backends the launch resolved to."""
+    return attention_backends_of(resolved_view(sa))
+
+
 def _captures_decode_graphs(sa: ServerArgs) -> bool:
     """What the target's and the draft's graph capture ask before capturing (cuda_graph_setup.py:731,
     eagle_worker_v2.py:481), in the config a scheduler publishes from this launch."""
     with use_context(create_context(sa, role="scheduler")):
         return not check_cuda_graph_backend(Phase.DECODE, Backend.DISABLED)
+
+
+# -- the attention backend -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("draft_model", [False, True], ids=["context-draft", "draft-model"])
+@pytest.mark.parametrize(("has_flashinfer", "chosen"), [(False, "triton"), (True, "flashinfer")])
+def test_backend_choice_on_hopper_is_a_tree_backend(resolve, draft_model, has_flashinfer, chosen):
+    sa = resolve(has_flashinfer=has_flashinfer, draft_model=draft_model, speculative_algorithm="SPECSOT")
+    assert _attention(sa) == (chosen, chosen)  # FlashInfer only where it imports
+
+
+def test_backend_choice_leaves_other_launches_to_sglang(resolve):
+    # The same machine without SPECSOT: SGLang's own FA3, so the faked Hopper is what SGLang sees.
+    assert _attention(resolve()) == ("fa3", "fa3")
+    assert _attention(resolve(speculative_algorithm="NGRAM")) == ("fa3", "fa3")
+
+
+@pytest.mark.parametrize("flag", ["attention_backend", "decode_attention_backend", "prefill_attention_backend"])
+def test_backend_choice_refuses_fa3_naming_the_flag_and_the_fix(resolve, flag):
+    with pytest.raises(ValueError) as err:
+        resolve(speculative_algorithm="SPECSOT", **{flag: "fa3"})
+    message = str(err.value)
+    assert f"--{flag.replace('_', '-')} fa3" in message and "SPECSOT" in message
+    assert "--attention-backend triton" in message
+
+
+@pytest.mark.parametrize("backend", ["triton", "flashinfer"])
+def test_backend_choice_keeps_a_tree_backend_the_user_chose(resolve, backend):
+    sa = resolve(has_flashinfer=True, speculative_algorithm="SPECSOT", attention_backend=backend)
+    assert _attention(sa) == (backend, backend)
+
+
+def test_backend_choice_fills_the_phase_the_user_left_unset(resolve):
+    sa = resolve(speculative_algorithm="SPECSOT", decode_attention_backend="triton")
+    assert _attention(sa) == ("triton", "triton")  # not SGLang's FA3 for prefill (and verify)
 
 
 # -- the decode graphs ---------------------------------------------------------------------------
