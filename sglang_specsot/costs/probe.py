@@ -1,9 +1,11 @@
 """Start-up probe of a model's forward cost by rows, for `cost_model.ForwardCost`.
 
-The probe times the model's own weight matrices (every 2-D floating weight outside the
-embedding, plus the LM head, which verify applies to every row) on random activations of a
-few row counts: the part of a forward that grows with rows. Attention and per-layer overhead
-do not grow with rows at these sizes; the worker learns them from real steps.
+The probe times the model's own weight matrices (every one outside the embedding, plus the LM
+head, which verify applies to every row) on random activations of a few row counts: the part
+of a forward that grows with rows. Attention and per-layer overhead do not grow with rows at
+these sizes; the worker learns them from real steps. A quantized layer (FP8, int8, packed
+int4 weights) is timed through its quant method, as its forward runs; one the probe cannot
+run is left out of the curve, with the reason logged, never failing the server's start-up.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import torch
 
@@ -22,39 +24,136 @@ from sglang_specsot.costs.cost_model import ForwardCost
 logger = logging.getLogger(__name__)
 
 PROBE_ROWS = (1, 4, 8, 16, 32, 64)
+# Weights the probe multiplies itself; any other weight (FP8, int8, packed int4) is a quantized
+# layer's, multiplied by its quant method as a forward does.
+DENSE = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 K = TypeVar("K")
 
 
-def _products(model: torch.nn.Module) -> list[tuple[int, torch.dtype, Callable[[torch.Tensor], torch.Tensor]]]:
-    """(input width, dtype, the product) for every weight matrix: a layer with an int8 copy
-    (cpu/draft_int8.py) through its quant method, which picks its kernel by rows as a
-    forward does; every other weight as a dense product."""
-    out, seen = [], set()
-    for module in model.modules():
-        if getattr(module, "specsot_int8_plan", None) is not None and module.weight.data_ptr() not in seen:
-            seen.add(module.weight.data_ptr())
-            out.append((module.weight.shape[1], module.weight.dtype, functools.partial(module.quant_method.apply, module)))
-    for w in _weights(model):
-        if w.data_ptr() not in seen:
-            out.append((w.shape[1], w.dtype, functools.partial(torch.nn.functional.linear, weight=w)))
-    return out
+class Product(NamedTuple):
+    """One weight matrix's product with `width`-wide activations of `dtype`."""
+
+    width: int
+    dtype: torch.dtype
+    run: Callable[[torch.Tensor], torch.Tensor]
 
 
-def _weights(model: torch.nn.Module) -> list[torch.Tensor]:
-    seen: set[int] = set()
-    out = []
-    named = list(model.named_parameters())
+class NothingToProbe(RuntimeError):
+    """The model has no weight matrix the probe can time."""
+
+
+def _is_dense(w) -> bool:
+    return isinstance(w, torch.Tensor) and w.dim() == 2 and w.dtype in DENSE
+
+
+def _activation_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype a forward's activations have: the model's own floating parameters' (in a
+    quantized checkpoint its embedding and norms keep it)."""
+    return next((p.dtype for p in model.parameters() if p.dtype in DENSE), torch.get_default_dtype())
+
+
+def _layers(model: torch.nn.Module):
+    """(name, module) of every module, the LM head under its own name even where it is the
+    embedding (tied heads), which verify applies to every row; no other embedding (a lookup)."""
+    for name, module in model.named_modules():
+        if "embed" not in name:
+            yield name, module
     head = getattr(model, "lm_head", None)
-    if head is not None and getattr(head, "weight", None) is not None:
-        named.append(("lm_head.weight", head.weight))  # tied heads are listed under embed only
-    for name, w in named:
-        if w.dim() != 2 or not w.is_floating_point() or ("embed" in name and name != "lm_head.weight"):
+    if isinstance(head, torch.nn.Module):
+        yield "lm_head", head
+
+
+def _quant_product(module: torch.nn.Module, activation: torch.dtype) -> Product | str:
+    """The layer's product through its quant method's `apply`, as its forward runs it; or why not.
+
+    The input width comes from the layer (SGLang's linear layers: `input_size_per_partition`
+    for a row-parallel one, `input_size` otherwise), not its weight, which a quant method
+    may store transposed (fp8.py:1173, :1256) or packed."""
+    method = getattr(module, "quant_method", None)
+    if not callable(getattr(method, "apply", None)):
+        return f"{_weight_dtypes(module)} weights and no quant method to multiply them"
+    width = getattr(module, "input_size_per_partition", None) or getattr(module, "input_size", None)
+    weight = getattr(module, "weight", None)
+    if width is None and isinstance(weight, torch.Tensor) and weight.dim() == 2:
+        width = weight.shape[1]
+    if width is None:
+        return "no input width to build its activations from"
+    dtype = getattr(module, "params_dtype", None)
+    return Product(int(width), dtype if dtype in DENSE else activation, functools.partial(method.apply, module))
+
+
+def _weight_dtypes(module: torch.nn.Module) -> str:
+    return ", ".join(sorted({str(p.dtype) for p in module.parameters(recurse=False) if p.dtype not in DENSE}))
+
+
+def _plan(model: torch.nn.Module) -> tuple[dict[str, Product], dict[str, str]]:
+    """The product of every weight matrix by layer name, and the layers the probe cannot time
+    with the reason: a dense matrix directly; a layer with any other weight (or an int8 copy,
+    cpu/draft_int8.py) through its quant method, which picks its kernel by rows as a forward
+    does."""
+    activation = _activation_dtype(model)
+    products: dict[str, Product] = {}
+    skipped: dict[str, str] = {}
+    seen_layers: set[int] = set()  # _layers lists the head twice
+    seen_weights: set[int] = set()
+    for name, module in _layers(model):
+        matrices = {n: p for n, p in module.named_parameters(recurse=False) if p.dim() == 2}
+        if getattr(module, "specsot_int8_plan", None) is not None or not all(map(_is_dense, matrices.values())):
+            if id(module) not in seen_layers:
+                seen_layers.add(id(module))
+                product = _quant_product(module, activation)
+                (skipped if isinstance(product, str) else products)[name] = product
             continue
-        if w.data_ptr() not in seen:
-            seen.add(w.data_ptr())
-            out.append(w.detach())
-    return out
+        for pname, w in matrices.items():
+            if w.data_ptr() not in seen_weights:
+                seen_weights.add(w.data_ptr())
+                run = functools.partial(torch.nn.functional.linear, weight=w.detach())
+                products[f"{name}.{pname}".lstrip(".")] = Product(w.shape[1], w.dtype, run)
+    return products, skipped
+
+
+def _runnable(
+    products: dict[str, Product], rows: tuple[int, ...], device: torch.device
+) -> tuple[list[Product], dict[str, str]]:
+    """The products that run at the fewest and the most rows, and each other one's error.
+
+    Any error drops only its layer: a quant method's kernel may be missing on this device
+    (SGLang's int8 and FP8 methods need AMX on a CPU, a driver for Triton), or refuse a shape
+    or dtype, in as many ways as there are methods. A row-cost curve is a measurement: a layer
+    it leaves out makes the curve cheaper, never the server stop."""
+    out, failed = [], {}
+    for name, product in products.items():
+        try:
+            for n in sorted({rows[0], rows[-1]}):
+                product.run(torch.randn(n, product.width, device=device, dtype=product.dtype))
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            failed[name] = _reason(exc)
+        else:
+            out.append(product)
+    return out, failed
+
+
+def _reason(exc: Exception) -> str:
+    first = str(exc).strip().splitlines()[:1]
+    return f"{type(exc).__name__}: {first[0][:200]}" if first else type(exc).__name__
+
+
+def _log_skipped(model: torch.nn.Module, skipped: dict[str, str]) -> None:
+    """One warning for all the layers left out, grouped by reason (a model's layers share one)."""
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in skipped.items():
+        by_reason.setdefault(reason, []).append(name or "(model)")
+    groups = "; ".join(f"{_some(names)} ({reason})" for reason, names in by_reason.items())
+    logger.warning(
+        "sglang-specsot row-cost probe of %s: %d layer(s) not timed, so its curve leaves them out: %s",
+        type(model).__name__, len(skipped), groups,
+    )  # fmt: skip
+
+
+def _some(names: list[str], shown: int = 3) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def _sync(device: torch.device) -> None:
@@ -71,10 +170,16 @@ def probe_forward_cost(model: torch.nn.Module, rows: tuple[int, ...] = PROBE_ROW
     (another process starting beside the server) then spoils one sweep's time of a row count,
     not every try of it. With repeats, one disturbed row count, carried to every larger count
     by the monotone fix below, could make the verify window look several times its cost, and
-    the server would never draft."""
-    products = _products(model)
-    assert products, f"{type(model).__name__} has no 2-D floating weights to probe"
+    the server would never draft. Layers it cannot run are left out and logged (`_runnable`);
+    NothingToProbe when that leaves none."""
     device = next(model.parameters()).device
+    planned, skipped = _plan(model)
+    products, failed = _runnable(planned, rows, device)
+    skipped |= failed
+    if skipped:
+        _log_skipped(model, skipped)
+    if not products:
+        raise NothingToProbe(f"{type(model).__name__} has no weight matrix the probe can time")
     inputs = {n: {(k, dt): torch.randn(n, k, device=device, dtype=dt) for k, dt, _ in products} for n in rows}
     best = best_of_sweeps(rows, lambda n: _time_products(products, inputs[n], device), sweeps)
     times = [best[n] for n in rows]
@@ -119,7 +224,7 @@ def probe_after_start_up(result, controller, scheduler, record_step_time):
         return result
     try:
         cost = probe_forward_cost(scheduler.tp_worker.model_runner.model)
-    except (AssertionError, AttributeError, RuntimeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - a measurement, never a reason to stop the server
         logger.warning("sglang-specsot: no row-cost curve for this server (%s: %s); SoT routes by the router alone",
                        type(exc).__name__, exc)  # fmt: skip
         return result
