@@ -1,0 +1,449 @@
+"""The stages of the device check (scripts/gpu_check.py), one process each:
+
+    python3 scripts/gpu_stages.py {cost,masks,parity} --out FILE.jsonl [--smoke]
+
+Each appends JSON lines to FILE as results come, prints a line per result, and ends with one
+line carrying `status` (ok, failed, blocked) and, when not ok, `blocker`: the exact exception
+that stopped it. `--smoke` runs the same code in small shapes on the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Recorder:
+    """Appends one JSON line per result to the run's file and prints a human line beside it."""
+
+    def __init__(self, out: Path, stage: str) -> None:
+        self.out, self.stage, self.started = out, stage, time.monotonic()
+
+    def emit(self, line: str, **record) -> None:
+        with open(self.out, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"stage": self.stage, **record}) + "\n")
+        print(f"[{self.stage}] {line}", flush=True)
+
+    def finish(self, status: str, blocker: str | None = None, detail: str = "", **record) -> None:
+        seconds = round(time.monotonic() - self.started, 1)
+        said = f": {blocker}" if blocker else (f": {detail}" if detail else "")
+        self.emit(f"{status} in {seconds} s{said}", status=status, blocker=blocker, seconds=seconds, **record)
+
+
+def _blocker(exc: BaseException) -> str:
+    """The exception and the innermost frames, as short as still tells where."""
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    where = " <- ".join(f"{Path(f.filename).name}:{f.lineno}" for f in reversed(frames))
+    return f"{type(exc).__name__}: {exc} (at {where})"[:1500]
+
+
+def _device():
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+# --- a random-weight Qwen2 ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Qwen2Shape:
+    """A Qwen2 architecture; the defaults are Qwen2.5-1.5B's."""
+
+    hidden: int = 1536
+    layers: int = 28
+    heads: int = 12
+    kv_heads: int = 2
+    intermediate: int = 8960
+    vocab: int = 151936
+    init_std: float = 0.02
+
+
+SMOKE_MODEL = Qwen2Shape(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128, vocab=512)
+
+
+def random_qwen2(shape: Qwen2Shape, dtype, device, seed: int = 0):
+    """transformers' Qwen2ForCausalLM with random weights, built on `device` (no download)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers, num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, initializer_range=shape.init_std,
+        attn_implementation="sdpa", architectures=["Qwen2ForCausalLM"], bos_token_id=0, eos_token_id=1,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # built in `dtype` directly: no float32 copy of 1.5B weights
+    try:
+        with torch.device(device):
+            model = Qwen2ForCausalLM(config)
+    finally:
+        torch.set_default_dtype(default)
+    return model.eval()
+
+
+# --- stage a: forward cost by rows ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CostPlan:
+    model: Qwen2Shape
+    dtype: str = "bfloat16"
+    prefix: int = 512  # tokens already in every request's KV cache
+    rows: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    verify_tokens: int = 4  # a verify row group: this many draft tokens of one request
+    warmup: int = 3
+    iters: int = 10
+
+
+DEVICE_COST = CostPlan(Qwen2Shape())
+SMOKE_COST = CostPlan(SMOKE_MODEL, dtype="float32", prefix=16, rows=(1, 2, 4), verify_tokens=2, warmup=1, iters=2)
+
+
+def _layout(kind: str, rows: int, plan: CostPlan) -> tuple[int, int]:
+    """(requests, tokens per request) of `rows` forward rows: plain decode is one token per
+    request; verify is `verify_tokens` per request (all rows of one request when fewer)."""
+    if kind == "plain":
+        return rows, 1
+    k = min(plan.verify_tokens, rows)
+    return rows // k, k
+
+
+def _new_cache(model, max_len: int):
+    """A static KV cache (written in place, as SGLang's pool is); a growing one where this
+    transformers has no static cache of this form. Returns (cache, kind)."""
+    from transformers import DynamicCache
+
+    try:
+        from transformers import StaticCache
+
+        return StaticCache(config=model.config, max_cache_len=max_len), "static"
+    except (ImportError, TypeError):
+        return DynamicCache(), "dynamic"
+
+
+def _rewind(cache, length: int) -> None:
+    """Back to `length` cached tokens: the timed forward then sees the same prefix each time."""
+    import torch
+
+    current = int(cache.get_seq_length())
+    if current != length:
+        layers = list(getattr(cache, "layers", []))
+        counters = [getattr(layer, "cumulative_length", None) for layer in layers]
+        if layers and all(isinstance(c, torch.Tensor) for c in counters):
+            for c in counters:
+                c.fill_(length)
+        else:
+            cache.crop(length - current)  # a negative count removes that many tokens
+    got = int(cache.get_seq_length())
+    assert got == length, f"the KV cache holds {got} tokens after rewinding to {length}"
+
+
+def _time_forward(model, ids, cache, plan: CostPlan, device) -> list[float]:
+    """Milliseconds of each timed forward (CUDA events on a GPU, a wall clock on a CPU)."""
+    import torch
+
+    spans = []
+    for i in range(plan.warmup + plan.iters):
+        _rewind(cache, plan.prefix)
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            model(input_ids=ids, past_key_values=cache, use_cache=True)
+            end.record()
+            spans.append((start, end))
+        else:
+            t0 = time.perf_counter()
+            model(input_ids=ids, past_key_values=cache, use_cache=True)
+            spans.append((t0, time.perf_counter()))
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) for s, e in spans[plan.warmup :]]
+    return [(e - s) * 1e3 for s, e in spans[plan.warmup :]]
+
+
+def measure_point(model, kind: str, rows: int, plan: CostPlan, device) -> dict:
+    import torch
+
+    requests, k = _layout(kind, rows, plan)
+    cache, cache_kind = _new_cache(model, plan.prefix + k)
+    prompt = torch.randint(0, model.config.vocab_size, (requests, plan.prefix), device=device)
+    model.model(input_ids=prompt, past_key_values=cache, use_cache=True)  # the prefix, no logits
+    ids = torch.randint(0, model.config.vocab_size, (requests, k), device=device)
+    ms = _time_forward(model, ids, cache, plan, device)
+    del cache
+    return {"kind": kind, "rows": requests * k, "requests": requests, "tokens_per_request": k,
+            "prefix": plan.prefix, "ms_median": round(statistics.median(ms), 4), "ms_min": round(min(ms), 4),
+            "iters": len(ms), "cache": cache_kind}  # fmt: skip
+
+
+def stage_cost(rec: Recorder, plan: CostPlan) -> None:
+    import torch
+
+    device, dtype = _device(), getattr(torch, plan.dtype)
+    model = random_qwen2(plan.model, dtype, device)
+    params = sum(p.numel() for p in model.parameters())
+    rec.emit(f"random Qwen2 ({params / 1e6:.1f} M parameters, {plan.dtype}) on {device}",
+             model=asdict(plan.model), params=params, dtype=plan.dtype, device=str(device))  # fmt: skip
+    errors = []
+    with torch.inference_mode():
+        for rows in plan.rows:
+            for kind in ("plain", "verify"):
+                try:
+                    point = measure_point(model, kind, rows, plan, device)
+                except Exception as exc:  # one shape failing (memory, an API) leaves the others
+                    errors.append(_blocker(exc))
+                    rec.emit(f"{kind} rows={rows}: {errors[-1]}", kind=kind, rows=rows, error=errors[-1])
+                    continue
+                rec.emit(f"{kind:6} rows={point['rows']:>4} ({point['requests']} x {point['tokens_per_request']}) "
+                         f"{point['ms_median']:.3f} ms", **point)  # fmt: skip
+    rec.finish("ok" if not errors else "failed", errors[0] if errors else None)
+
+
+# --- stage b: tree masks through SGLang's Triton extend kernel ---------------------------------
+
+
+@dataclass(frozen=True)
+class MaskPlan:
+    heads: int = 12
+    kv_heads: int = 2
+    head_dim: int = 128
+    n: int = 8  # draft tokens per request
+    prefix_lens: tuple[int, ...] = (5, 37, 130)
+    dtype: str = "bfloat16"
+    tol: float = 2e-2  # max |kernel - float64 reference| allowed for this dtype
+
+
+DEVICE_MASKS = MaskPlan()
+SMOKE_MASKS = MaskPlan(heads=2, kv_heads=1, head_dim=16, prefix_lens=(3, 9), dtype="float32", tol=1e-4)
+
+
+def _trees(n: int):
+    """A branching tree, a padded small tree and a chain, each of `n` nodes (the branching
+    one first, so it gets the shortest prefix, where a wrong mask shows most)."""
+    from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree
+
+    assert n == 8, f"the check's trees have 8 nodes, got n={n}"
+    chain = DraftTree(tuple(range(10, 18)), (-1, 0, 1, 2, 3, 4, 5, 6))
+    branching = DraftTree(tuple(range(20, 28)), (-1, 0, 0, 1, 1, 2, 3, 5))
+    small = pad_tree(DraftTree((30, 31, 32), (-1, 0, 0)), n, filler=0)
+    return branching, small, chain
+
+
+def qlen_mask_of(trees, n: int):
+    """The worker's QLEN_ONLY mask: `tree_mask` rows of each request, flattened."""
+    import torch
+
+    from sglang_specsot.speculative.draft_tree import tree_mask
+
+    return torch.tensor([tree_mask(t, n) for t in trees], dtype=torch.bool).flatten()
+
+
+def _reference_attention(q, k, v, visible, scale):
+    """float64 attention of q (n, H, D) over k, v (L, KH, D) where `visible` (n, L) allows."""
+    import torch
+
+    group = q.shape[1] // k.shape[1]
+    k, v = k.double().repeat_interleave(group, 1), v.double().repeat_interleave(group, 1)
+    scores = torch.einsum("qhd,khd->hqk", q.double(), k) * scale
+    scores = scores.masked_fill(~visible[None], float("-inf"))
+    return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
+
+
+def stage_masks(rec: Recorder, plan: MaskPlan) -> None:
+    import torch
+
+    from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
+    from sglang_specsot.speculative.tree_masks import full_layout_indptr, full_layout_mask
+
+    device, dtype, n = _device(), getattr(torch, plan.dtype), plan.n
+    trees = [_trees(n)[i % 3] for i in range(len(plan.prefix_lens))]
+    prefix = torch.tensor(plan.prefix_lens, device=device)
+    qlen = qlen_mask_of(trees, n).to(device)
+    mask = full_layout_mask(qlen, prefix, n, sum(plan.prefix_lens))
+    bs, total = len(trees), sum(plan.prefix_lens)
+    g = torch.Generator(device="cpu").manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
+
+    q, k, v = rand(bs * n, plan.heads, plan.head_dim), rand(bs * n, plan.kv_heads, plan.head_dim), rand(bs * n, plan.kv_heads, plan.head_dim)
+    pool = total + 7  # prefix slots scattered through a pool, as the allocator leaves them
+    k_buf, v_buf = rand(pool, plan.kv_heads, plan.head_dim), rand(pool, plan.kv_heads, plan.head_dim)
+    kv_indices = torch.randperm(pool, generator=g)[:total].to(device)
+    kv_indptr = torch.tensor([0, *torch.tensor(plan.prefix_lens).cumsum(0).tolist()], dtype=torch.int32, device=device)
+    qo_indptr = torch.arange(0, (bs + 1) * n, n, dtype=torch.int32, device=device)
+    o = torch.empty_like(q)
+    scale = plan.head_dim**-0.5
+    extend_attention_fwd(q, k, v, o, k_buf, v_buf, qo_indptr, kv_indptr, kv_indices, mask, True,
+                         full_layout_indptr(prefix, n), n, 1.0, 1.0, sm_scale=scale)  # fmt: skip
+    worst, teeth = 0.0, 0.0
+    for b, p in enumerate(plan.prefix_lens):
+        rows = slice(b * n, (b + 1) * n)
+        slots = kv_indices[kv_indptr[b] : kv_indptr[b + 1]]
+        kk, vv = torch.cat([k_buf[slots], k[rows]]), torch.cat([v_buf[slots], v[rows]])
+        tree = qlen.view(bs, n, n)[b]
+        visible = torch.cat([torch.ones(n, p, dtype=torch.bool, device=device), tree], 1)
+        ref = _reference_attention(q[rows], kk, vv, visible, scale)
+        worst = max(worst, (o[rows].double() - ref).abs().max().item())
+        causal = torch.cat([torch.ones(n, p, dtype=torch.bool, device=device), torch.ones(n, n, dtype=torch.bool, device=device).tril()], 1)
+        teeth = max(teeth, (_reference_attention(q[rows], kk, vv, causal, scale) - ref).abs().max().item())
+    # The causal reference differs from the tree one by `teeth`: the kernel must be far closer
+    # to the tree's, or the check could not tell a tree mask from a causal one.
+    ok = worst <= plan.tol and teeth > 4 * worst
+    said = f"max |kernel - reference| {worst:.3g} (tol {plan.tol}), tree vs causal reference {teeth:.3g}"
+    rec.finish("ok" if ok else "failed", None if ok else said, said, max_abs_err=worst, tol=plan.tol,
+               tree_vs_causal=teeth, prefix_lens=list(plan.prefix_lens), n=n, dtype=plan.dtype,
+               device=str(device))  # fmt: skip
+
+
+# --- stage c: SPECSOT vs plain through sglang.Engine -------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParityPlan:
+    model: Qwen2Shape
+    dtype: str = "float32"  # token identity is exact in float32; bf16 may differ by rounding
+    prompts: int = 4
+    prompt_len: int = 48
+    max_new: int = 32
+    draft_tokens: int = 6
+
+
+# Qwen2.5-1.5B's widths and vocabulary, 4 of its 28 layers (parity does not depend on depth, the
+# save and load time does). std 0.1 gives wide argmax margins; 0.02 gives near-ties.
+DEVICE_PARITY = ParityPlan(Qwen2Shape(layers=4, init_std=0.1))
+SMOKE_PARITY = ParityPlan(SMOKE_MODEL, prompts=2, prompt_len=12, max_new=4)
+
+
+def save_random_qwen2(plan: ParityPlan, out: Path, device) -> Path:
+    """The random model as a local HF checkpoint (config + safetensors); no tokenizer: the
+    engines take token ids and run with skip_tokenizer_init."""
+    import torch
+
+    model = random_qwen2(plan.model, getattr(torch, plan.dtype), device)
+    model.save_pretrained(out)
+    return out
+
+
+def parity_prompts(plan: ParityPlan) -> list[list[int]]:
+    """Token-id prompts, each a random phrase repeated: context drafting finds its next tokens."""
+    import random
+
+    rng = random.Random(0)
+    prompts = []
+    for i in range(plan.prompts):
+        phrase = [rng.randrange(2, plan.model.vocab) for _ in range(5 + 3 * i)]
+        prompts.append((phrase * plan.prompt_len)[: plan.prompt_len])
+    return prompts
+
+
+def _engine_outputs(model_dir: Path, plan: ParityPlan, prompts, extra: dict) -> list[dict]:
+    import sglang
+
+    engine = sglang.Engine(
+        model_path=str(model_dir), skip_tokenizer_init=True, dtype=plan.dtype, attention_backend="triton",
+        sampling_backend="pytorch", disable_cuda_graph=True, mem_fraction_static=0.3, random_seed=0,
+        log_level="warning", **extra,
+    )  # fmt: skip
+    try:
+        params = {"temperature": 0.0, "max_new_tokens": plan.max_new, "ignore_eos": True}
+        return engine.generate(input_ids=prompts, sampling_params=params)
+    finally:
+        engine.shutdown()
+
+
+def _import_sglang(rec: Recorder) -> None:
+    import sglang
+    import sglang.srt.entrypoints.engine  # noqa: F401  the scheduler's and model runner's imports
+
+    kernel = sys.modules.get("sgl_kernel")
+    origin = getattr(kernel, "__file__", None) if kernel else None
+    rec.emit(f"sglang {sglang.__version__} imports (sgl_kernel: {origin or 'not imported'})",
+             sglang=sglang.__version__, sgl_kernel=origin)  # fmt: skip
+
+
+def stage_parity(rec: Recorder, plan: ParityPlan, smoke: bool) -> None:
+    try:
+        _import_sglang(rec)
+    except Exception as exc:
+        rec.finish("blocked", f"importing SGLang: {_blocker(exc)}")
+        return
+    with tempfile.TemporaryDirectory(prefix="specsot-parity-") as tmp:
+        model_dir = save_random_qwen2(plan, Path(tmp) / "qwen2-random", _device())
+        rec.emit(f"random Qwen2 saved ({sum(f.stat().st_size for f in model_dir.iterdir()) / 2**20:.0f} MiB)",
+                 model=asdict(plan.model), dtype=plan.dtype)  # fmt: skip
+        if smoke:
+            rec.finish("ok", None, "smoke: the engines are not started on the CPU", smoke=True)
+            return
+        prompts = parity_prompts(plan)
+        trace = Path(tmp) / "plugin-trace.jsonl"
+        # Verify on every step (not only where SPECSOT's costs say it pays), and a line per
+        # process that loaded the plugin.
+        os.environ.update(SGLANG_SPECSOT_TRACE_FILE=str(trace), SGLANG_SPECSOT_FIXED_WINDOW="1")
+        plain = _run_engine(rec, "plain", model_dir, plan, prompts, {})
+        if plain is None:
+            return
+        spec = _run_engine(rec, "SPECSOT", model_dir, plan, prompts, {
+            "speculative_algorithm": "SPECSOT", "speculative_num_draft_tokens": plan.draft_tokens})  # fmt: skip
+        plugin = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
+    if spec is None:
+        return
+    bad = [i for i, (a, b) in enumerate(zip(plain, spec)) if a["output_ids"] != b["output_ids"]]
+    accept = [r["meta_info"].get("spec_accept_length") for r in spec]
+    rec.finish("ok" if not bad else "failed", None if not bad else f"SPECSOT differs from plain on prompts {bad}",
+               mismatched_prompts=bad, prompts=len(prompts), max_new=plan.max_new, accept_length=accept,
+               plugin_processes=[{k: p.get(k) for k in ("caller", "error")} for p in plugin])  # fmt: skip
+
+
+def _run_engine(rec: Recorder, name: str, model_dir: Path, plan: ParityPlan, prompts, extra: dict):
+    started = time.monotonic()
+    try:
+        outputs = _engine_outputs(model_dir, plan, prompts, extra)
+    except Exception as exc:
+        rec.finish("blocked", f"{name} engine: {_blocker(exc)}")
+        return None
+    tokens = sum(len(o["output_ids"]) for o in outputs)
+    rec.emit(f"{name}: {tokens} tokens in {time.monotonic() - started:.1f} s (start-up included)",
+             engine=name, tokens=tokens, output_ids=[o["output_ids"] for o in outputs])  # fmt: skip
+    return outputs
+
+
+# --- entry -------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("stage", choices=("cost", "masks", "parity"))
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--smoke", action="store_true", help="small shapes, on the CPU")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    rec = Recorder(args.out, args.stage)
+    try:
+        if args.stage == "cost":
+            stage_cost(rec, SMOKE_COST if args.smoke else DEVICE_COST)
+        elif args.stage == "masks":
+            stage_masks(rec, SMOKE_MASKS if args.smoke else DEVICE_MASKS)
+        else:
+            stage_parity(rec, SMOKE_PARITY if args.smoke else DEVICE_PARITY, args.smoke)
+    except Exception as exc:  # the stage's own blocker, recorded; the run goes on to the next
+        rec.finish("blocked", _blocker(exc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
