@@ -82,8 +82,7 @@ def _declare_tree_backend(server_args, hf_config) -> dict[str, str]:
     # holds the user's raw flags; the resolving view what resolution decided so far (the device).
     view = sgl.resolving_view(server_args)
     chosen = {field: getattr(server_args, field) for field in BACKEND_FLAGS}
-    if str(view.device).split(":")[0] != "cuda" or str(view.speculative_algorithm).upper() != ALGORITHM:
-        return {}  # before reading the model's attention: nothing to decide
+    # The model's config is built by now (model_hook.py:165) and memoized on the record.
     plain_mha = not sgl.use_mla_backend(server_args) and not sgl.model_config_of(server_args).has_attention_sinks
     default = tree_backend(sgl.get_platform().has_flashinfer, plain_mha)
     return tree_backend_declaration(view.device, view.speculative_algorithm, chosen, default)

@@ -20,6 +20,7 @@ from sglang.srt.runtime_context import create_context, override_platform, use_co
 from sglang.srt.server_args import ServerArgs
 
 from sglang_specsot.speculative.algorithm import register_specsot
+from sglang_specsot.speculative.backend_choice import tree_backend_declaration
 
 # An H100/H200 with CUDA >= 12.3: where SGLang picks FlashAttention-3 for a model like this one
 # when --speculative-eagle-topk is unset or 1 (model_override_base.py:305).
@@ -94,6 +95,14 @@ def test_backend_choice_refuses_fa3_naming_the_flag_and_the_fix(resolve, flag):
     message = str(err.value)
     assert f"--{flag.replace('_', '-')} fa3" in message and "SPECSOT" in message
     assert "--attention-backend triton" in message
+
+
+@pytest.mark.parametrize("backend", ["trtllm_mha", "fa4", "flashmla"])
+def test_backend_choice_refuses_any_backend_that_does_not_attend_by_the_tree(backend):
+    chosen = {"attention_backend": None, "prefill_attention_backend": None, "decode_attention_backend": backend}
+    with pytest.raises(ValueError, match=f"--decode-attention-backend {backend} does not"):
+        tree_backend_declaration("cuda", "SPECSOT", chosen, default="triton")
+    assert tree_backend_declaration("cpu", "SPECSOT", chosen, default="triton") == {}  # cpu/spec_backend.py's
 
 
 @pytest.mark.parametrize("backend", ["triton", "flashinfer"])
