@@ -122,17 +122,13 @@ def _layout(kind: str, rows: int, plan: CostPlan) -> tuple[int, int]:
     return rows // k, k
 
 
-def _new_cache(model, max_len: int):
-    """A static KV cache (written in place, as SGLang's pool is); a growing one where this
-    transformers has no static cache of this form. Returns (cache, kind)."""
-    from transformers import DynamicCache
+def _new_cache(model, max_len: int, kind: str):
+    """A KV cache of `kind`: "static" is written in place, as SGLang's pool is; "dynamic" grows
+    by concatenation (its copy is in the timed forward), for a transformers whose static cache
+    cannot be rewound as `_rewind` does."""
+    from transformers import DynamicCache, StaticCache
 
-    try:
-        from transformers import StaticCache
-
-        return StaticCache(config=model.config, max_cache_len=max_len), "static"
-    except (ImportError, TypeError):
-        return DynamicCache(), "dynamic"
+    return StaticCache(config=model.config, max_cache_len=max_len) if kind == "static" else DynamicCache()
 
 
 def _rewind(cache, length: int) -> None:
@@ -175,11 +171,11 @@ def _time_forward(model, ids, cache, plan: CostPlan, device) -> list[float]:
     return [(e - s) * 1e3 for s, e in spans[plan.warmup :]]
 
 
-def measure_point(model, kind: str, rows: int, plan: CostPlan, device) -> dict:
+def measure_point(model, kind: str, rows: int, plan: CostPlan, device, cache_kind: str) -> dict:
     import torch
 
     requests, k = _layout(kind, rows, plan)
-    cache, cache_kind = _new_cache(model, plan.prefix + k)
+    cache = _new_cache(model, plan.prefix + k, cache_kind)
     prompt = torch.randint(0, model.config.vocab_size, (requests, plan.prefix), device=device)
     model.model(input_ids=prompt, past_key_values=cache, use_cache=True)  # the prefix, no logits
     ids = torch.randint(0, model.config.vocab_size, (requests, k), device=device)
@@ -188,6 +184,19 @@ def measure_point(model, kind: str, rows: int, plan: CostPlan, device) -> dict:
     return {"kind": kind, "rows": requests * k, "requests": requests, "tokens_per_request": k,
             "prefix": plan.prefix, "ms_median": round(statistics.median(ms), 4), "ms_min": round(min(ms), 4),
             "iters": len(ms), "cache": cache_kind}  # fmt: skip
+
+
+def _cache_kind(rec: Recorder, model, plan: CostPlan, device) -> str:
+    """"static" where this transformers' static cache can be rewound as `_rewind` does (tried on
+    one row), else "dynamic"."""
+    from dataclasses import replace
+
+    try:
+        measure_point(model, "plain", 1, replace(plan, warmup=0, iters=2), device, "static")
+        return "static"
+    except Exception as exc:
+        rec.emit(f"static KV cache unusable here, DynamicCache instead: {_blocker(exc)}", static_cache_error=_blocker(exc))
+        return "dynamic"
 
 
 def stage_cost(rec: Recorder, plan: CostPlan) -> None:
@@ -200,10 +209,11 @@ def stage_cost(rec: Recorder, plan: CostPlan) -> None:
              model=asdict(plan.model), params=params, dtype=plan.dtype, device=str(device))  # fmt: skip
     errors = []
     with torch.inference_mode():
+        cache_kind = _cache_kind(rec, model, plan, device)
         for rows in plan.rows:
             for kind in ("plain", "verify"):
                 try:
-                    point = measure_point(model, kind, rows, plan, device)
+                    point = measure_point(model, kind, rows, plan, device, cache_kind)
                 except Exception as exc:  # one shape failing (memory, an API) leaves the others
                     errors.append(_blocker(exc))
                     rec.emit(f"{kind} rows={rows}: {errors[-1]}", kind=kind, rows=rows, error=errors[-1])
