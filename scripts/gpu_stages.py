@@ -10,6 +10,7 @@ that stopped it. `--smoke` runs the same code in small shapes on the CPU.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -195,7 +196,8 @@ def _cache_kind(rec: Recorder, model, plan: CostPlan, device) -> str:
         measure_point(model, "plain", 1, replace(plan, warmup=0, iters=2), device, "static")
         return "static"
     except Exception as exc:
-        rec.emit(f"static KV cache unusable here, DynamicCache instead: {_blocker(exc)}", static_cache_error=_blocker(exc))
+        blocker = _blocker(exc)
+        rec.emit(f"static KV cache unusable here, DynamicCache instead: {blocker}", static_cache_error=blocker)
         return "dynamic"
 
 
@@ -273,50 +275,88 @@ def _reference_attention(q, k, v, visible, scale):
     return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
 
 
-def stage_masks(rec: Recorder, plan: MaskPlan) -> None:
+@dataclass(frozen=True)
+class MaskCase:
+    """One verify window of `bs` requests laid out as SGLang's Triton backend hands it over."""
+
+    q: object  # (bs * n, heads, head_dim)
+    k: object  # (bs * n, kv_heads, head_dim): the window's keys
+    v: object  # (bs * n, kv_heads, head_dim)
+    k_buf: object  # (pool, kv_heads, head_dim): the KV pool the prefixes live in
+    v_buf: object
+    kv_indices: object  # (sum(prefix_lens),) int64: each request's prefix slots, in order
+    kv_indptr: object  # (bs + 1,) int32
+    qlen: object  # (bs * n * n,) bool: the worker's QLEN_ONLY tree mask
+
+
+def mask_case(plan: MaskPlan, device) -> MaskCase:
+    import torch
+
+    n, bs, total = plan.n, len(plan.prefix_lens), sum(plan.prefix_lens)
+    trees = [_trees(n)[i % 3] for i in range(bs)]
+    g = torch.Generator(device="cpu").manual_seed(0)
+
+    def rand(rows: int, heads: int):
+        values = torch.randn(rows, heads, plan.head_dim, generator=g)
+        return values.to(device=device, dtype=getattr(torch, plan.dtype))
+
+    pool = total + 7  # prefix slots scattered through a pool, as the allocator leaves them
+    return MaskCase(
+        q=rand(bs * n, plan.heads), k=rand(bs * n, plan.kv_heads), v=rand(bs * n, plan.kv_heads),
+        k_buf=rand(pool, plan.kv_heads), v_buf=rand(pool, plan.kv_heads),
+        kv_indices=torch.randperm(pool, generator=g)[:total].to(device),
+        kv_indptr=torch.tensor([0, *itertools.accumulate(plan.prefix_lens)], dtype=torch.int32, device=device),
+        qlen=qlen_mask_of(trees, n).to(device),
+    )  # fmt: skip
+
+
+def kernel_output(case: MaskCase, plan: MaskPlan):
+    """SGLang's Triton extend kernel over the case, reading our FULL-layout mask (tree_masks.py)."""
     import torch
 
     from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
     from sglang_specsot.speculative.tree_masks import full_layout_indptr, full_layout_mask
 
-    device, dtype, n = _device(), getattr(torch, plan.dtype), plan.n
-    trees = [_trees(n)[i % 3] for i in range(len(plan.prefix_lens))]
-    prefix = torch.tensor(plan.prefix_lens, device=device)
-    qlen = qlen_mask_of(trees, n).to(device)
-    mask = full_layout_mask(qlen, prefix, n, sum(plan.prefix_lens))
-    bs, total = len(trees), sum(plan.prefix_lens)
-    g = torch.Generator(device="cpu").manual_seed(0)
+    n, bs = plan.n, len(plan.prefix_lens)
+    prefix = torch.tensor(plan.prefix_lens, device=case.q.device)
+    mask = full_layout_mask(case.qlen, prefix, n, sum(plan.prefix_lens))
+    qo_indptr = torch.arange(0, (bs + 1) * n, n, dtype=torch.int32, device=case.q.device)
+    o = torch.empty_like(case.q)
+    extend_attention_fwd(case.q, case.k, case.v, o, case.k_buf, case.v_buf, qo_indptr, case.kv_indptr,
+                         case.kv_indices, mask, True, full_layout_indptr(prefix, n), n, 1.0, 1.0,
+                         sm_scale=plan.head_dim**-0.5)  # fmt: skip
+    return o
 
-    def rand(*shape):
-        return torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
 
-    q, k, v = rand(bs * n, plan.heads, plan.head_dim), rand(bs * n, plan.kv_heads, plan.head_dim), rand(bs * n, plan.kv_heads, plan.head_dim)
-    pool = total + 7  # prefix slots scattered through a pool, as the allocator leaves them
-    k_buf, v_buf = rand(pool, plan.kv_heads, plan.head_dim), rand(pool, plan.kv_heads, plan.head_dim)
-    kv_indices = torch.randperm(pool, generator=g)[:total].to(device)
-    kv_indptr = torch.tensor([0, *torch.tensor(plan.prefix_lens).cumsum(0).tolist()], dtype=torch.int32, device=device)
-    qo_indptr = torch.arange(0, (bs + 1) * n, n, dtype=torch.int32, device=device)
-    o = torch.empty_like(q)
-    scale = plan.head_dim**-0.5
-    extend_attention_fwd(q, k, v, o, k_buf, v_buf, qo_indptr, kv_indptr, kv_indices, mask, True,
-                         full_layout_indptr(prefix, n), n, 1.0, 1.0, sm_scale=scale)  # fmt: skip
-    worst, teeth = 0.0, 0.0
+def reference_errors(case: MaskCase, plan: MaskPlan, o) -> tuple[float, float]:
+    """(max |o - tree reference|, max |causal reference - tree reference|) over the requests."""
+    import torch
+
+    n, bs, scale = plan.n, len(plan.prefix_lens), plan.head_dim**-0.5
+    worst = teeth = 0.0
     for b, p in enumerate(plan.prefix_lens):
         rows = slice(b * n, (b + 1) * n)
-        slots = kv_indices[kv_indptr[b] : kv_indptr[b + 1]]
-        kk, vv = torch.cat([k_buf[slots], k[rows]]), torch.cat([v_buf[slots], v[rows]])
-        tree = qlen.view(bs, n, n)[b]
-        visible = torch.cat([torch.ones(n, p, dtype=torch.bool, device=device), tree], 1)
-        ref = _reference_attention(q[rows], kk, vv, visible, scale)
+        slots = case.kv_indices[case.kv_indptr[b] : case.kv_indptr[b + 1]]
+        k, v = torch.cat([case.k_buf[slots], case.k[rows]]), torch.cat([case.v_buf[slots], case.v[rows]])
+        prefix = torch.ones(n, p, dtype=torch.bool, device=o.device)
+        tree = torch.cat([prefix, case.qlen.view(bs, n, n)[b]], 1)
+        causal = torch.cat([prefix, torch.ones(n, n, dtype=torch.bool, device=o.device).tril()], 1)
+        ref = _reference_attention(case.q[rows], k, v, tree, scale)
         worst = max(worst, (o[rows].double() - ref).abs().max().item())
-        causal = torch.cat([torch.ones(n, p, dtype=torch.bool, device=device), torch.ones(n, n, dtype=torch.bool, device=device).tril()], 1)
-        teeth = max(teeth, (_reference_attention(q[rows], kk, vv, causal, scale) - ref).abs().max().item())
+        teeth = max(teeth, (_reference_attention(case.q[rows], k, v, causal, scale) - ref).abs().max().item())
+    return worst, teeth
+
+
+def stage_masks(rec: Recorder, plan: MaskPlan) -> None:
+    device = _device()
+    case = mask_case(plan, device)
+    worst, teeth = reference_errors(case, plan, kernel_output(case, plan))
     # The causal reference differs from the tree one by `teeth`: the kernel must be far closer
     # to the tree's, or the check could not tell a tree mask from a causal one.
     ok = worst <= plan.tol and teeth > 4 * worst
     said = f"max |kernel - reference| {worst:.3g} (tol {plan.tol}), tree vs causal reference {teeth:.3g}"
     rec.finish("ok" if ok else "failed", None if ok else said, said, max_abs_err=worst, tol=plan.tol,
-               tree_vs_causal=teeth, prefix_lens=list(plan.prefix_lens), n=n, dtype=plan.dtype,
+               tree_vs_causal=teeth, prefix_lens=list(plan.prefix_lens), n=plan.n, dtype=plan.dtype,
                device=str(device))  # fmt: skip
 
 
@@ -367,7 +407,7 @@ def _engine_outputs(model_dir: Path, plan: ParityPlan, prompts, extra: dict) -> 
     engine = sglang.Engine(
         model_path=str(model_dir), skip_tokenizer_init=True, dtype=plan.dtype, attention_backend="triton",
         sampling_backend="pytorch", disable_cuda_graph=True, mem_fraction_static=0.3, random_seed=0,
-        log_level="warning", **extra,
+        log_level="info", **extra,  # info: a timed-out stage's stderr tail says how far start-up got
     )  # fmt: skip
     try:
         params = {"temperature": 0.0, "max_new_tokens": plan.max_new, "ignore_eos": True}

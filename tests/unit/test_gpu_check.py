@@ -74,14 +74,16 @@ def test_the_repository_tree_leaves_room_for_the_wheels():
 
 
 def test_help_names_every_mode():
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--help"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--help"],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
     assert out.returncode == 0, out.stderr
     for mode in ("prepare", "run", "cpu-smoke", "size"):
         assert mode in out.stdout
 
 
 def test_an_unknown_argument_is_refused():
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--bogus"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--bogus"],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
     assert out.returncode == 2 and "--bogus" in out.stderr
 
 
