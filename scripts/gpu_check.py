@@ -261,7 +261,7 @@ def stage_env(site: Path | None, smoke: bool) -> tuple[dict, dict]:
         env["PYTHONPATH"] = os.pathsep.join([str(SHIM), env["PYTHONPATH"]])
         # Every BaseFusedOp (norms, activations, rotary) on its torch forward: no sgl-kernel op
         # and no JIT-compiled CUDA where a torch one exists (sglang/kernels/fused_op.py).
-        env["SGLANG_FORCE_FUSED_OP_BACKEND"] = "native"
+        env["SGLANG_FORCE_FUSED_OP_BACKEND"] = "torch"  # KernelBackend.TORCH (sglang/kernels/spec.py)
         record["sgl_kernel_stand_in"] = str(SHIM.relative_to(ROOT))
     return env, record
 

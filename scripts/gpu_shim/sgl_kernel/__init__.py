@@ -3,7 +3,7 @@
 Only scripts/gpu_check.sh puts this folder on PYTHONPATH, on a machine where `import
 sgl_kernel` fails (sgl-kernel's wheel is built for one torch and is over the device check's
 carry limit). SGLang 0.5.23 imports these names at import time when `is_cuda()` (the modules
-named beside each); the device check runs the model with SGLANG_FORCE_FUSED_OP_BACKEND=native,
+named beside each); the device check runs the model with SGLANG_FORCE_FUSED_OP_BACKEND=torch,
 so most are imported, not called. Where a call does come, the torch version computes what
 sgl-kernel's op computes; the ops that a dense bf16 Qwen2 never reaches raise, naming
 themselves, so a device run shows exactly which one blocked.
