@@ -301,6 +301,42 @@ def _records(out: Path) -> list[dict]:
     return [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.exists() else []
 
 
+# What SGLang's CUDA path imports: the engine, the scheduler, Qwen2 and the Triton backend.
+_SGLANG_IMPORTS = ("import sglang.srt.entrypoints.engine, sglang.srt.managers.scheduler, "
+                   "sglang.srt.models.qwen2, sglang.srt.layers.attention.triton_backend")  # fmt: skip
+
+
+def start_bare_import(env: dict) -> subprocess.Popen | None:
+    """Import SGLang without the sgl_kernel stand-in, beside the stages: what blocks it bare."""
+    if str(SHIM) not in env.get("PYTHONPATH", ""):
+        return None
+    bare = dict(env, PYTHONPATH=env["PYTHONPATH"].replace(str(SHIM) + os.pathsep, ""))
+    bare.pop("SGLANG_FORCE_FUSED_OP_BACKEND", None)
+    return subprocess.Popen([sys.executable, "-c", _SGLANG_IMPORTS], env=bare, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+
+
+def finish_bare_import(proc: subprocess.Popen | None, out: Path) -> None:
+    if proc is None:
+        return
+    try:
+        _, err = proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        _, err = proc.communicate()
+    error = None if proc.returncode == 0 else _last_exception(err) or f"exit {proc.returncode}"
+    said = "imports" if error is None else f"does not import: {error}"
+    _emit(out, {"stage": "bare_import", "ok": error is None, "error": error},
+          f"[bare_import] SGLang without the sgl_kernel stand-in {said}")  # fmt: skip
+
+
+def _last_exception(stderr: str) -> str:
+    """A traceback's exception line and the frame that raised it."""
+    lines = [line.strip() for line in stderr.strip().splitlines()]
+    frames = [line for line in lines if line.startswith("File ")]
+    return (lines[-1] if lines else "") + (f" ({frames[-1]})" if frames else "")
+
+
 def run(out_dir: Path, smoke: bool = False) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / "gpu_check.jsonl"
@@ -312,6 +348,7 @@ def run(out_dir: Path, smoke: bool = False) -> int:
         site = SITE if installed["ok"] else None
     env, record = stage_env(site, smoke)
     _emit(out, {"stage": "env", **record}, f"[env] {json.dumps(record)}")
+    bare = start_bare_import(env)
     for name, limit in STAGE_LIMITS.items():
         left = deadline - time.monotonic()
         if left < 10:
@@ -319,6 +356,7 @@ def run(out_dir: Path, smoke: bool = False) -> int:
             _emit(out, record, f"[{name}] skipped: the run's budget is spent")
             continue
         run_stage(name, out, min(limit, left), env, smoke)
+    finish_bare_import(bare, out)
     print_summary(out)
     return 0
 

@@ -160,3 +160,11 @@ def test_ops_a_dense_model_never_calls_raise_naming_themselves(shim):
     with pytest.raises(NotImplementedError, match="kvcacheio.transfer_kv_direct"):
         shim.kvcacheio.transfer_kv_direct()
     assert shim.utils.is_arch_support_pdl() is False
+
+
+def test_a_bare_import_failure_is_reported_as_its_exception_and_frame():
+    stderr = 'Traceback (most recent call last):\n  File "a.py", line 3, in <module>\n    import x\n' \
+             "ModuleNotFoundError: No module named 'sgl_kernel'\n"
+    assert gpu_check._last_exception(stderr) == (
+        "ModuleNotFoundError: No module named 'sgl_kernel' (File \"a.py\", line 3, in <module>)"
+    )
