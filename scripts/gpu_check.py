@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -276,9 +277,9 @@ def run_stage(name: str, out: Path, limit_s: float, env: dict, smoke: bool) -> N
         try:
             rc = proc.wait(timeout=limit_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)  # the stage and whatever it started (SGLang's scheduler)
-            proc.wait()
             rc = None
+        finally:  # also when the run itself is stopped: a new session would outlive it
+            _kill_group(proc)
     seconds = round(time.monotonic() - started, 1)
     tail = log.read_text(errors="replace")[-2500:]
     if rc != 0:
@@ -290,6 +291,15 @@ def run_stage(name: str, out: Path, limit_s: float, env: dict, smoke: bool) -> N
         # A stage that recorded its blocker: SGLang's own account of it (a scheduler process's
         # traceback) is in the stage's stderr, not in the exception the stage caught.
         _emit(out, {"stage": name, "stderr_tail": tail}, f"[{name}] stderr tail:\n{tail}")
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """End a process started in a session of its own, and whatever it started (SGLang's scheduler)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def _last_status(out: Path, stage: str) -> str | None:
@@ -322,7 +332,7 @@ def finish_bare_import(proc: subprocess.Popen | None, out: Path) -> None:
     try:
         _, err = proc.communicate(timeout=5)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
+        _kill_group(proc)
         _, err = proc.communicate()
     error = None if proc.returncode == 0 else _last_exception(err) or f"exit {proc.returncode}"
     said = "imports" if error is None else f"does not import: {error}"
@@ -348,15 +358,21 @@ def run(out_dir: Path, smoke: bool = False) -> int:
         site = SITE if installed["ok"] else None
     env, record = stage_env(site, smoke)
     _emit(out, {"stage": "env", **record}, f"[env] {json.dumps(record)}")
+    # `timeout` stops the run with SIGTERM: exit through the `finally`s that end the stages.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     bare = start_bare_import(env)
-    for name, limit in STAGE_LIMITS.items():
-        left = deadline - time.monotonic()
-        if left < 10:
-            record = {"stage": name, "status": "skipped", "reason": "run budget spent"}
-            _emit(out, record, f"[{name}] skipped: the run's budget is spent")
-            continue
-        run_stage(name, out, min(limit, left), env, smoke)
-    finish_bare_import(bare, out)
+    try:
+        for name, limit in STAGE_LIMITS.items():
+            left = deadline - time.monotonic()
+            if left < 10:
+                record = {"stage": name, "status": "skipped", "reason": "run budget spent"}
+                _emit(out, record, f"[{name}] skipped: the run's budget is spent")
+                continue
+            run_stage(name, out, min(limit, left), env, smoke)
+        finish_bare_import(bare, out)
+    finally:
+        if bare is not None and bare.poll() is None:
+            _kill_group(bare)
     print_summary(out)
     return 0
 
