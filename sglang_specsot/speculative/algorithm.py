@@ -118,7 +118,8 @@ def _no_decode_graphs(sa) -> None:
     The graph runners read the resolved `cuda_graph_config` (cuda_graph_setup.py:731), which
     SGLang derives from --disable-decode-cuda-graph before this hook runs
     (cuda_graph_hook.py:64, pipeline.py:191), so the flag alone would come too late: the
-    config itself is rewritten (CPU captures no graph for speculation: cpu_graph_runner.py:663).
+    config itself is rewritten. (A CPU captures no graph without --enable-torch-compile, and
+    refuses speculation with it: cpu_graph_runner.py:663.)
     """
     if sa.cuda_graph_backend_decode not in (None, sgl.Backend.DISABLED):
         logger.warning(
