@@ -85,7 +85,7 @@ def main() -> None:
     cost = cost_model(info)
     draft = cost.draft is not None
     # A server that reports `step_extends` extends only what the chain did not write
-    # (model_worker.draft_extend); without it the whole window is priced as extended.
+    # (drafters/model_extend.DeferredExtend.draft_extend); without it the whole window is priced as extended.
     narrow = "step_extends" in (info.get("draft_extend") or {})
     ps = measured_p(info)
     hit, width = runner_up_hit(info), info.get("verify_width")

@@ -110,7 +110,7 @@ class CostModel:
         """One speculative step: `draft_steps` draft decodes of `bs` rows, a verify of
         `bs * width` rows, and (with a draft model, unless deferred) its draft-extend over
         `extend_rows` rows: by default the verify window, as SGLang extends; fewer where the
-        extend covers only what the draft's own chain did not write (SpecSoTModelWorker)."""
+        extend covers only what the draft's own chain did not write (drafters/model.ModelDrafting)."""
         ms = self.target.ms(bs * width)
         if self.draft is not None:
             ms += draft_steps * self.draft.ms(bs)

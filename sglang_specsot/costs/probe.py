@@ -231,3 +231,19 @@ def probe_after_start_up(result, controller, scheduler, record_step_time):
     published.publish(cost)
     logger.info("sglang-specsot row costs measured at start-up (target, ms by rows): %s", cost.info())
     return result
+
+
+def unmeasured() -> ForwardCost:
+    """A placeholder curve where the probe timed nothing (the policy then never prices a step)."""
+    return ForwardCost(probe_rows=(1,), probe_ms=(1.0,))
+
+
+def probe_or_none(model: torch.nn.Module, which: str) -> ForwardCost | None:
+    """`probe_forward_cost(model)`, or None (logged) where the model has no layer the probe can
+    time (a quantized checkpoint whose kernels do not run here): the server still starts."""
+    try:
+        return probe_forward_cost(model)
+    except NothingToProbe as exc:
+        logger.warning("SPECSOT: no start-up cost curve for the %s (%s); drafting the whole window every step", which, exc)
+        return None
+

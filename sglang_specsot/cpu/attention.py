@@ -81,6 +81,10 @@ def verify_window_masks(
         masks, offset = [], 0
         for seq_len in seq_lens:
             rows = flat[offset : offset + n * (seq_len + n)].view(n, seq_len + n)
+            # The prefix columns are read as a mask by Triton's extend kernel (extend_attention.py
+            # 740-751) but not by this backend: a FULL mask must leave them all True.
+            if not bool(rows[:, :seq_len].all()):
+                raise ValueError(f"{BACKEND_NAME}: a FULL_MASK tree mask hides prefix tokens (seq_len={seq_len})")
             masks.append(rows[:, seq_len:])
             offset += n * (seq_len + n)
         return masks
@@ -168,7 +172,7 @@ class SpecSoTCpuAttnBackend(TorchNativeAttnBackend):
 
     # An extend writes every row's K/V before any row attends (forward_planned), so requests
     # that share a prefix may be extended in one pass: the SPECSOT draft model's catch-up
-    # reads this (speculative/model_worker.py), which does not import this package.
+    # reads this (speculative/drafters/model_extend.py), which does not import this package.
     extend_writes_kv_first = True
 
     def __init__(self, model_runner):

@@ -19,7 +19,7 @@ import importlib
 
 # name -> the SGLang module that defines it.
 NAMES: dict[str, str] = {
-    # The SPECSOT workers (speculative/worker.py, model_worker.py, model_draft.py).
+    # The SPECSOT workers (speculative/worker.py, drafters/, model_draft.py).
     "assign_extend_cache_locs_func": "sglang.kernels.ops.speculative.cache_locs",
     "reconstruct_indices_from_tree_mask_func": "sglang.kernels.ops.speculative.reconstruct_tree",
     "compute_spec_logprobs": "sglang.srt.layers.logprob_processor",
@@ -30,7 +30,6 @@ NAMES: dict[str, str] = {
     "get_spec": "sglang.srt.runtime_context",
     "get_schedule": "sglang.srt.runtime_context",
     "BaseSpecWorker": "sglang.srt.speculative.base_spec_worker",
-    "EagleDraftExtendInput": "sglang.srt.speculative.eagle_info",
     "EagleDraftInput": "sglang.srt.speculative.eagle_info",
     "EagleVerifyInput": "sglang.srt.speculative.eagle_info",
     "eagle_sample": "sglang.srt.speculative.eagle_utils",

@@ -216,11 +216,8 @@ def register_specsot() -> None:
 
     @sgl.SpeculativeAlgorithm.register(NAME, supports_overlap=True, spec_class=SpecSoTAlgo)
     def _worker_class(server_args):
+        # One worker for every drafter: it picks the drafter from the server's flags.
         # Heavy imports: only in schedulers.
-        if server_args.speculative_draft_model_path is not None:
-            from sglang_specsot.speculative.model_worker import SpecSoTModelWorker
-
-            return SpecSoTModelWorker
         from sglang_specsot.speculative.worker import SpecSoTWorker
 
         return SpecSoTWorker

@@ -1,15 +1,13 @@
 """SPECSOT's speculative input types, subclassing SGLang's EAGLE ones.
 
 SGLang's `SpecInputType` is a closed IntEnum and attention backends compare against the EAGLE
-members (flashinfer_backend.py:893, :2366), so these reuse
-`EAGLE_DRAFT` / `EAGLE_DRAFT_EXTEND` / `EAGLE_VERIFY` and only add fields (all defaulted: the
-EAGLE dataclasses have required fields). The split between the relayed draft input and the
-draft-extend input is SGLang PR #24859's.
+members (flashinfer_backend.py:893, :2366), so these reuse `EAGLE_DRAFT` / `EAGLE_VERIFY` and
+only add fields (all defaulted: the EAGLE dataclasses have required fields).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -94,16 +92,3 @@ class SoTVerifyInput(sgl.EagleVerifyInput):
     @property
     def tree_topk(self) -> int:
         return -1  # irregular tree: no fixed per-level branching (as NGRAM's)
-
-
-@dataclass
-class SoTDraftExtendInput(sgl.EagleDraftExtendInput):
-    """What the draft-extend stage consumes after verify: the accepted tokens per request.
-
-    For context drafting this feeds the token history of each request (and so its SoT
-    siblings' drafts); a draft model would run its extend forward over the same tokens.
-    """
-
-    # shape: (bs, max_tree_depth) accepted token ids, -1 padded; host tensor.
-    accept_tokens_cpu: torch.Tensor | None = None
-    rids: tuple[str, ...] = field(default_factory=tuple)

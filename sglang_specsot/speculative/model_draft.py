@@ -77,7 +77,7 @@ class SoTDraftModel(sgl.DraftModelWorker):
         SGLang's STANDALONE loads the map but keeps the draft's own full head
         (`StandaloneDraftWorker.init_lm_head` is a no-op), so its row indices would be read as
         hot-map positions; here the head is cut before any forward, and before the int8 copy
-        of the draft's weights (SpecSoTModelWorker), which then quantizes the cut head."""
+        of the draft's weights (drafters/model.ModelDrafting), which then quantizes the cut head."""
         spec = sgl.get_spec()
         if spec.speculative_token_map is None:
             return None

@@ -22,8 +22,13 @@ NGRAM does per request (ngram_worker.py:326-360), here in a few batched tensor o
 from __future__ import annotations
 
 import enum
+import os
 
 import torch
+
+# In a SPECSOT server's environment: the verify mask's layout whatever the device ("full" on a
+# CPU is the GPU layout's twin: the CPU backend reads it as Triton does and checks its prefix).
+LAYOUT_ENV = "SGLANG_SPECSOT_TREE_MASK_LAYOUT"
 
 
 class TreeMaskLayout(enum.IntEnum):
@@ -34,13 +39,22 @@ class TreeMaskLayout(enum.IntEnum):
     QLEN_ONLY = 1
 
 
+_FORCED = {"full": TreeMaskLayout.FULL, "qlen_only": TreeMaskLayout.QLEN_ONLY}  # LAYOUT_ENV's values
+
+
 def tree_mask_layout(device: torch.device | str) -> TreeMaskLayout:
     """The layout the verify attention on `device` reads: QLEN_ONLY on CPU, FULL on a GPU.
 
     SGLang's `default_tree_mask_mode` makes the same choice from the process's CPU-engine
     flag (`is_cpu()`, set where the server runs on `--device cpu`); the device a worker
-    verifies on says the same without a global.
+    verifies on says the same without a global. `SGLANG_SPECSOT_TREE_MASK_LAYOUT` forces one
+    (the CPU twin of the GPU layout).
     """
+    forced = os.environ.get(LAYOUT_ENV, "")
+    if forced:
+        if forced not in _FORCED:
+            raise ValueError(f"{LAYOUT_ENV}={forced!r}: set it to 'full' or 'qlen_only', or unset it for the device's layout")
+        return _FORCED[forced]
     return TreeMaskLayout.QLEN_ONLY if torch.device(device).type == "cpu" else TreeMaskLayout.FULL
 
 

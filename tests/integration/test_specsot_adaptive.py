@@ -186,7 +186,7 @@ def test_deferred_draft_extend_keeps_the_drafts_as_good(smollm2_path, tmp_path):
     assert backlogs[True]["deferred_prefills"] >= len(prompts), backlogs
     assert backlogs[True]["shared_rows"] > 0, backlogs  # ... and one catch-up extended it for the batch
     # The tokens each exploring step's chain fed and verify accepted kept the draft KV that
-    # chain wrote; the catch-ups after extended only the rest (model_worker.draft_extend). KV
+    # chain wrote; the catch-ups after extended only the rest (drafters/model_extend.DeferredExtend.draft_extend). KV
     # reused at the wrong positions would sink the acceptance below as well.
     assert backlogs[True]["reused_rows"] > 0, backlogs
     assert rates[False] >= 0.6, f"a model drafting for itself accepted only {rates[False]:.2f}: the check is void"

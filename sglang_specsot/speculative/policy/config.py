@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import os
 from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
 
 # In a SPECSOT server's environment, "1": every step drafts the whole window whatever it costs,
 # as SGLang's own fixed-step algorithms do (parity tests that must exercise verify; studies of
@@ -121,3 +125,52 @@ class AdaptiveConfig:
         if unknown is None or unknown:
             raise ValueError(f'"specsot" in the adaptive config takes keys {sorted(known)}, got {own!r}')
         return cls(buckets=tuple(buckets), **own)
+
+
+ADAPTIVE, FIXED = "adaptive", "fixed"
+
+
+def adaptive_config(server_args, max_budget: int) -> AdaptiveConfig | None:
+    """SPECSOT's budget policy: every budget from 0 (plain) to the window's, or as
+    --speculative-adaptive-config says with --speculative-adaptive; None for a fixed window
+    (SGLANG_SPECSOT_FIXED_WINDOW=1, without the flag).
+
+    Without the flag SPECSOT still sizes every step's drafts from measured costs and
+    acceptance: a fixed window loses to plain decoding on large batches of SoT branches,
+    where the policy stays level with plain, and the policy matches it at batch 1. It weighs
+    every budget, not only the whole window against a plain decode: exploring and catching
+    up a whole chain cost more than one-token drafts. Figures: docs/benchmarks.md.
+
+    SGLang turns its own (EAGLE-only) controller off for other algorithms during argument
+    resolution and says so in a warning; the flag as the user gave it is still on the
+    pristine server_args the worker receives.
+    """
+    if budget_mode(server_args) == FIXED:
+        logger.info("SPECSOT drafts the whole window every step (%s=1)", FIXED_WINDOW_ENV)
+        return None
+    path = getattr(server_args, "speculative_adaptive_config", None)
+    if path is not None and not getattr(server_args, "speculative_adaptive", False):
+        # SGLang reads the file only with the flag, and SPECSOT is adaptive without it: a
+        # file given alone would be dropped without a word, and a run would measure defaults.
+        raise ValueError(
+            f"--speculative-adaptive-config {path} is read only with --speculative-adaptive: "
+            "add --speculative-adaptive, or drop the config to use SPECSOT's defaults"
+        )
+    if path is None:
+        config = AdaptiveConfig.default(max_budget)
+    else:
+        with open(path) as f:
+            config = AdaptiveConfig.from_json(f.read(), max_budget)
+    logger.info("SPECSOT adaptive draft budgets on (SPECSOT's own policy, not SGLang's EAGLE controller): %s", config)
+    return config
+
+
+def budget_mode(server_args) -> str:
+    """FIXED with SGLANG_SPECSOT_FIXED_WINDOW=1 and without --speculative-adaptive (the flag
+    wins), else ADAPTIVE."""
+    value = os.environ.get(FIXED_WINDOW_ENV, "")
+    if value not in ("", "0", "1"):
+        raise ValueError(f"{FIXED_WINDOW_ENV}={value!r}: set it to 1 (draft the whole window every step) or 0 / unset")
+    if getattr(server_args, "speculative_adaptive", False):
+        return ADAPTIVE
+    return FIXED if value == "1" else ADAPTIVE

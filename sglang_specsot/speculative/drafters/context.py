@@ -1,0 +1,155 @@
+"""Drafting from the SoT context alone: the request's prompt and output, its siblings', and a
+corpus of finished requests (`context_draft.ContextDrafter`). No draft model, no forward.
+
+Its drafts cost verify rows only, so on plain steps it proposes shadow trees for free and
+learns from them (`shadow.py`) instead of exploring; and a narrower step never costs more than
+a wider one, so a wider step's measured time bounds a narrower one's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sglang_specsot.costs.cost_model import CostModel
+from sglang_specsot.speculative.context_draft import ContextDrafter
+from sglang_specsot.speculative.draft_tree import DraftTree
+from sglang_specsot.speculative.drafters import Proposal
+from sglang_specsot.speculative.inputs import SoTDraftInput
+from sglang_specsot.speculative.policy.step_policy import StepPolicy
+from sglang_specsot.speculative.policy.values import StepDecision, Verified
+from sglang_specsot.speculative.requests import RequestBook
+from sglang_specsot.speculative.shadow import ShadowDrafts
+
+
+class ContextCosts:
+    """A SoT-context step costs its verify rows: the cost model's step, nothing before it."""
+
+    min_budget = 0  # context drafting may always fall back to a plain decode
+    bounded_by_wider = True
+
+    def __init__(self, cost: CostModel, adaptive: bool):
+        self.cost = cost
+        self.learns_from_shadows = adaptive  # shadows teach the adaptive policy's estimates
+
+    def candidate_budgets(self, budgets: tuple[int, ...]) -> tuple[int, ...]:
+        return budgets
+
+    def modelled_ms(self, bs: int, width: int) -> float:
+        return self.cost.step_ms(bs, width)
+
+
+class NoSetup:
+    """Pricing of a drafter that is always current and has no confidence of its own."""
+
+    def setup_ms(self) -> float:
+        return 0.0
+
+    def first_acceptance(self, firsts: Sequence[float]) -> list[float]:
+        return list(firsts)
+
+
+NO_SETUP = NoSetup()
+
+
+class ContextDrafting:
+    """The SoT context's trees; also the context every other drafter fills its trees from."""
+
+    def __init__(self, requests: RequestBook, cost: CostModel, adaptive: bool):
+        self.requests = requests
+        self.context = ContextDrafter()
+        self.shadows = ShadowDrafts()  # trees proposed on plain steps, walked for free
+        self.costs = ContextCosts(cost, adaptive)
+
+    # -- the requests' histories ------------------------------------------------------------
+
+    def start(self, req, extra_tokens: list[int]) -> None:
+        """(Re)start `req`'s history: its committed tokens plus `extra_tokens`."""
+        tag = self.requests.read_tag(req)
+        history = list(req.origin_input_ids_unpadded) + list(req.output_ids) + extra_tokens
+        self.context.start(req.rid, history, group=tag.group)
+        self.shadows.forget(req.rid)  # its walks followed the old history
+
+    def history(self, req) -> list[int]:
+        """`req`'s committed tokens and its bonus token; a request never seen at prefill (the
+        caches were cleared) restarts from its committed tokens, the last one the root."""
+        if not self.context.has(req.rid):
+            self.start(req, [])
+        return self.context.tokens(req.rid)
+
+    def tree(self, req, n: int, seed: DraftTree | None = None) -> DraftTree:
+        self.history(req)
+        return self.context.propose(req.rid, n, seed=seed)
+
+    def after_prefill(self, batch, result) -> SoTDraftInput:
+        return SoTDraftInput.from_bonus(result.next_token_ids)
+
+    # -- the step --------------------------------------------------------------------------
+
+    def pricing(self, batch) -> NoSetup:
+        return NO_SETUP
+
+    def draft(self, batch, decision: StepDecision, policy: StepPolicy) -> Proposal:
+        sizes = decision.sizes
+        trees = tuple(self.tree(req, n) for req, n in zip(batch.reqs, sizes))
+        if max(sizes) == 1 and self.costs.learns_from_shadows:
+            self.propose_shadows(batch, 1 + max(policy.candidate_budgets(len(sizes))))
+        return Proposal(trees, "context", decision)
+
+    def propose_shadows(self, batch, nodes: int) -> None:
+        """The tree each request would have verified at the widest candidate budget, walked
+        later by the tokens the target commits."""
+        if nodes <= 1:
+            return
+        for req in batch.reqs:
+            self.shadows.add(req.rid, self.context.propose(req.rid, nodes))
+
+    def accept(self, batch, result, proposal: Proposal) -> Verified:
+        """The committed tokens into the histories; what verify accepted of each tree: every
+        draft it committed, whatever path through the tree it took."""
+        rows, lens = committed_rows(result)
+        shadows = self.append(batch, rows, lens)
+        return verified(proposal, [k - 1 for k in lens], shadows, sum(lens))
+
+    def append(self, batch, rows: list[list[int]], lens: list[int]) -> list[tuple[int, int, int]]:
+        """Each request's committed tokens (the first `lens` of its row) into its history;
+        returns (request, depth, accepted) of the shadow drafts they walked."""
+        shadows = []
+        for i, (req, row, k) in enumerate(zip(batch.reqs, rows, lens)):
+            if self.context.has(req.rid):
+                self.context.append(req.rid, row[:k])
+                shadows.extend((i, depth, accepted) for depth, accepted in self.shadows.advance(req.rid, row[:k]))
+        return shadows
+
+    def draft_extend(self, batch, result, proposal: Proposal, policy: StepPolicy) -> bool:
+        return False  # nothing to extend: the history is the context
+
+    @property
+    def catch_ups(self) -> int:
+        return 0
+
+    def forget(self, rid: str) -> None:
+        self.context.forget(rid)
+        self.shadows.forget(rid)
+
+    def clear(self) -> None:
+        self.context = ContextDrafter(self.context.config)
+        self.shadows.clear()
+
+    def report(self) -> dict:
+        return {"shadow_drafts": self.shadows.proposed}
+
+    def step_log_fields(self, proposal: Proposal) -> dict:
+        return {"first_draft_q": None, "draft_extend": None, "cost": {}}
+
+
+def verified(proposal: Proposal, accepted: list[int], shadows: list, committed: int) -> Verified:
+    """The policy's evidence from one verify: each tree's depth and the drafts it accepted."""
+    depths = tuple(t.height for t in proposal.trees)
+    return Verified(depths, tuple(min(a, d) for a, d in zip(accepted, depths)), proposal.source, tuple(shadows), committed)
+
+
+def committed_rows(result) -> tuple[list[list[int]], list[int]]:
+    """Each request's verify row of tokens from the root (its first `accept_len` committed)
+    and its accept length, on the host."""
+    n = result.speculative_num_draft_tokens
+    return result.next_token_ids.view(-1, n).cpu().tolist(), result.accept_lens.tolist()

@@ -1,0 +1,84 @@
+"""One decode step's clock and its record: what the policy's ledgers and the step log read.
+
+Wall-clock times are what a step costs only where the host waits for the forwards (CPU);
+elsewhere they are kept for the log but teach nothing (`StepOutcome.timed`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from sglang_specsot.costs.cost_model import CostModel
+from sglang_specsot.speculative.drafters import Proposal
+from sglang_specsot.speculative.policy.values import StepOutcome, Verified
+from sglang_specsot.speculative.step_log import StepLog, StepRecord
+
+logger = logging.getLogger(__name__)
+_COST_LOG_EVERY = 2000  # steps between the cost model's log lines
+
+
+class StepClock:
+    """The times of one step's stages, and the drafter's catch-ups when it began."""
+
+    def __init__(self, catch_ups: int):
+        self.catch_ups = catch_ups
+        self.marks = {"start": time.perf_counter()}
+        self.target_ms = 0.0  # the target's verify forward, set by verify
+
+    def mark(self, stage: str) -> None:
+        self.marks[stage] = time.perf_counter()
+
+    def ms(self, stage: str, since: str) -> float:
+        return (self.marks[stage] - self.marks[since]) * 1e3
+
+
+class Telemetry:
+    """Step clocks, the outcome each step hands the policy, and the optional step log."""
+
+    def __init__(self, cost: CostModel, timed: bool):
+        self.cost = cost
+        self.timed = timed
+        self.steps = 0
+        self.step_log = StepLog.from_env()  # SGLANG_SPECSOT_STEP_LOG: one JSON line per step
+
+    def start(self, catch_ups: int) -> StepClock:
+        return StepClock(catch_ups)
+
+    def finish(self, clock: StepClock, proposal: Proposal, result, verified: Verified, extended: bool, drafter) -> StepOutcome:  # fmt: skip
+        """The step's outcome for the policy; its record for the step log where one is kept."""
+        self.steps += 1
+        if self.steps % _COST_LOG_EVERY == 0:
+            logger.info("SPECSOT cost model after %d steps: %s", self.steps, self.cost.info())
+        width = result.speculative_num_draft_tokens
+        outcome = StepOutcome(
+            view=proposal.decision.view, decision=proposal.decision, ms=clock.ms("draft_extend", "start"),
+            committed=verified.committed, priced_width=proposal.priced_width(width), drafted=width > 1,
+            extended_on_plain_step=extended, timed=self.timed, caught_up=drafter.catch_ups != clock.catch_ups,
+        )  # fmt: skip
+        if self.step_log is not None:
+            self.step_log.write(self._record(clock, outcome, proposal, result, drafter.step_log_fields(proposal)))
+        return outcome
+
+    def _record(self, clock: StepClock, outcome: StepOutcome, proposal: Proposal, result, fields: dict) -> StepRecord:  # fmt: skip
+        decision, trees = outcome.decision, proposal.trees
+        accepted = [min(k - 1, t.height) for k, t in zip(result.accept_lens.tolist(), trees)]
+        plan = decision.plan if decision.adaptive else None
+        phases = {
+            "draft": clock.ms("draft", "start"), "verify": clock.ms("verify", "draft"),
+            "draft_extend": clock.ms("draft_extend", "verify"),
+        }  # fmt: skip
+        phases = {k: round(v, 3) for k, v in phases.items()} | {"target_forward": round(clock.target_ms, 3)}
+        return StepRecord(
+            step=self.steps, bs=len(trees), ps=None if plan is None else [round(p, 4) for p in decision.ps],
+            firsts=None if plan is None else [round(p, 4) for p in decision.firsts],
+            width=result.speculative_num_draft_tokens,
+            budgets=[t.size - 1 for t in trees] if plan is None else list(plan.budgets),
+            drafted=[t.size - 1 for t in trees], accepted=accepted,
+            expected_tokens=None if plan is None else round(plan.expected_tokens, 4),
+            expected_ms=None if plan is None else round(plan.step_ms, 3),
+            explored=decision.exploring, draft_source=proposal.source, step_ms=round(outcome.ms, 3),
+            candidates=None if plan is None else decision.candidates, first_draft_q=fields["first_draft_q"],
+            cost={"target_overhead_ms": round(self.cost.target.overhead_ms, 3), **fields["cost"]},
+            draft_extend=fields["draft_extend"], phase_ms=phases,
+        )  # fmt: skip

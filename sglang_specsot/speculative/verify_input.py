@@ -1,0 +1,66 @@
+"""SGLang's verify input for one step's trees: tokens, positions, the tree mask in the layout
+the target's attention backend reads, and the links SGLang's tree sampling walks.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sglang_specsot.host import adapter as sgl
+from sglang_specsot.speculative.draft_tree import DraftTree, tree_mask
+from sglang_specsot.speculative.inputs import SoTVerifyInput
+from sglang_specsot.speculative.tree_masks import TreeMaskLayout, verify_custom_mask
+
+
+def build_verify_input(
+    batch, trees: list[DraftTree], tags: tuple, device, layout: TreeMaskLayout, max_context_len: int
+) -> SoTVerifyInput:  # fmt: skip
+    """The verify input of equal-size host trees (padded to the step's width); the links are
+    rebuilt from the QLEN mask, which SGLang's reconstruction reads whatever the backend's
+    layout, and the mask handed to attention is expanded to `layout`."""
+    n, bs = trees[0].size, len(trees)
+    mask = torch.tensor([tree_mask(t, n) for t in trees], dtype=torch.bool).flatten()  # shape: (bs * n * n,)
+    tokens = torch.tensor([tok for t in trees for tok in t.tokens], dtype=torch.int64)  # shape: (bs * n,)
+    positions = torch.empty(bs * n, dtype=torch.int64)
+    links = [torch.full((bs, n), -1, dtype=torch.int64) for _ in range(3)]  # index, next token, next sibling
+    mask, tokens, positions = (x.to(device) for x in (mask, tokens, positions))
+    links = [x.to(device) for x in links]
+    sgl.reconstruct_indices_from_tree_mask_func(mask, batch.seq_lens, positions, *links, bs, n)
+    custom_mask = mask
+    if layout != TreeMaskLayout.QLEN_ONLY:
+        custom_mask = verify_custom_mask(mask, batch.seq_lens, n, _prefix_lens_sum(batch, max_context_len), layout)
+    return SoTVerifyInput(
+        draft_token=tokens, custom_mask=custom_mask, positions=positions,
+        retrieve_index=links[0], retrieve_next_token=links[1], retrieve_next_sibling=links[2],
+        retrieve_cum_len=None, spec_steps=n - 1, topk=1, draft_token_num=n,
+        capture_hidden_mode=sgl.CaptureHiddenMode.NULL, seq_lens_sum=None, seq_lens_cpu=None,
+        sot_tags=tags, tree_depth=n, host_trees=tuple(trees),
+    )  # fmt: skip
+
+
+def _prefix_lens_sum(batch, max_context_len: int) -> int:
+    """The batch's committed tokens, from the host where SGLang keeps them (no device read);
+    else SGLang's own bound, every request at the model's context length (the FULL mask's
+    tail past the real sum is never read)."""
+    if getattr(batch, "seq_lens_sum", None) is not None:
+        return int(batch.seq_lens_sum)
+    seq_lens_cpu = getattr(batch, "seq_lens_cpu", None)
+    if seq_lens_cpu is not None:
+        return int(seq_lens_cpu.sum())
+    return len(batch.reqs) * max_context_len
+
+
+def host_links(trees: tuple[DraftTree, ...], n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(first child, next sibling) per node, as SGLang's tree kernels lay them out."""
+    next_token = torch.full((len(trees), n), -1, dtype=torch.int64)  # shape: (bs, n)
+    next_sibling = torch.full((len(trees), n), -1, dtype=torch.int64)  # shape: (bs, n)
+    for b, tree in enumerate(trees):
+        last_child: dict[int, int] = {}
+        for node in range(1, tree.size):
+            parent = tree.parents[node]
+            if parent in last_child:
+                next_sibling[b, last_child[parent]] = node
+            else:
+                next_token[b, parent] = node
+            last_child[parent] = node
+    return next_token, next_sibling
