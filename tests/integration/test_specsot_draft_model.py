@@ -9,7 +9,7 @@ and so is a token map with ids outside the vocabulary.
 
 Default tier: SmolLM2-135M drafting for itself with its chain, overlap on (the draft's int8
 W8A8 weights forced on, so its drafts are not always the target's tokens and verify rejects
-some) and off. Long tier: Qwen2.5-Coder-0.5B with a draft cut from it: the chain (overlap on
+some) and off, verifying with the GPU's FULL tree-mask layout (the CUDA path's CPU twin). Long tier: Qwen2.5-Coder-0.5B with a draft cut from it: the chain (overlap on
 and off), the tree (top-k 2) and the chain with its LM head cut to the shipped Qwen2.5 token
 map (--speculative-token-map), the int8 kernels forced on the overlap configs, one each.
 """
@@ -23,6 +23,7 @@ import torch
 from sglang_specsot.cpu.draft_int8 import DRAFT_INT8_ENV
 from sglang_specsot.launch import ServerProcess
 from sglang_specsot.speculative.token_map import shipped_map_path
+from sglang_specsot.speculative.tree_masks import LAYOUT_ENV
 from tests.integration.conftest import (
     FIXED_WINDOW_ENV,
     QWEN05_PARITY_TOKENS,
@@ -77,9 +78,18 @@ def _models(request, config: str) -> tuple[str, str, tuple[list[str], list[list[
             request.getfixturevalue("qwen05_parity"))  # fmt: skip
 
 
+def _layout(config: str) -> str:
+    """The verify mask's layout: the default tier's configs verify with the GPU's FULL layout
+    (the CUDA path's CPU twin), the long tier's with the CPU's own QLEN_ONLY."""
+    return "full" if config.startswith("smollm2-") else "qlen_only"
+
+
 @pytest.fixture(
     scope="module",
-    params=[pytest.param(c, marks=[] if c.startswith("smollm2-") else [pytest.mark.long]) for c in CONFIGS],
+    params=[
+        pytest.param(c, id=f"{c}-{_layout(c)}_layout", marks=[] if c.startswith("smollm2-") else [pytest.mark.long])
+        for c in CONFIGS
+    ],
 )
 def draft_server(request, tmp_path_factory):
     target, draft, (prompts, ids) = _models(request, request.param)
@@ -87,7 +97,7 @@ def draft_server(request, tmp_path_factory):
     args = COMMON + ["--speculative-algorithm", "SPECSOT", "--speculative-draft-model-path", draft]
     # Its teardown, after every test on this server, proves the idle memory check passed.
     forced = INT8_FORCED.get(request.param)
-    env = FIXED_WINDOW_ENV | ({DRAFT_INT8_ENV: forced} if forced else {})
+    env = FIXED_WINDOW_ENV | ({DRAFT_INT8_ENV: forced} if forced else {}) | {LAYOUT_ENV: _layout(request.param)}
     with leak_checked_server(target, args + CONFIGS[request.param], log, env=env) as server:
         server.config = request.param
         # The reference: a prefix of the shared plain run, the same first batches.
@@ -102,7 +112,8 @@ def test_greedy_parity_with_a_draft_model(draft_server):
     accept = [r["meta_info"]["spec_accept_length"] for r in results]
     assert sum(accept) / len(accept) > 1.3, accept
     log = draft_server.log_path.read_text()
-    assert "SPECSOT drafts with" in log  # the draft-model worker, not the context-only one
+    assert "SPECSOT drafts with" in log  # the draft-model drafter, not the context alone
+    assert f"SPECSOT verify tree mask layout: {_layout(draft_server.config).upper()}" in log
     assert scheduler_loop_line("no-overlap" not in draft_server.config) in log
     int8 = re.search(r"SPECSOT draft model weights in int8 .*'layers': (\d+)", log)
     # Qwen's draft measures int8 fastest on these machines; SmolLM2's unforced config keeps

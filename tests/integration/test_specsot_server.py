@@ -2,7 +2,8 @@
 its whole window every step (SGLANG_SPECSOT_FIXED_WINDOW=1), so that verify runs on every step.
 
 Proves: greedy output token-identical to plain decoding on 50 prompts at batch sizes 1..8,
-with the overlap scheduler on and off; the overlap event loop really drives the worker;
+with the overlap scheduler on and off, verifying with the GPU's FULL tree-mask layout (default
+tier) and the CPU's QLEN_ONLY one (long tier); the overlap event loop really drives the worker;
 sibling branches of one SoT group draft from each other; malformed SoT metadata is served;
 after each server's requests, SGLang's strict idle memory check ran and found no leak.
 """
@@ -13,6 +14,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from tests.integration.conftest import FIXED_WINDOW_ENV, SMOLLM2_PARITY_TOKENS, SPECSOT, cpu_args, leak_checked_server, scheduler_loop_line
+from sglang_specsot.speculative.tree_masks import LAYOUT_ENV
 from tests.integration.parity import generate, mismatches, run_batches
 
 pytestmark = pytest.mark.integration
@@ -49,13 +51,26 @@ def plain_ids(smollm2_parity) -> list[list[int]]:
     return smollm2_parity[1]  # plain decoding with COMMON, the same batches
 
 
-@pytest.fixture(scope="module", params=["overlap", "no-overlap"])
+# The default tier verifies with the GPU's FULL tree-mask layout (the CPU twin of the CUDA path:
+# the CPU backend reads it by the Triton kernel's offsets and checks its prefix columns); the
+# CPU's own QLEN_ONLY layout runs the same tests in the long tier.
+SERVERS = [
+    pytest.param(("overlap", "full"), id="overlap-full_layout"),
+    pytest.param(("no-overlap", "full"), id="no-overlap-full_layout"),
+    pytest.param(("overlap", "qlen_only"), id="overlap-qlen_layout", marks=pytest.mark.long),
+    pytest.param(("no-overlap", "qlen_only"), id="no-overlap-qlen_layout", marks=pytest.mark.long),
+]
+
+
+@pytest.fixture(scope="module", params=SERVERS)
 def specsot_server(request, smollm2_path, tmp_path_factory):
-    extra = [] if request.param == "overlap" else ["--disable-overlap-schedule"]
+    mode, layout = request.param
+    extra = [] if mode == "overlap" else ["--disable-overlap-schedule"]
     log = tmp_path_factory.mktemp("specsot") / "server.log"
+    env = FIXED_WINDOW_ENV | {LAYOUT_ENV: layout}
     # Its teardown, after every test on this server, proves the idle memory check passed.
-    with leak_checked_server(smollm2_path, COMMON + SPECSOT + extra, log, env=FIXED_WINDOW_ENV) as server:
-        server.mode = request.param
+    with leak_checked_server(smollm2_path, COMMON + SPECSOT + extra, log, env=env) as server:
+        server.mode, server.layout = mode, layout
         yield server
 
 
@@ -66,6 +81,8 @@ def test_greedy_parity_and_accept_length(specsot_server, prompts, plain_ids):
     accept = specsot_server.get("/server_info")["internal_states"][0]["avg_spec_accept_length"]
     assert accept > 1.0, accept
     assert all("spec_accept_length" in r["meta_info"] for r in results)
+    layout = specsot_server.layout.upper()
+    assert f"SPECSOT verify tree mask layout: {layout}" in specsot_server.log_path.read_text()
 
 
 def test_the_expected_scheduler_loop_drives_the_worker(specsot_server):

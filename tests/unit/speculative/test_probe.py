@@ -196,3 +196,14 @@ def test_quantized_probe_never_stops_start_up(monkeypatch, caplog):
     only_fp8.proj = _QuantLinear(16, 24, torch.float8_e4m3fn, None)
     assert probe.probe_after_start_up("result", None, _scheduler(only_fp8), False) == "result"
     assert published.published() is None and "no row-cost curve" in caplog.text
+
+
+def test_quantized_probe_with_nothing_to_time_leaves_the_worker_a_placeholder(caplog):
+    # A model none of whose layers the probe can time (no dense weight, no quant method):
+    # the worker's probe gives no curve, says why, and the server drafts its whole window.
+    model = torch.nn.Sequential(torch.nn.LayerNorm(4))  # a 1-D weight only
+    with caplog.at_level("WARNING"):
+        assert probe.probe_or_none(model, "target") is None
+    assert "no start-up cost curve for the target" in caplog.text and "whole window" in caplog.text
+    first, second = probe.unmeasured(), probe.unmeasured()
+    assert first is not second and first.ms(1) > 0  # each model its own, never a zero-cost step
