@@ -43,7 +43,7 @@ from sglang_specsot.serving.field import FIELD, SoTField, default_mode, parse_fi
 from sglang_specsot.serving.gate import GateFull, GroupGate, Reservation
 from sglang_specsot.serving.request_checks import check_custom_logit_processor
 from sglang_specsot.serving.responses import aborted_completion, chat_completion, error_status, error_type
-from sglang_specsot.serving.router import server_router, warm_up, with_server_classifier
+from sglang_specsot.serving.router_choice import server_router, warm_up, with_server_classifier
 from sglang_specsot.serving.skeleton_constraint import with_server_constraint
 from sglang_specsot.serving.stream import SoTStream
 from sglang_specsot.sot.latency import LengthBook, ServerLoad, decide, unpriced

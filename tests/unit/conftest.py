@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_specsot.serving.router import ROUTER_ENV
+from sglang_specsot.serving.router_choice import ROUTER_ENV
 from tests.unit import cpu_checks
 
 

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from sglang_specsot.models.fetcher import FetchError
-from sglang_specsot.serving import router as server
+from sglang_specsot.serving import router_choice as server
 from sglang_specsot.sot.router_head import Suitability
 from sglang_specsot.sot.runner import SoTOptions
 
