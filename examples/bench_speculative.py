@@ -15,7 +15,9 @@ with --draft also STANDALONE and SPECSOT with that draft model, both with a --st
 runs with --speculative-adaptive ("+ad"); SPECSOT sizes its drafts from its measured cost
 model without the flag too, so "+ad" runs the same policy unless a config file is given.
 With --fixed, each also runs drafting its whole window every step ("-fixed",
-SGLANG_SPECSOT_FIXED_WINDOW=1), to compare with the cost-sized drafts.
+SGLANG_SPECSOT_FIXED_WINDOW=1), to compare with the cost-sized drafts. With --code NAME=DIR,
+each SPECSOT config also runs from the source tree DIR ("@NAME", e.g. a `git worktree` of
+another commit, put first on the server's PYTHONPATH): an A/B of two versions of the code.
 Prints accept length, draft tokens spent per verify (meta_info spec_cap_length), output
 tokens/s and the ratio to plain decoding for each, and the machine's load average; for
 SPECSOT, also how often a draft at each chain depth was accepted given its parent was,
@@ -63,7 +65,7 @@ def fetch(name: str) -> str:
 def configs(
     draft_path: str | None, num_draft: int, steps: int, topk: int, model_tree: int, adaptive: bool = False,
     fixed: bool = False, bf16_draft: bool = False, variants: dict[str, str] | None = None,
-    token_map: str | None = None,
+    token_map: str | None = None, code: dict[str, str] | None = None,
 ) -> dict[str, list[str]]:  # fmt: skip
     """Plain, NGRAM and SPECSOT from the SoT context alone; with a draft model also
     STANDALONE and SPECSOT, both drafting a `model_tree`-node tree (`steps` x `topk`) with it;
@@ -97,6 +99,9 @@ def configs(
     if bf16_draft:
         for name in [n for n in out if n.startswith("SPECSOT") and not n.startswith("SPECSOT-ctx")]:
             out[f"{name}-bf16"] = list(out[name])
+    for tree in code or ():
+        for name in [n for n in out if n.startswith("SPECSOT") and "@" not in n]:
+            out[f"{name}@{tree}"] = list(out[name])
     return out
 
 
@@ -120,13 +125,29 @@ def parse_variants(specs: list[str], directory: Path, max_budget: int) -> dict[s
     return out
 
 
-def server_env(name: str) -> dict[str, str]:
+def server_env(name: str, code: dict[str, str] | None = None) -> dict[str, str]:
     """A `-fixed` config drafts its whole window every step; the others size drafts from costs.
-    A `-bf16` config keeps the draft model's weights as loaded (no int8 copy on CPU)."""
-    env = {FIXED_WINDOW_ENV: "1"} if "-fixed" in name else {}
-    if name.endswith("-bf16"):
+    A `-bf16` config keeps the draft model's weights as loaded (no int8 copy on CPU). An
+    `@NAME` config imports sglang_specsot from `code[NAME]` (its PYTHONPATH comes first)."""
+    base, _, tree = name.partition("@")
+    env = {FIXED_WINDOW_ENV: "1"} if "-fixed" in base else {}
+    if base.endswith("-bf16"):
         env[DRAFT_INT8_ENV] = "off"
+    if tree:
+        env["PYTHONPATH"] = (code or {})[tree]
     return env
+
+
+def parse_code(specs: list[str]) -> dict[str, str]:
+    """NAME=DIR per --code: a source tree holding sglang_specsot/ (e.g. a git worktree)."""
+    out = {}
+    for spec in specs:
+        name, sep, directory = spec.partition("=")
+        if not sep or not name.isidentifier() or not Path(directory, "sglang_specsot").is_dir():
+            raise ValueError(f"--code {spec!r}: write NAME=DIR, DIR a source tree with sglang_specsot/ "
+                             "(e.g. `git worktree add /tmp/base HEAD~1`, then --code base=/tmp/base)")
+        out[name] = str(Path(directory).resolve())
+    return out
 
 
 def suitable_questions(question_set: str, n_questions: int, skip: int = 0) -> list[str]:
@@ -214,6 +235,8 @@ def main() -> None:
                         help="also run SPECSOT (with --draft) as SPECSOT-NAME with these keys under \"specsot\" "
                              "in its adaptive config, e.g. noru='{\"runner_ups\": false}' (repeatable); a \"candidate_steps\" "
                              "list sets its budgets: plainonly='{\"candidate_steps\": [0]}' never drafts")  # fmt: skip
+    parser.add_argument("--code", action="append", default=[], metavar="NAME=DIR",
+                        help="also run each SPECSOT config from source tree DIR, as CONFIG@NAME (an A/B of two commits)")
     parser.add_argument("--token-map", default=None, metavar="PATH|qwen2.5",
                         help="also run SPECSOT (with --draft) as SPECSOT-hot, its draft's LM head cut to this "
                              "--speculative-token-map (a .pt file, or the name of one the package ships)")  # fmt: skip
@@ -245,14 +268,15 @@ def main() -> None:
         parser.error("--token-map: SPECSOT-hot needs --draft")
     try:
         token_map = resolve_map(args.token_map) if args.token_map else None
+        code = parse_code(args.code)
     except ValueError as exc:
         parser.error(str(exc))
     every = configs(draft, args.num_draft_tokens, args.steps, args.topk, args.model_tree or 1 + args.steps * args.topk,
-                    args.adaptive, args.fixed, args.bf16_draft, variants, token_map)  # fmt: skip
+                    args.adaptive, args.fixed, args.bf16_draft, variants, token_map, code)  # fmt: skip
     if args.baseline not in every:
         parser.error(f"--baseline {args.baseline!r} is not a configuration of this run; choose from {sorted(every)}")
     servers = {name: ServerProcess(model, COMMON + ["--dtype", args.dtype, "--mem-fraction-static", str(args.mem_fraction)] + extra,
-                                   env=server_env(name), log_path=logs / f"{name}.log")  # fmt: skip
+                                   env=server_env(name, code), log_path=logs / f"{name}.log")  # fmt: skip
                for name, extra in every.items()
                if args.only is None or name == args.baseline or name in args.only.split(",")}
     stats = {(c, w): {"tokens": 0, "seconds": 0.0, "accept": [], "spent": [], "depth": {}, "texts": {}}

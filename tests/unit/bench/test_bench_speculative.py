@@ -96,3 +96,15 @@ def test_questions_come_from_any_set_after_the_ones_earlier_runs_used():
             bench.suitable_questions("vicuna80", n, skip)
     with pytest.raises(ValueError, match="unknown question set"):
         bench.suitable_questions("no-such-set", 1)
+
+
+def test_a_code_twin_runs_each_specsot_config_from_another_source_tree(tmp_path):
+    (tmp_path / "sglang_specsot").mkdir()
+    code = bench.parse_code([f"base={tmp_path}"])
+    names = bench.configs("/draft", 6, 4, 1, 5, code=code)
+    assert {n for n in names if "@" in n} == {"SPECSOT-ctx@base", "SPECSOT@base"}
+    assert names["SPECSOT@base"] == names["SPECSOT"]
+    assert bench.server_env("SPECSOT@base", code) == {"PYTHONPATH": str(tmp_path.resolve())}
+    assert bench.server_env("SPECSOT", code) == {}
+    with pytest.raises(ValueError, match="--code 'base=/nowhere'.*git worktree"):
+        bench.parse_code(["base=/nowhere"])
