@@ -123,11 +123,14 @@ def test_topk_is_refused_without_a_draft_model():
         apply_defaults(_args(speculative_eagle_topk=4))
 
 
-def test_worker_class_follows_the_draft_model_flag():
+def test_one_worker_class_drafts_with_or_without_a_draft_model():
+    # The worker picks its drafter from the flags (the SoT context, or a draft model merged with it).
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    from sglang_specsot.speculative.worker import SpecSoTWorker
 
     register_specsot()
     algo = SpeculativeAlgorithm.from_string("SPECSOT")
     plain = algo.factory(SimpleNamespace(speculative_draft_model_path=None))
     model = algo.factory(SimpleNamespace(speculative_draft_model_path="/m"))
-    assert (plain.__name__, model.__name__) == ("SpecSoTWorker", "SpecSoTModelWorker")
+    assert plain is model is SpecSoTWorker

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 
 from sglang_specsot.speculative.draft_tree import DraftTree
-from sglang_specsot.speculative.model_worker import _chain_prefix
+from sglang_specsot.speculative.drafters.model import chain_prefix
 
 CHAIN = DraftTree(tokens=(7, 1, 2, 3), parents=(-1, 0, 1, 2))
 
 
 def test_chain_prefix_keeps_the_first_drafts():
-    assert _chain_prefix(CHAIN, 2) == DraftTree((7, 1, 2), (-1, 0, 1))
-    assert _chain_prefix(CHAIN, 9) == CHAIN
-    assert _chain_prefix(CHAIN, 0) is None and _chain_prefix(None, 3) is None
+    assert chain_prefix(CHAIN, 2) == DraftTree((7, 1, 2), (-1, 0, 1))
+    assert chain_prefix(CHAIN, 9) == CHAIN
+    assert chain_prefix(CHAIN, 0) is None and chain_prefix(None, 3) is None
 
 
 def test_height_is_the_longest_path():

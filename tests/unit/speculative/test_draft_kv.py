@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import torch
 
-from sglang_specsot.speculative.policy.config import AdaptiveConfig
 from sglang_specsot.speculative.draft_kv import DraftKVSlots, shared_backlog
+from sglang_specsot.speculative.drafters.model_extend import DeferredExtend
 from sglang_specsot.speculative.extend_backlog import ExtendBacklog
 
 
@@ -58,20 +58,15 @@ def test_a_shared_prefix_left_unextended_puts_the_next_request_behind_from_there
     assert kv.behind(table, 2, 10) == 1  # only its own new token
 
 
-def _deferring_worker(num_slots: int = 64):
-    from sglang_specsot.speculative.model_worker import SpecSoTModelWorker
-
-    worker = SpecSoTModelWorker.__new__(SpecSoTModelWorker)
-    worker.adaptive = AdaptiveConfig.default(4)
-    worker.__dict__["backlog"] = ExtendBacklog()
-    worker.__dict__["draft_kv"] = DraftKVSlots(num_slots)
-    return worker
+def _deferring(num_slots: int = 64) -> DeferredExtend:
+    """A draft model's deferred extend; only its backlog and slots are read here."""
+    return DeferredExtend(SimpleNamespace(topk=1), None, ExtendBacklog(), None, num_slots, "cpu", timed=False)
 
 
 def test_a_deferred_prefill_marks_its_slots_and_starts_each_backlog_where_the_draft_stops():
-    worker = _deferring_worker()
+    deferred = _deferring()
     table = _pool({0: [*range(10, 16), 30, 31], 1: [20, 21, 22]})
-    worker.draft_kv.mark(table, [0], [(0, 6)], valid=True)  # request a's cached prefix: extended
+    deferred.draft_kv.mark(table, [0], [(0, 6)], valid=True)  # request a's cached prefix: extended
     batch = SimpleNamespace(
         reqs=[SimpleNamespace(rid="a"), SimpleNamespace(rid="b")],
         req_pool_indices=torch.tensor([0, 1]),
@@ -79,23 +74,23 @@ def test_a_deferred_prefill_marks_its_slots_and_starts_each_backlog_where_the_dr
         out_cache_loc=torch.tensor([30, 31, 20, 21, 22]),  # the prefill's new slots
         req_to_token_pool=SimpleNamespace(req_to_token=table),
     )
-    worker._defer_prefill(batch)
-    assert worker.backlog.lag(["a", "b"]) == [2, 3]
-    assert worker.backlog.info()["deferred_prefills"] == 2
+    deferred.defer_prefill(batch)
+    assert deferred.backlog.lag(["a", "b"]) == [2, 3]
+    assert deferred.backlog.info()["deferred_prefills"] == 2
 
 
 def test_a_step_marks_its_committed_tokens_as_the_extend_went():
-    worker = _deferring_worker()
+    deferred = _deferring()
     table = _pool({0: [1, 2, 3, 4, 5, 6]})
-    worker.draft_kv.mark(table, [0], [(0, 3)], valid=True)
+    deferred.draft_kv.mark(table, [0], [(0, 3)], valid=True)
     batch = SimpleNamespace(
         req_pool_indices=torch.tensor([0]), seq_lens=torch.tensor([3]),
         req_to_token_pool=SimpleNamespace(req_to_token=table),
     )  # fmt: skip
-    worker._mark_step(batch, SimpleNamespace(new_seq_lens=torch.tensor([5])), valid=False)  # deferred
-    assert worker.draft_kv.behind(table, 0, 5) == 2
-    worker._mark_step(batch, SimpleNamespace(new_seq_lens=torch.tensor([5])), valid=True)  # extended
-    assert worker.draft_kv.behind(table, 0, 5) == 0
+    deferred._mark_step(batch, SimpleNamespace(new_seq_lens=torch.tensor([5])), valid=False)  # deferred
+    assert deferred.draft_kv.behind(table, 0, 5) == 2
+    deferred._mark_step(batch, SimpleNamespace(new_seq_lens=torch.tensor([5])), valid=True)  # extended
+    assert deferred.draft_kv.behind(table, 0, 5) == 0
 
 
 def test_branches_behind_over_a_shared_prefix_extend_it_once():

@@ -10,6 +10,7 @@ import torch
 from sglang_specsot.speculative.policy.config import AdaptiveConfig
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.shadow import ShadowDrafts
+from tests.unit.speculative.builders import context_worker, cost, decide
 
 # Root 5; children 6 and 9; 6 -> 7 -> 8: height 3.
 TREE = DraftTree((5, 6, 9, 7, 8), (-1, 0, 0, 1, 3))
@@ -53,38 +54,27 @@ def test_trees_without_drafts_and_forgotten_requests_leave_nothing():
     assert shadows.pending() == 0 and shadows.advance("r", [6]) == []
 
 
-def _context_worker():
-    from tests.unit.speculative.test_worker_plan import _worker
-
-    # Rows cost 10 ms more each after a 100 ms plain step: at p = 0.8 two drafts pay.
-    from sglang_specsot.costs.cost_model import CostModel, ForwardCost
-
-    worker = _worker(AdaptiveConfig(buckets=((1, (0, 2)),), prior_accepts=0.1, prior_misses=0.9))
-    worker.cost = CostModel(target=ForwardCost(probe_rows=(1, 2), probe_ms=(100.0, 110.0)))
-    worker._awaiting_decode, worker._decode_rids = {}, set()
-    return worker
-
-
 def test_plain_steps_learn_from_shadows_until_drafting_pays():
-    worker = _context_worker()
+    # Rows cost 10 ms more each after a 100 ms plain step: at p = 0.8 two drafts pay.
+    config = AdaptiveConfig(buckets=((1, (0, 2)),), prior_accepts=0.1, prior_misses=0.9)
+    worker = context_worker(config, cost((1, 2), (100.0, 110.0)))
     text = [11, 12, 13, 14, 15, 16, 17, 18]
-    worker.drafter.start("r", text + text[:2])  # it repeats its own text: the context knows what comes
+    worker.context.context.start("r", text + text[:2])  # it repeats its own text: the context knows what comes
     batch = SimpleNamespace(reqs=[SimpleNamespace(rid="r")])
     widths = []
     for token in text[2:] * 3:
-        sizes = worker._tree_sizes(batch)
-        widths.append(max(sizes))
-        if max(sizes) > 1:
+        decision = decide(worker, batch)
+        widths.append(max(decision.sizes))
+        if max(decision.sizes) > 1:
             break
-        worker._propose_shadows(batch)
-        worker._step_trees = (DraftTree((worker.drafter.tokens("r")[-1],), (-1,)),)
+        proposal = worker.drafter.draft(batch, decision, worker.policy)  # a plain step: its shadows proposed
         result = SimpleNamespace(
             accept_lens=torch.tensor([1]), next_token_ids=torch.tensor([token]), speculative_num_draft_tokens=1,
         )
-        worker.draft_extend(batch, result)
+        worker.draft_extend(batch, result, proposal)
     # p starts at 0.1 (plain); every shadow is accepted whole, and after a few steps the
     # estimate says two drafts pay: the batch drafts without ever having explored.
-    assert widths[-1] == 3 and len(widths) > 2 and worker._explored == 0, widths
+    assert widths[-1] == 3 and len(widths) > 2 and worker.policy.explored == 0, widths
     report = worker.speculative_state_report()["specsot"]
     assert report["shadow_drafts"] >= len(widths) - 1
     assert report["acceptance_by_depth"]["shadow"]["p_by_depth"][0] == 1.0

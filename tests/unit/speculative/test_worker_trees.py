@@ -9,7 +9,7 @@ import torch
 
 from sglang_specsot.host.adapter import reconstruct_indices_from_tree_mask_func
 from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree, tree_mask
-from sglang_specsot.speculative.worker import _host_links
+from sglang_specsot.speculative.verify_input import host_links
 
 
 def _random_tree(rng: random.Random, n: int) -> DraftTree:
@@ -38,7 +38,7 @@ def test_links_and_positions_match_sglang(seed):
     positions = torch.empty(bs * n, dtype=torch.int64)
     links = [torch.full((bs, n), -1, dtype=torch.int64) for _ in range(3)]
     reconstruct_indices_from_tree_mask_func(mask, seq_lens, positions, *links, bs, n)
-    next_token, next_sibling = _host_links(tuple(trees), n)
+    next_token, next_sibling = host_links(tuple(trees), n)
     assert torch.equal(links[1], next_token)
     assert torch.equal(links[2], next_sibling)
     want = [int(seq_lens[b]) + t.depth(i) for b, t in enumerate(trees) for i in range(n)]
@@ -55,7 +55,7 @@ def test_draft_model_trees_round_trip_through_sglang_links(seed):
     rng = random.Random(seed)
     n, bs = rng.choice([2, 5, 8]), rng.randrange(1, 5)
     trees = [_random_tree(rng, n) for _ in range(bs)]
-    next_token, next_sibling = _host_links(tuple(trees), n)
+    next_token, next_sibling = host_links(tuple(trees), n)
     tokens = torch.tensor([t.tokens for t in trees], dtype=torch.int64)
     assert trees_from_links(tokens, next_token, next_sibling) == trees
 
