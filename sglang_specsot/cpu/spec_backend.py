@@ -19,16 +19,13 @@ from __future__ import annotations
 import logging
 
 from sglang_specsot.cpu.attention import BACKEND_NAME
+from sglang_specsot.host.adapter import ATTENTION_BACKEND_FLAGS
 
 logger = logging.getLogger(__name__)
 
 # The flags that choose an attention backend, as ServerArgs fields. Prefill and decode
 # fall back to --attention-backend when unset (model_override_base.py:138-152).
-BACKEND_FLAGS = {
-    "attention_backend": "--attention-backend",
-    "prefill_attention_backend": "--prefill-attention-backend",
-    "decode_attention_backend": "--decode-attention-backend",
-}
+BACKEND_FLAGS = ATTENTION_BACKEND_FLAGS
 FIX = f"--attention-backend {BACKEND_NAME}"
 
 
@@ -77,25 +74,15 @@ def _refusal(algorithm: str, bad: dict[str, str | None]) -> str:
 
 
 def _declare_spec_backend(server_args, hf_config) -> dict[str, str]:
-    # A provider in SGLang's override registry: (record, hf_config) -> declarations. The record
-    # holds the user's raw flags; the resolving view what resolution decided so far (the device).
+    # A provider in SGLang's override registry: (record, hf_config) -> declarations.
     from sglang_specsot.host import adapter as sgl
 
-    view = sgl.resolving_view(server_args)
-    chosen = {field: getattr(server_args, field) for field in BACKEND_FLAGS}
-    return spec_backend_declaration(view.device, view.speculative_algorithm, chosen, sgl.get_platform().has_amx)
-
-
-_registered = False
+    device, algorithm, chosen = sgl.chosen_attention_backends(server_args)
+    return spec_backend_declaration(device, algorithm, chosen, sgl.get_platform().has_amx)
 
 
 def register_spec_backend_choice() -> None:
     """Register the choice with SGLang's argument resolution, once per process."""
-    global _registered
-    if _registered:
-        return
     from sglang_specsot.host import adapter as sgl
 
-    # Every architecture: the choice depends on the device and algorithm, not the model.
-    sgl.register_model_override_predicate(lambda architecture: True)(_declare_spec_backend)
-    _registered = True
+    sgl.register_override_provider(_declare_spec_backend)

@@ -122,6 +122,40 @@ def __dir__() -> list[str]:
 # -- functions over SGLang's private contracts ---------------------------------------------------
 
 
+# SGLang's attention-backend fields (server_args.py) and the flags that set them.
+ATTENTION_BACKEND_FLAGS = {
+    "attention_backend": "--attention-backend",
+    "prefill_attention_backend": "--prefill-attention-backend",
+    "decode_attention_backend": "--decode-attention-backend",
+}
+
+
+def chosen_attention_backends(server_args) -> tuple[str, str | None, dict[str, str | None]]:
+    """(device, speculative algorithm, each attention-backend field as the user set it), as an
+    override provider sees them while SGLang resolves the server's arguments: the record holds
+    the user's raw flags, the resolving view what resolution decided so far (the device)."""
+    from sglang.srt.arg_groups.model_override_base import resolving_view
+
+    view = resolving_view(server_args)
+    chosen = {field: getattr(server_args, field) for field in ATTENTION_BACKEND_FLAGS}
+    return view.device, view.speculative_algorithm, chosen
+
+
+
+_providers: set = set()
+
+
+def register_override_provider(provider) -> None:
+    """Add `provider` ((record, hf_config) -> declarations) to SGLang's model-override registry
+    for every architecture, once per process (load_plugins may run a plugin twice): the
+    attention backend SPECSOT needs depends on the device and algorithm, not the model."""
+    if provider in _providers:
+        return
+    from sglang.srt.arg_groups.model_override_base import register_model_override_predicate
+
+    register_model_override_predicate(lambda architecture: True)(provider)
+    _providers.add(provider)
+
 @contextlib.contextmanager
 def draft_model_context(parallel_layout):
     """What EAGLEWorkerV2 enters around every draft-model forward (eagle_worker_v2.py:1473)."""
@@ -346,6 +380,6 @@ _CLASSES = {
 }
 
 __all__ = sorted(
-    [*NAMES, *_CLASSES, "convert_chat_request", "draft_model_context", "incremental_streaming_output",
-     "validate_chat_request"]
+    [*NAMES, *_CLASSES, "ATTENTION_BACKEND_FLAGS", "chosen_attention_backends", "convert_chat_request", "register_override_provider",
+     "draft_model_context", "incremental_streaming_output", "validate_chat_request"]
 )  # fmt: skip

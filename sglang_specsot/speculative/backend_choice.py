@@ -28,11 +28,7 @@ ALGORITHM = "SPECSOT"
 TREE_BACKENDS = ("triton", "flashinfer")
 # The flags that choose an attention backend, as ServerArgs fields. Prefill and decode fall
 # back to --attention-backend when unset; verify runs on either (hybrid_attn_backend.py:81).
-BACKEND_FLAGS = {
-    "attention_backend": "--attention-backend",
-    "prefill_attention_backend": "--prefill-attention-backend",
-    "decode_attention_backend": "--decode-attention-backend",
-}
+BACKEND_FLAGS = sgl.ATTENTION_BACKEND_FLAGS
 
 
 def tree_backend(has_flashinfer: bool, plain_mha: bool) -> str:
@@ -78,24 +74,14 @@ def _refusal(bad: dict[str, str]) -> str:
 
 
 def _declare_tree_backend(server_args, hf_config) -> dict[str, str]:
-    # A provider in SGLang's override registry: (record, hf_config) -> declarations. The record
-    # holds the user's raw flags; the resolving view what resolution decided so far (the device).
-    view = sgl.resolving_view(server_args)
-    chosen = {field: getattr(server_args, field) for field in BACKEND_FLAGS}
+    # A provider in SGLang's override registry: (record, hf_config) -> declarations.
+    device, algorithm, chosen = sgl.chosen_attention_backends(server_args)
     # The model's config is built by now (model_hook.py:165) and memoized on the record.
     plain_mha = not sgl.use_mla_backend(server_args) and not sgl.model_config_of(server_args).has_attention_sinks
     default = tree_backend(sgl.get_platform().has_flashinfer, plain_mha)
-    return tree_backend_declaration(view.device, view.speculative_algorithm, chosen, default)
-
-
-_registered = False
+    return tree_backend_declaration(device, algorithm, chosen, default)
 
 
 def register_tree_backend_choice() -> None:
     """Register the choice with SGLang's argument resolution, once per process."""
-    global _registered
-    if _registered:
-        return
-    # Every architecture: the choice depends on the device and algorithm, not the model.
-    sgl.register_model_override_predicate(lambda architecture: True)(_declare_tree_backend)
-    _registered = True
+    sgl.register_override_provider(_declare_tree_backend)
