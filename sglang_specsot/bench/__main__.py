@@ -4,6 +4,7 @@
     report   rebuild report.json, report.md and plots/ from a run directory's cells.jsonl
     judge    pairwise judgement of SoT answers vs plain answers by a judge model (resumable)
     serving  SGLang's own bench_serving on the same questions (see bench/serving.py)
+    gpu-predict  predicted GPU latency of every route from a roofline and the runs' acceptance (not a measurement)
 """
 
 from __future__ import annotations
@@ -63,6 +64,13 @@ def _serving(args) -> int:
     return serving_main(args)
 
 
+def _gpu_predict(args) -> int:
+    from sglang_specsot.bench.gpu_prediction import prediction_table
+
+    print(prediction_table(Path(args.root)))
+    return 0
+
+
 def _add_e2e(sub) -> None:
     p = sub.add_parser("e2e", help="run the benchmark (resumable)")
     p.add_argument("--target", required=True, help="registry name (python -m sglang_specsot.models list) or a checkpoint dir")
@@ -115,6 +123,9 @@ def _parser() -> argparse.ArgumentParser:
 
     add_arguments(sub.add_parser("serving", help="sglang.bench_serving on the questions, merged table"))
     sub.choices["serving"].set_defaults(run=_serving)
+    p = sub.add_parser("gpu-predict", help="H100 latency predicted from a roofline and the runs' step logs")
+    p.add_argument("--root", default=".", help="the repository root the benchmark files are read under")
+    p.set_defaults(run=_gpu_predict)
     return parser
 
 
