@@ -52,7 +52,7 @@ class Telemetry:
             logger.info("SPECSOT cost model after %d steps: %s", self.steps, self.cost.info())
         width = result.speculative_num_draft_tokens
         outcome = StepOutcome(
-            view=proposal.decision.view, decision=proposal.decision, ms=clock.ms("draft_extend", "start"),
+            decision=proposal.decision, ms=clock.ms("draft_extend", "start"),
             committed=verified.committed, priced_width=proposal.priced_width(width), drafted=width > 1,
             extended_on_plain_step=extended, timed=self.timed, caught_up=drafter.catch_ups != clock.catch_ups,
         )  # fmt: skip

@@ -103,7 +103,6 @@ class Verified:
 class StepOutcome:
     """What one decode step cost and committed, for the policy's ledgers."""
 
-    view: StepView
     decision: StepDecision
     ms: float  # draft + verify + draft-extend, wall clock
     committed: int  # tokens the step committed, over the batch
@@ -112,3 +111,7 @@ class StepOutcome:
     extended_on_plain_step: bool  # a plain step that ran the draft-extend (a backlog flush)
     timed: bool  # the host waited for the forwards (CPU): the wall clock is the step's cost
     caught_up: bool  # a deferred extend's catch-up ran in it: owed work, whatever the step is
+
+    @property
+    def view(self) -> StepView:
+        return self.decision.view

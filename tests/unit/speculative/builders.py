@@ -4,12 +4,14 @@ the batches and verify results the worker hands its parts."""
 
 from __future__ import annotations
 
+import random
 from types import SimpleNamespace
 
 import torch
 
 from sglang_specsot.costs.cost_model import CostModel, ForwardCost
 from sglang_specsot.speculative import device
+from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree
 from sglang_specsot.speculative.drafters.context import ContextDrafting
 from sglang_specsot.speculative.drafters.model import ModelCosts, ModelDrafting
 from sglang_specsot.speculative.drafters.model_extend import DeferredExtend
@@ -153,3 +155,21 @@ def verified_step(seq_lens: list[int], rows: list[list[int]], accept_lens: list[
         next_draft_input=SimpleNamespace(topk_p=None, topk_index=None),
     )  # fmt: skip
     return step, result
+
+
+def random_tree(rng: random.Random, n: int) -> DraftTree:
+    """A random draft tree of at most `n` nodes in BFS order (parents before children), padded
+    to `n` as the worker pads a step's trees."""
+    size = rng.randrange(1, n + 1)
+    parents = [-1] + [rng.randrange(i) for i in range(1, size)]
+    depth = [0] * size
+    for i in range(1, size):
+        depth[i] = depth[parents[i]] + 1
+    order = sorted(range(size), key=lambda i: (depth[i], i))
+    new = {old: k for k, old in enumerate(order)}
+    tree = DraftTree(
+        tokens=tuple(rng.randrange(100) for _ in order),
+        parents=tuple(-1 if o == 0 else new[parents[o]] for o in order),
+    )
+    return pad_tree(tree, n, filler=0)
+

@@ -228,7 +228,7 @@ def test_a_steps_saving_against_plain_decoding():
 
     def saved(ms: float, drafted: bool, extended: bool) -> float:
         outcome = StepOutcome(
-            view=worker.requests.view(step.reqs), decision=decision(step), ms=ms, committed=5,
+            decision=decision(step), ms=ms, committed=5,
             priced_width=2 if drafted else 1, drafted=drafted, extended_on_plain_step=extended, timed=True,
             caught_up=False,
         )  # fmt: skip

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from sglang_specsot.cpu.attention import verify_window_masks
-from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree, tree_mask
+from sglang_specsot.speculative.draft_tree import DraftTree, tree_mask
 from sglang_specsot.speculative.tree_masks import (
     TreeMaskLayout,
     full_layout_indptr,
@@ -29,6 +29,7 @@ from sglang_specsot.speculative.tree_masks import (
     tree_mask_layout,
     verify_custom_mask,
 )
+from tests.unit.speculative.builders import random_tree
 
 HEADS, KV_HEADS, HEAD_DIM = 4, 2, 16  # GQA: two query heads per KV head
 SCALE = HEAD_DIM**-0.5
@@ -77,26 +78,11 @@ class Case:
         return torch.tensor(self.prefix_lens, dtype=torch.int64)
 
     def qlen_mask(self) -> torch.Tensor:
-        """The QLEN_ONLY mask as SpecSoTWorker._verify_input builds it."""
+        """The QLEN_ONLY mask as verify_input.build_verify_input builds it."""
         return torch.tensor([tree_mask(t, self.n) for t in self.trees], dtype=torch.bool).flatten()
 
     def full_mask(self, bound: int = 0) -> torch.Tensor:
         return full_layout_mask(self.qlen_mask(), self.seq_lens, self.n, sum(self.prefix_lens) + bound)
-
-
-def _random_tree(rng: random.Random, n: int) -> DraftTree:
-    size = rng.randrange(1, n + 1)
-    parents = [-1] + [rng.randrange(i) for i in range(1, size)]
-    depth = [0] * size
-    for i in range(1, size):
-        depth[i] = depth[parents[i]] + 1
-    order = sorted(range(size), key=lambda i: (depth[i], i))  # BFS: parents before children
-    new = {old: k for k, old in enumerate(order)}
-    tree = DraftTree(
-        tokens=tuple(rng.randrange(100) for _ in order),
-        parents=tuple(-1 if o == 0 else new[parents[o]] for o in order),
-    )
-    return pad_tree(tree, n, filler=0)
 
 
 def _case(seed: int, bs: int, n: int, max_prefix: int) -> Case:
@@ -107,7 +93,7 @@ def _case(seed: int, bs: int, n: int, max_prefix: int) -> Case:
         return torch.randn(*shape, generator=gen)
 
     return Case(
-        trees=tuple(_random_tree(rng, n) for _ in range(bs)), n=n, prefix_lens=prefix_lens,
+        trees=tuple(random_tree(rng, n) for _ in range(bs)), n=n, prefix_lens=prefix_lens,
         q=randn(bs * n, HEADS, HEAD_DIM), k=randn(bs * n, KV_HEADS, HEAD_DIM), v=randn(bs * n, KV_HEADS, HEAD_DIM),
         k_prefix=tuple(randn(p, KV_HEADS, HEAD_DIM) for p in prefix_lens),
         v_prefix=tuple(randn(p, KV_HEADS, HEAD_DIM) for p in prefix_lens),

@@ -8,31 +8,16 @@ import pytest
 import torch
 
 from sglang_specsot.host.adapter import reconstruct_indices_from_tree_mask_func
-from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree, tree_mask
+from sglang_specsot.speculative.draft_tree import tree_mask
 from sglang_specsot.speculative.verify_input import host_links
-
-
-def _random_tree(rng: random.Random, n: int) -> DraftTree:
-    size = rng.randrange(1, n + 1)
-    parents = [-1] + [rng.randrange(i) for i in range(1, size)]
-    # BFS order: sort nodes by depth, keeping parents before children.
-    depth = [0] * size
-    for i in range(1, size):
-        depth[i] = depth[parents[i]] + 1
-    order = sorted(range(size), key=lambda i: (depth[i], i))
-    new = {old: k for k, old in enumerate(order)}
-    tree = DraftTree(
-        tokens=tuple(rng.randrange(100) for _ in order),
-        parents=tuple(-1 if o == 0 else new[parents[o]] for o in order),
-    )
-    return pad_tree(tree, n, filler=0)
+from tests.unit.speculative.builders import random_tree
 
 
 @pytest.mark.parametrize("seed", range(10))
 def test_links_and_positions_match_sglang(seed):
     rng = random.Random(seed)
     n, bs = rng.choice([2, 4, 8]), rng.randrange(1, 5)
-    trees = [_random_tree(rng, n) for _ in range(bs)]
+    trees = [random_tree(rng, n) for _ in range(bs)]
     mask = torch.tensor([tree_mask(t, n) for t in trees], dtype=torch.bool).flatten()
     seq_lens = torch.tensor([rng.randrange(1, 50) for _ in range(bs)])
     positions = torch.empty(bs * n, dtype=torch.int64)
@@ -54,7 +39,7 @@ def test_draft_model_trees_round_trip_through_sglang_links(seed):
 
     rng = random.Random(seed)
     n, bs = rng.choice([2, 5, 8]), rng.randrange(1, 5)
-    trees = [_random_tree(rng, n) for _ in range(bs)]
+    trees = [random_tree(rng, n) for _ in range(bs)]
     next_token, next_sibling = host_links(tuple(trees), n)
     tokens = torch.tensor([t.tokens for t in trees], dtype=torch.int64)
     assert trees_from_links(tokens, next_token, next_sibling) == trees
