@@ -55,6 +55,12 @@ def _server_info() -> Callable:
     return add_speculative_after
 
 
+def _dummy_verify_input() -> Callable:
+    from sglang_specsot.speculative.verify_input import dummy_verify_input_around
+
+    return dummy_verify_input_around
+
+
 def _row_cost_probe() -> Callable:
     from sglang_specsot.costs.probe import probe_after_start_up
 
@@ -77,6 +83,7 @@ HOST_CHANGE_HOOKS: dict[str, Callable[[], Callable]] = {
     "sot-chat-route": _chat_route,
     "reject-unservable-requests": _request_checks,
     "server-info-specsot": _server_info,
+    "specsot-dummy-verify-input": _dummy_verify_input,
     "row-cost-probe": _row_cost_probe,
     "server-info-row-costs": _row_costs_report,
 }

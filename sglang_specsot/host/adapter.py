@@ -89,6 +89,11 @@ PRIVATE_METHODS: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
         "_draft_extend_for_decode": ("self", "batch", "batch_result", "kv_loc_plan"),
     },  # fmt: skip
     ("sglang.srt.managers.overlap_utils", "FutureMap"): {"_resolve_spec_extras": ("self", "batch")},
+    # A verify graph set per tier, as EAGLEWorkerV2.build_adaptive_runtime_state builds one.
+    ("sglang.srt.model_executor.model_runner", "ModelRunner"): {
+        "_get_attention_backend": ("self", "init_new_workspace"),
+        "_decode_cuda_graph_runner_cls": ("self",),
+    },
 }
 # Private fields the adapter sets for SGLang to read: class -> {field: the property reading it}.
 PRIVATE_FIELDS: dict[tuple[str, str], dict[str, str]] = {
@@ -100,6 +105,7 @@ PRIVATE_FIELDS: dict[tuple[str, str], dict[str, str]] = {
 # Instance attributes the adapter reads: class -> names SGLang's source sets on `self`.
 INSTANCE_ATTRIBUTES: dict[tuple[str, str], tuple[str, ...]] = {
     ("sglang.srt.managers.tokenizer_manager", "TokenizerManager"): ("incremental_streaming_output",),
+    ("sglang.srt.model_executor.model_runner", "ModelRunner"): ("init_new_workspace",),
 }
 
 
@@ -155,6 +161,66 @@ def register_override_provider(provider) -> None:
 
     register_model_override_predicate(lambda architecture: True)(provider)
     _providers.add(provider)
+
+def verify_graphs_wanted() -> bool:
+    """Whether this server asked for decode graphs: not --disable-cuda-graph nor
+    --disable-decode-cuda-graph, nor --cuda-graph-backend-decode disabled. SPECSOT's handle
+    of the arguments turns SGLang's own decode capture off (speculative/algorithm.py), not
+    these flags, so they still say what the user asked."""
+    from sglang.srt.runtime_context import get_exec
+
+    graph = get_exec().graph
+    backend = graph.cuda_graph_backend_decode
+    return not (graph.disable_cuda_graph or graph.disable_decode_cuda_graph or backend == "disabled")
+
+
+@contextlib.contextmanager
+def _verify_width(width: int):
+    """SGLang's resolved config as a verify of `width` rows per request sees it, with decode
+    graphs on (the capture-time override EAGLEWorkerV2._override_worker_state makes,
+    eagle_worker_v2.py:1909-1980); everything is restored when the block ends."""
+    from sglang.srt.model_executor.cuda_graph_config import Backend, Phase, with_phase
+    from sglang.srt.runtime_context import get_context, get_exec, get_spec
+
+    spec, graph = get_spec(), get_exec().graph
+    backup = {
+        "speculative_num_steps": spec.speculative_num_steps,
+        "speculative_num_draft_tokens": spec.speculative_num_draft_tokens,
+        "cuda_graph_config": graph.cuda_graph_config,
+    }
+    backend = graph.cuda_graph_backend_decode or Backend.FULL
+    get_context().override(
+        "specsot.verify_capture", speculative_num_steps=max(width - 1, 1), speculative_num_draft_tokens=width,
+        cuda_graph_config=with_phase(graph.cuda_graph_config, Phase.DECODE, backend=backend),
+    )  # fmt: skip
+    try:
+        yield
+    finally:
+        get_context().override("specsot.verify_capture_restore", **backup)
+
+
+def capture_verify_graphs(model_runner, width: int):
+    """(attention backend, decode graph runner) of the target's TARGET_VERIFY at `width` rows
+    per request, as EAGLEWorkerV2.build_adaptive_runtime_state builds a target state
+    (eagle_worker_v2.py:1795-1825): a fresh backend, whose buffers the runner's graphs read."""
+    with _verify_width(width):
+        init_new_workspace = model_runner.init_new_workspace
+        try:
+            backend = model_runner._get_attention_backend(init_new_workspace=True)
+        finally:
+            model_runner.init_new_workspace = init_new_workspace
+        runner_cls = model_runner._decode_cuda_graph_runner_cls()
+        runner = runner_cls(model_runner, attn_backend=backend, speculative_num_steps=max(width - 1, 1),
+                            speculative_num_draft_tokens=width)  # fmt: skip
+    return backend, runner
+
+
+def new_forward_batch(batch, model_runner):
+    """The ForwardBatch SGLang's TpModelWorker builds from a ScheduleBatch (tp_worker.py:653)."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+    return ForwardBatch.init_new(batch, model_runner)
+
 
 @contextlib.contextmanager
 def draft_model_context(parallel_layout):

@@ -447,6 +447,30 @@ register_host_change(
 )
 
 
+# --- SPECSOT's verify graphs (speculative/verify_runners.py) ------------------------------------
+
+
+register_host_change(
+    HostChange(
+        name="specsot-dummy-verify-input",
+        target="sglang.srt.speculative.spec_info.create_dummy_verify_input",
+        hook_type="around",
+        hook=None,  # speculative/verify_input.py: dummy_verify_input_around
+        why=(
+            "A TARGET_VERIFY graph is captured with the verify input create_dummy_verify_input "
+            "builds (sglang/srt/speculative/spec_info.py:476-548, called from "
+            "model_executor/runner/base_runner.py:653), which dispatches on SGLang's own "
+            "algorithms only and returns None for a plugin's: the graph is then captured without "
+            "a tree mask (triton_backend.py:1321-1330) and would verify every tree as a causal "
+            "chain. No registry or spec-class method supplies it; the hook returns SPECSOT's "
+            "input (the runner's mask buffer, the tier's width) for SPECSOT's target runner and "
+            "calls SGLang's function for everything else."
+        ),
+        patch="dummy-verify-input-plugin.diff",
+    )
+)
+
+
 # --- Every server's row-cost curve, measured at start-up and in /server_info (costs/) -----------
 # One upstream diff, two entries: the probe once the model is loaded, and its report. Server-side
 # SoT prices its answers by the curve (sot/latency.py) on every server, whatever its algorithm.

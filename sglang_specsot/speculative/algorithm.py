@@ -109,24 +109,18 @@ def apply_defaults(sa) -> None:
 
 
 def _no_decode_graphs(sa) -> None:
-    """Capture no decode graph: the target's is captured in TARGET_VERIFY mode with the dummy
-    verify input of base_runner.py:653, which SGLang builds for its own algorithms only
-    (spec_info.py:482-548: EAGLE, STANDALONE, DFLASH, NGRAM; None for SPECSOT, and never
-    SPECSOT's window of tree and context nodes), and the draft model's (eagle_worker_v2.py:481)
-    would replay SGLang's chain, not SPECSOT's.
+    """SGLang captures no decode graph of its own for SPECSOT: the worker captures the
+    target's verify graphs itself, one set per tier (speculative/verify_runners.py), once the
+    pools exist (`init_cuda_graphs`), and verifies eagerly with a logged reason where that
+    capture fails. SGLang's own capture at model load would be one width only, and the draft
+    model's decode graphs (eagle_worker_v2.py:481) replay SGLang's chain, not SPECSOT's.
 
     The graph runners read the resolved `cuda_graph_config` (cuda_graph_setup.py:731), which
-    SGLang derives from --disable-decode-cuda-graph before this hook runs
-    (cuda_graph_hook.py:64, pipeline.py:191), so the flag alone would come too late: the
-    config itself is rewritten. (A CPU captures no graph without --enable-torch-compile, and
-    refuses speculation with it: cpu_graph_runner.py:663.)
+    SGLang derives from the flags before this hook runs (cuda_graph_hook.py:64,
+    pipeline.py:191), so the config itself is rewritten; the flags are left as the user set
+    them, for the worker to read (`adapter.verify_graphs_wanted`). (A CPU captures no graph
+    without --enable-torch-compile, and refuses speculation with it: cpu_graph_runner.py:663.)
     """
-    if sa.cuda_graph_backend_decode not in (None, sgl.Backend.DISABLED):
-        logger.warning(
-            "SPECSOT: --cuda-graph-backend-decode %s is overridden: SPECSOT cannot replay a "
-            "decode graph, so none is captured", sa.cuda_graph_backend_decode,
-        )  # fmt: skip
-    sa.disable_decode_cuda_graph = True
     sa.cuda_graph_config = sgl.with_phase(sa.cuda_graph_config, sgl.Phase.DECODE, backend=sgl.Backend.DISABLED)
 
 

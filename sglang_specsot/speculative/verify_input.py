@@ -64,3 +64,28 @@ def host_links(trees: tuple[DraftTree, ...], n: int) -> tuple[torch.Tensor, torc
                 next_token[b, parent] = node
             last_child[parent] = node
     return next_token, next_sibling
+
+
+def dummy_verify_input(custom_mask: torch.Tensor, num_tokens_per_req: int) -> SoTVerifyInput:
+    """The verify input a TARGET_VERIFY graph is captured with: `num_tokens_per_req` rows per
+    request and the runner's static mask buffer, which the attention backend then reads at
+    every replay (triton_backend.py:1321-1330 bakes the mask in only where the capture-time
+    input has one). Shapes only: the graph's inputs come from the runner's buffers."""
+    return SoTVerifyInput(
+        draft_token=None, custom_mask=custom_mask, positions=None, retrieve_index=None,
+        retrieve_next_token=None, retrieve_next_sibling=None, retrieve_cum_len=None,
+        spec_steps=max(num_tokens_per_req - 1, 1), topk=1, draft_token_num=num_tokens_per_req,
+        capture_hidden_mode=sgl.CaptureHiddenMode.NULL, seq_lens_sum=None, seq_lens_cpu=None,
+        tree_depth=num_tokens_per_req,
+    )  # fmt: skip
+
+
+def dummy_verify_input_around(original, spec_algorithm, custom_mask, num_tokens_per_req, is_draft_worker):
+    """AROUND hook on `create_dummy_verify_input` (spec_info.py:476-548, host change
+    specsot-dummy-verify-input): SPECSOT's target graphs are captured with its own input,
+    every other algorithm's (and any draft worker's) as SGLang builds them."""
+    from sglang_specsot.speculative.algorithm import NAME
+
+    if is_draft_worker or getattr(spec_algorithm, "name", None) != NAME:
+        return original(spec_algorithm, custom_mask, num_tokens_per_req, is_draft_worker)
+    return dummy_verify_input(custom_mask, num_tokens_per_req)

@@ -23,6 +23,7 @@ from sglang_specsot.costs.cost_model import CostModel
 from sglang_specsot.costs.probe import probe_or_none, unmeasured
 from sglang_specsot.host import adapter as sgl
 from sglang_specsot.speculative import device
+from sglang_specsot.speculative.device_times import DeviceStepTimes, cuda_timing_event
 from sglang_specsot.speculative.draft_tree import pad_tree
 from sglang_specsot.speculative.drafters import Drafter, Proposal
 from sglang_specsot.speculative.drafters.context import ContextDrafting
@@ -31,9 +32,12 @@ from sglang_specsot.speculative.memory import PythonTrace, memory_report
 from sglang_specsot.speculative.policy.config import ADAPTIVE, FIXED, adaptive_config
 from sglang_specsot.speculative.policy.step_policy import StepPolicy
 from sglang_specsot.speculative.requests import RequestBook
+from sglang_specsot.speculative.static_shape import StaticShapeVerify, static_shape_requested
 from sglang_specsot.speculative.telemetry import StepClock, Telemetry
 from sglang_specsot.speculative.tree_masks import tree_mask_layout
+from sglang_specsot.speculative.policy.tiers import VerifyTiers
 from sglang_specsot.speculative.verify_input import build_verify_input, host_links
+from sglang_specsot.speculative.verify_runners import EagerVerify, verify_runner
 
 logger = logging.getLogger(__name__)
 
@@ -62,11 +66,13 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         # The SoT context: every drafter's trees are filled from it, and it alone may draft.
         self.context = ContextDrafting(self.requests, self.cost, adaptive=self.adaptive is not None)
         self.drafter: Drafter = self._drafter(server_args, gpu_id, nccl_port, target_worker)
-        self.telemetry = Telemetry(self.cost, self.timed)
+        self.telemetry = Telemetry(self.cost, self.timed, self._device_times())
         self.policy = StepPolicy(self.adaptive, self.num_draft_tokens, self.drafter.costs,
                                  log_candidates=self.telemetry.step_log is not None)  # fmt: skip
         self.mask_layout = tree_mask_layout(self.device)
         logger.info("SPECSOT verify tree mask layout: %s", self.mask_layout.name)
+        self.verifier = self._eager_or_twin()  # on CUDA, graphs replace it once captured (init_cuda_graphs)
+        self.policy.tiers = self.verifier.tiers
         self._trace = PythonTrace.from_env()  # SGLANG_SPECSOT_TRACEMALLOC: a leak hunt's tracing
         self._loop_logged = False
 
@@ -83,7 +89,28 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self.bind_workers(target_worker, drafter.model)
         return drafter
 
+    def _device_times(self) -> DeviceStepTimes | None:
+        """Device events time the steps where the host does not wait for them (CUDA)."""
+        return DeviceStepTimes(cuda_timing_event) if torch.device(self.device).type == "cuda" else None
+
+    def _eager_or_twin(self):
+        n = self.num_draft_tokens
+        if static_shape_requested():
+            return StaticShapeVerify.for_model_runner(self.model_runner, VerifyTiers.for_verify(n, graphs=True))
+        if torch.device(self.device).type != "cuda":
+            return EagerVerify(n, f"verify runs eagerly on {torch.device(self.device).type}")
+        return EagerVerify(n, "CUDA graphs are off (--disable-cuda-graph or --disable-decode-cuda-graph)")
+
     # -- what the scheduler asks of every spec worker -------------------------------------
+
+    def init_cuda_graphs(self) -> None:
+        """The target's verify graphs, one set per tier, then the draft model's (SGLang's).
+        The scheduler calls this once the pools exist (scheduler.py:1124-1126)."""
+        on_cuda = torch.device(self.device).type == "cuda"
+        if on_cuda and not isinstance(self.verifier, StaticShapeVerify) and sgl.verify_graphs_wanted():
+            self.verifier = verify_runner(self.model_runner, self.num_draft_tokens, graphs_wanted=True, static_shape=False)
+            self.policy.tiers = self.verifier.tiers
+        super().init_cuda_graphs()
 
     def alloc_memory_pool(self, **kwargs) -> None:
         if self.draft_worker is not None:
@@ -125,6 +152,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             **self.drafter.report(),
             "memory": memory_report(self.context.context, self._trace),
             "omp_spin": self.device_support.thread_report(),
+            "verify_graphs": self.verifier.info(),
+            "device_step_times": self.telemetry.info(),
         }}  # fmt: skip
 
     # -- one step --------------------------------------------------------------------------
@@ -142,7 +171,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         clock.mark("verify")
         verified, extended = self.draft_extend(batch, result, proposal)
         clock.mark("draft_extend")
-        self.policy.observe(self.telemetry.finish(clock, proposal, result, verified, extended, self.drafter))
+        for outcome in self.telemetry.finish(clock, proposal, result, verified, extended, self.drafter):
+            self.policy.observe(outcome)
         return result
 
     def _begin_step(self, on_publish) -> None:
@@ -184,8 +214,9 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         """One tree per request within the policy's budgets, all padded to one width."""
         decision = self.policy.decide(self.requests.view(batch.reqs), self.drafter.pricing(batch))
         proposal = self.drafter.draft(batch, decision, self.policy)
-        # The widest tree sets the window: where no request has a draft, verify is a plain decode.
-        n = max(t.size for t in proposal.trees)
+        # The widest tree sets the window, padded to a tier where graphs replay: where no
+        # request has a draft, verify is a plain decode.
+        n = self.verifier.tiers.padded(max(t.size for t in proposal.trees))
         trees = [pad_tree(t, n, filler=t.tokens[0]) for t in proposal.trees]
         context_len = self.model_runner.model_config.context_len
         tags = self.requests.tag_tuple(batch.reqs)
@@ -209,7 +240,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         sgl.prepare_mamba_track_for_verify(batch)
         batch.spec_info = verify_input
         clock.mark("target_start")
-        target = self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors, is_verify=True)
+        clock.target_rows = bs * n
+        target = self.verifier.forward(self.target_worker, batch, n, pp_proxy_tensors)
         clock.mark("target_end")
         clock.target_ms = clock.ms("target_end", "target_start")
         if self.timed:

@@ -156,13 +156,33 @@ class ModelDrafting:
         """Plain steps defer the draft-extend where the chain is adaptive (the CPU draft
         backend); with draft-extend CUDA graphs every step extends, as in SGLang. Read first
         at the first prefill, after the scheduler built the attention backends."""
-        if not (self.chain_adaptive and self.config.defer_draft_extend):
+        if self.fixed_chain_reason is not None or not self.config.defer_draft_extend:
             return None
         chunk = self.server_args.chunked_prefill_size  # a catch-up pass is a prefill
         backlog = ExtendBacklog(max_rows=chunk) if chunk and chunk > 0 else ExtendBacklog()
         pool = self.target_worker.model_runner.token_to_kv_pool
         return DeferredExtend(self.model, self.cost, backlog, self.context.history, pool.size + pool.page_size,
                               self.device, self.timed)  # fmt: skip
+
+    @functools.cached_property
+    def fixed_chain_reason(self) -> str | None:
+        """Why the budget policy cannot shorten this server's chains, or None where it can:
+        logged once, in /server_info. Never silently different: where the chain is fixed,
+        draft confidence, runner-ups and deferred draft-extend are off with it."""
+        if self.config is None:
+            return "budgets are fixed (SGLANG_SPECSOT_FIXED_WINDOW)"
+        if self.chain_adaptive:
+            return None
+        reason = (
+            "the draft is a tree (--speculative-eagle-topk > 1), drafted and verified whole" if self.model.topk != 1
+            else "the draft's attention backend drafts whole chains (draft CUDA graphs, or a backend other than specsot_cpu)"
+        )  # fmt: skip
+        logger.warning(
+            "SPECSOT: adaptive draft chains, draft confidence, runner-ups and deferred draft-extend are off: %s. "
+            "Every drafting step drafts the full chain and every step extends the draft; the policy still "
+            "chooses between drafting and plain steps from measured costs", reason,
+        )  # fmt: skip
+        return reason
 
     @functools.cached_property
     def takes_runner_ups(self) -> bool:
@@ -305,6 +325,7 @@ class ModelDrafting:
 
     def report(self) -> dict:
         report = self.context.report() | {"draft_int8": None if self.draft_int8 is None else self.draft_int8.info()}
+        report["fixed_chain"] = self.fixed_chain_reason
         if self.deferred is not None:
             report["draft_extend"] = self.deferred.backlog.info()
         if self.chain_adaptive:

@@ -27,6 +27,7 @@ from sglang_specsot.speculative.policy.planning import (
     may_pay,
 )  # fmt: skip
 from sglang_specsot.speculative.policy.runs import DraftingRuns, ExploreFund
+from sglang_specsot.speculative.policy.tiers import VerifyTiers
 from sglang_specsot.speculative.policy.values import (
     DraftCosts,
     StepDecision,
@@ -51,6 +52,9 @@ class StepPolicy:
         self.config = config
         self.log_candidates = log_candidates  # decisions carry every candidate's price (the step log)
         self.window = window  # verify rows per request at most, the root included
+        # The widths verify runs at: a step's width is priced at the tier it is padded to
+        # (set by the worker once it knows whether graphs replay; every width by default).
+        self.tiers = VerifyTiers.every(window)
         self.costs = costs
         self.stats = ChainAcceptance(config or AdaptiveConfig.default(window - 1))
         self.by_depth: dict[str, DepthAcceptance] = {}
@@ -114,9 +118,11 @@ class StepPolicy:
         return StepPlan(1, (0,) * bs, float(bs), self.step_ms(bs, 1))
 
     def step_ms(self, bs: int, width: int) -> float:
-        """What a step costs: as measured lately where known, else as the drafter's costs
-        price it; where the drafter's steps of one width cost alike, never more than a wider
-        step measured at this batch size (noise must not price a width out of being measured)."""
+        """What a step costs, at the verify tier its width pads to: as measured lately where
+        known, else as the drafter's costs price it; where the drafter's steps of one width cost
+        alike, never more than a wider step measured at this batch size (noise must not price
+        a width out of being measured)."""
+        width = self.tiers.padded(width)
         measured = self.measured.ms(bs, width)
         ms = measured if measured is not None else self.costs.modelled_ms(bs, width)
         wider = self.measured.wider_ms(bs, width) if self.costs.bounded_by_wider else None
@@ -244,7 +250,7 @@ class StepPolicy:
             else:
                 self.explore_fund.earn(saved)
         if self._measures_cost(outcome):
-            self.measured.observe(view.bs, outcome.priced_width, outcome.ms)
+            self.measured.observe(view.bs, self.tiers.padded(outcome.priced_width), outcome.ms)
 
     def _measures_cost(self, outcome: StepOutcome) -> bool:
         """Whether the step's time is what a step of its batch and width costs: not where a

@@ -23,6 +23,7 @@ from sglang_specsot.speculative.policy.step_policy import StepPolicy
 from sglang_specsot.speculative.policy.values import StepDecision
 from sglang_specsot.speculative.requests import RequestBook
 from sglang_specsot.speculative.telemetry import Telemetry
+from sglang_specsot.speculative.verify_runners import EagerVerify
 from sglang_specsot.speculative.worker import SpecSoTWorker
 
 WINDOW = 8  # verify rows per request at most (SPECSOT's default window)
@@ -66,9 +67,10 @@ def _worker(config, model: CostModel, requests: RequestBook, drafter, step_log) 
     worker.context = drafter if isinstance(drafter, ContextDrafting) else drafter.context
     worker.telemetry = Telemetry.__new__(Telemetry)  # without SGLANG_SPECSOT_STEP_LOG's log
     worker.telemetry.cost, worker.telemetry.timed, worker.telemetry.steps = model, False, 0
-    worker.telemetry.step_log = step_log
+    worker.telemetry.step_log, worker.telemetry.device_times = step_log, None
     worker.policy = StepPolicy(config, WINDOW, drafter.costs, log_candidates=step_log is not None)
     worker.device_support, worker._trace, worker._loop_logged = device.NO_DEVICE_SUPPORT, None, True
+    worker.verifier = EagerVerify(WINDOW, "a unit test's worker")
     return worker
 
 

@@ -31,10 +31,11 @@ def test_defaults():
     assert sa.disable_decode_cuda_graph is False  # CPU has no decode graphs to disable
 
 
-def test_cuda_disables_decode_graphs():
+def test_cuda_turns_sglangs_decode_capture_off_and_keeps_the_flags():
     sa = _args(device="cuda")
     apply_defaults(sa)
-    assert sa.disable_decode_cuda_graph is True
+    # The worker captures its own verify graphs, per tier, when the flags ask for graphs.
+    assert sa.disable_decode_cuda_graph is False
     # The config the graph runners read, not only the flag it was derived from
     # (tests/unit/speculative/test_gpu_launch.py resolves a whole launch).
     assert sa.cuda_graph_config.decode.backend == "disabled" and sa.cuda_graph_config.prefill == CudaGraphConfig().prefill

@@ -20,6 +20,7 @@ from sglang_specsot.speculative.policy.chains import ChainStop
 from sglang_specsot.speculative.policy.config import AdaptiveConfig
 from sglang_specsot.speculative.policy.planning import StepPlan
 from tests.unit.speculative.builders import (
+    WINDOW,
     batch,
     decide,
     decision,
@@ -207,3 +208,23 @@ def test_runner_ups_join_chains_where_rows_are_free_and_acceptance_learns_the_ch
     # An exploring step (no ChainStop) reaches depths at the plan's estimates.
     exploring = decision(step, ps=(0.5, 0.8), firsts=(0.9, 0.6), exploring=True)
     assert chains.planned_reach([chain, None], exploring) == [pytest.approx([0.9, 0.45, 0.225]), []]
+
+
+@pytest.mark.parametrize(
+    ("model", "reason"),
+    [
+        (draft_model(), None),
+        (draft_model(variable_steps=False), "drafts whole chains"),
+        (draft_model(topk=2), "is a tree"),
+    ],
+    ids=["cpu-chain", "graphs-chain", "tree"],
+)
+def test_a_fixed_chain_is_logged_and_reported_never_silent(model, reason, caplog):
+    drafter = model_drafting(AdaptiveConfig.default(WINDOW - 1), model=model)
+    del drafter.__dict__["deferred"]  # decided from the backend, as at a server's first prefill
+    got = drafter.fixed_chain_reason
+    assert (got is None) == (reason is None) and (reason is None or reason in got)
+    assert ("deferred draft-extend are off" in caplog.text) == (reason is not None)
+    if reason is not None:
+        assert drafter.deferred is None  # off with the adaptive chain
+        assert drafter.report()["fixed_chain"] == got

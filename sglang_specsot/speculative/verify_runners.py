@@ -1,0 +1,102 @@
+"""How a verify forward runs: eagerly at any width, or by replaying the graph of its tier.
+
+The worker *has* one of these; each runs the target's TARGET_VERIFY forward of a batch whose
+trees are already padded to `tiers.padded(width)` and says whether a graph replayed.
+
+- `EagerVerify`: every width is a tier; SGLang's eager forward (a CPU; a GPU with graphs off
+  or a capture that failed, with its reason logged and reported).
+- `TierGraphVerify`: one SGLang decode graph runner per tier, captured in TARGET_VERIFY mode
+  with SPECSOT's dummy verify input (host change specsot-dummy-verify-input), each with its
+  own attention backend (a runner's `init_cuda_graph_state` sizes its backend's buffers, which
+  its graphs read by address). A step installs its tier's pair on the target's model runner,
+  as SGLang's `EAGLEWorkerV2.apply_runtime_state` does, and SGLang's own dispatch
+  (model_runner.py:1990-2010, `can_run_graph`) replays the graph or falls back to eager.
+- `static_shape.StaticShapeVerify`: the CPU twin of `TierGraphVerify`'s replays.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from sglang_specsot.host import adapter as sgl
+from sglang_specsot.speculative.policy.tiers import TierCounts, VerifyTiers
+
+logger = logging.getLogger(__name__)
+
+
+class EagerVerify:
+    """SGLang's eager TARGET_VERIFY forward; every width is a tier."""
+
+    def __init__(self, window: int, reason: str):
+        self.tiers = VerifyTiers.every(window)
+        self.counts = TierCounts()
+        self.reason = reason  # why no graph replays, for /server_info
+
+    def forward(self, target_worker, batch, width: int, pp_proxy_tensors=None):
+        target = target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors, is_verify=True)
+        self.counts.count(width, replayed=False)
+        return target
+
+    def info(self) -> dict:
+        return {"graphs": False, "why_not": self.reason, "tiers": list(self.tiers.widths), **self.counts.info()}
+
+
+@dataclass(frozen=True)
+class TierState:
+    """One tier's captured verify: the graphs and the attention backend they read."""
+
+    width: int
+    attn_backend: object
+    graph_runner: object  # SGLang's DecodeCudaGraphRunner, captured at `width` rows per request
+
+
+class TierGraphVerify:
+    """Per tier, SGLang's decode graph runner captured in TARGET_VERIFY mode; each step runs
+    on its tier's, through SGLang's own replay-or-eager dispatch."""
+
+    def __init__(self, tiers: VerifyTiers, states: dict[int, TierState], model_runner):
+        missing = [w for w in tiers.widths if w not in states]
+        assert not missing, f"SPECSOT: no captured verify state for tiers {missing}"
+        self.tiers, self.states, self.model_runner = tiers, states, model_runner
+        self.counts = TierCounts()
+
+    def forward(self, target_worker, batch, width: int, pp_proxy_tensors=None):
+        assert width in self.states, f"SPECSOT: verify width {width} is not a captured tier {self.tiers.widths}"
+        state = self.states[width]
+        self.model_runner.attn_backend = state.attn_backend
+        self.model_runner.decode_cuda_graph_runner = state.graph_runner
+        target = target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors, is_verify=True)
+        self.counts.count(width, replayed=bool(target.can_run_cuda_graph))
+        return target
+
+    def info(self) -> dict:
+        return {"graphs": True, "tiers": list(self.tiers.widths), **self.counts.info()}
+
+
+def capture_tier_graphs(model_runner, tiers: VerifyTiers) -> TierGraphVerify:
+    """Capture every tier's verify graphs, widest first (smaller captures reuse its pool)."""
+    states = {}
+    for width in sorted(tiers.widths, reverse=True):
+        backend, runner = sgl.capture_verify_graphs(model_runner, width)
+        states[width] = TierState(width, backend, runner)
+        logger.info("SPECSOT captured verify graphs at width %d for batch sizes %s", width, runner.capture_bs)
+    return TierGraphVerify(tiers, states, model_runner)
+
+
+def verify_runner(model_runner, window: int, graphs_wanted: bool, static_shape: bool):
+    """The verify runner for this server: graphs where wanted and SGLang captures them (a
+    capture that fails is logged, reported, and verify runs eagerly), the static-shape twin
+    where asked for (a CPU), else eager."""
+    if static_shape:
+        from sglang_specsot.speculative.static_shape import StaticShapeVerify
+
+        return StaticShapeVerify.for_model_runner(model_runner, VerifyTiers.for_verify(window, graphs=True))
+    if not graphs_wanted:
+        return EagerVerify(window, "CUDA graphs are off (a CPU, or --disable-cuda-graph)")
+    tiers = VerifyTiers.for_verify(window, graphs=True)
+    try:
+        return capture_tier_graphs(model_runner, tiers)
+    except Exception as exc:  # noqa: BLE001 - any capture failure leaves a server that verifies eagerly
+        logger.warning("SPECSOT: capturing verify graphs failed (%s: %s); verifying eagerly", type(exc).__name__, exc)
+        return EagerVerify(window, f"capture failed: {type(exc).__name__}: {exc}")

@@ -1,0 +1,84 @@
+"""How a verify runs: tier graphs installed per step, eager fallback with its reason, and the
+dummy verify input SPECSOT's target graphs are captured with (host change
+specsot-dummy-verify-input)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from sglang_specsot.speculative import verify_runners
+from sglang_specsot.speculative.algorithm import SpecSoTAlgo
+from sglang_specsot.speculative.inputs import SoTVerifyInput
+from sglang_specsot.speculative.policy.tiers import VerifyTiers
+from sglang_specsot.speculative.verify_input import dummy_verify_input_around
+
+
+class FakeTarget:
+    """A target worker whose forward records which graph runner the model runner held."""
+
+    def __init__(self, model_runner, replays: bool = True):
+        self.model_runner, self.replays, self.seen = model_runner, replays, []
+
+    def forward_batch_generation(self, batch, pp_proxy_tensors=None, is_verify=False):
+        assert is_verify
+        self.seen.append((self.model_runner.attn_backend, self.model_runner.decode_cuda_graph_runner))
+        return SimpleNamespace(can_run_cuda_graph=self.replays)
+
+
+def _fake_capture(calls):
+    def capture(model_runner, width):
+        calls.append(width)
+        return f"backend-{width}", SimpleNamespace(width=width, capture_bs=[1, 2, 4])
+
+    return capture
+
+
+def test_tier_graphs_install_each_steps_tier_and_count_replays(monkeypatch):
+    calls = []
+    monkeypatch.setattr(verify_runners.sgl, "capture_verify_graphs", _fake_capture(calls), raising=False)
+    runner = SimpleNamespace(attn_backend="init", decode_cuda_graph_runner=None)
+    verify = verify_runners.verify_runner(runner, 8, graphs_wanted=True, static_shape=False)
+    assert calls == [8, 4, 2, 1]  # widest first: the smaller captures reuse its memory pool
+    target = FakeTarget(runner)
+    for width in (1, 4, 8, 4):
+        verify.forward(target, batch=None, width=width)
+    assert [b for b, _ in target.seen] == ["backend-1", "backend-4", "backend-8", "backend-4"]
+    assert [r.width for _, r in target.seen] == [1, 4, 8, 4]
+    assert verify.info()["replayed_by_width"] == {"1": 1, "4": 2, "8": 1}
+    with pytest.raises(AssertionError, match="not a captured tier"):
+        verify.forward(target, batch=None, width=3)
+
+
+def test_a_step_sglang_runs_eagerly_is_counted_eager(monkeypatch):
+    monkeypatch.setattr(verify_runners.sgl, "capture_verify_graphs", _fake_capture([]), raising=False)
+    runner = SimpleNamespace(attn_backend="init", decode_cuda_graph_runner=None)
+    verify = verify_runners.verify_runner(runner, 4, graphs_wanted=True, static_shape=False)
+    verify.forward(FakeTarget(runner, replays=False), batch=None, width=2)
+    assert verify.info()["eager_by_width"] == {"2": 1} and verify.info()["replayed_by_width"] == {}
+
+
+def test_a_failed_capture_verifies_eagerly_and_says_why(monkeypatch, caplog):
+    def fail(model_runner, width):
+        raise RuntimeError("out of graph memory")
+
+    monkeypatch.setattr(verify_runners.sgl, "capture_verify_graphs", fail, raising=False)
+    verify = verify_runners.verify_runner(SimpleNamespace(), 8, graphs_wanted=True, static_shape=False)
+    assert isinstance(verify, verify_runners.EagerVerify)
+    assert verify.tiers == VerifyTiers.every(8)  # nothing padded where nothing replays
+    assert "out of graph memory" in verify.info()["why_not"] and "verifying eagerly" in caplog.text
+
+
+def test_dummy_verify_input_is_specsots_at_the_tiers_width():
+    mask = torch.zeros(64, dtype=torch.bool)
+    original = lambda *args: ("sglang", args)  # noqa: E731
+    algo = SpecSoTAlgo("SPECSOT", lambda sa: None)
+    dummy = dummy_verify_input_around(original, algo, mask, 4, False)
+    assert isinstance(dummy, SoTVerifyInput)
+    assert dummy.custom_mask is mask and dummy.num_tokens_per_req == dummy.draft_token_num == 4
+    # A draft worker's runner, and every other algorithm, get SGLang's own.
+    assert dummy_verify_input_around(original, algo, mask, 4, True)[0] == "sglang"
+    other = SimpleNamespace(name="EAGLE")
+    assert dummy_verify_input_around(original, other, mask, 4, False) == ("sglang", (other, mask, 4, False))
