@@ -175,10 +175,11 @@ def verify_graphs_wanted() -> bool:
 
 
 @contextlib.contextmanager
-def _verify_width(width: int):
+def decode_graphs_on(width: int):
     """SGLang's resolved config as a verify of `width` rows per request sees it, with decode
     graphs on (the capture-time override EAGLEWorkerV2._override_worker_state makes,
-    eagle_worker_v2.py:1909-1980); everything is restored when the block ends."""
+    eagle_worker_v2.py:1909-1980), for SPECSOT's own captures: SGLang's at model load is off
+    (speculative/algorithm.py). Everything is restored when the block ends."""
     from sglang.srt.model_executor.cuda_graph_config import Backend, Phase, with_phase
     from sglang.srt.runtime_context import get_context, get_exec, get_spec
 
@@ -203,7 +204,7 @@ def capture_verify_graphs(model_runner, width: int):
     """(attention backend, decode graph runner) of the target's TARGET_VERIFY at `width` rows
     per request, as EAGLEWorkerV2.build_adaptive_runtime_state builds a target state
     (eagle_worker_v2.py:1795-1825): a fresh backend, whose buffers the runner's graphs read."""
-    with _verify_width(width):
+    with decode_graphs_on(width):
         init_new_workspace = model_runner.init_new_workspace
         try:
             backend = model_runner._get_attention_backend(init_new_workspace=True)

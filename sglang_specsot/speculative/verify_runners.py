@@ -84,17 +84,13 @@ def capture_tier_graphs(model_runner, tiers: VerifyTiers) -> TierGraphVerify:
     return TierGraphVerify(tiers, states, model_runner)
 
 
-def verify_runner(model_runner, window: int, graphs_wanted: bool, static_shape: bool):
-    """The verify runner for this server: graphs where wanted and SGLang captures them (a
-    capture that fails is logged, reported, and verify runs eagerly), the static-shape twin
-    where asked for (a CPU), else eager."""
-    if static_shape:
-        from sglang_specsot.speculative.static_shape import StaticShapeVerify
-
-        return StaticShapeVerify.for_model_runner(model_runner, VerifyTiers.for_verify(window, graphs=True))
+def verify_runner(model_runner, window: int, graphs_wanted: bool, tiers: VerifyTiers | None = None):
+    """The verify runner of a GPU server: graphs at `tiers` (powers of two up to the window
+    by default) where wanted; a capture that fails is logged, reported, and verify runs
+    eagerly at every width."""
     if not graphs_wanted:
-        return EagerVerify(window, "CUDA graphs are off (a CPU, or --disable-cuda-graph)")
-    tiers = VerifyTiers.for_verify(window, graphs=True)
+        return EagerVerify(window, "CUDA graphs are off (--disable-cuda-graph or --disable-decode-cuda-graph)")
+    tiers = tiers or VerifyTiers.for_verify(window, graphs=True)
     try:
         return capture_tier_graphs(model_runner, tiers)
     except Exception as exc:  # noqa: BLE001 - any capture failure leaves a server that verifies eagerly

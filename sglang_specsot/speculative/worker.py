@@ -15,6 +15,7 @@ contract and nothing of how drafts are made or priced.
 from __future__ import annotations
 
 import logging
+import os
 
 import torch
 
@@ -35,7 +36,7 @@ from sglang_specsot.speculative.requests import RequestBook
 from sglang_specsot.speculative.static_shape import StaticShapeVerify, static_shape_requested
 from sglang_specsot.speculative.telemetry import StepClock, Telemetry
 from sglang_specsot.speculative.tree_masks import tree_mask_layout
-from sglang_specsot.speculative.policy.tiers import VerifyTiers
+from sglang_specsot.speculative.policy.tiers import TIERS_ENV, VerifyTiers
 from sglang_specsot.speculative.verify_input import build_verify_input, host_links
 from sglang_specsot.speculative.verify_runners import EagerVerify, verify_runner
 
@@ -96,7 +97,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     def _eager_or_twin(self):
         n = self.num_draft_tokens
         if static_shape_requested():
-            return StaticShapeVerify.for_model_runner(self.model_runner, VerifyTiers.for_verify(n, graphs=True))
+            return StaticShapeVerify.for_model_runner(self.model_runner, self._graph_tiers())
         if torch.device(self.device).type != "cuda":
             return EagerVerify(n, f"verify runs eagerly on {torch.device(self.device).type}")
         return EagerVerify(n, "CUDA graphs are off (--disable-cuda-graph or --disable-decode-cuda-graph)")
@@ -104,13 +105,33 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     # -- what the scheduler asks of every spec worker -------------------------------------
 
     def init_cuda_graphs(self) -> None:
-        """The target's verify graphs, one set per tier, then the draft model's (SGLang's).
-        The scheduler calls this once the pools exist (scheduler.py:1124-1126)."""
+        """The target's verify graphs, one set per tier, then the draft model's (SGLang's
+        STANDALONE graphs: its chain, and its draft-extend at the window). The scheduler calls
+        this once the pools exist (scheduler.py:1124-1126)."""
         on_cuda = torch.device(self.device).type == "cuda"
-        if on_cuda and not isinstance(self.verifier, StaticShapeVerify) and sgl.verify_graphs_wanted():
-            self.verifier = verify_runner(self.model_runner, self.num_draft_tokens, graphs_wanted=True, static_shape=False)
-            self.policy.tiers = self.verifier.tiers
-        super().init_cuda_graphs()
+        if not (on_cuda and not isinstance(self.verifier, StaticShapeVerify) and sgl.verify_graphs_wanted()):
+            super().init_cuda_graphs()
+            return
+        tiers = self._graph_tiers()
+        self.verifier = verify_runner(self.model_runner, self.num_draft_tokens, graphs_wanted=True, tiers=tiers)
+        self.policy.tiers = self.verifier.tiers
+        if self.draft_worker is None:
+            return
+        try:
+            with sgl.decode_graphs_on(self.num_draft_tokens):
+                super().init_cuda_graphs()
+        except Exception as exc:  # noqa: BLE001 - the draft then runs eagerly, as SGLang's does without graphs
+            logger.warning("SPECSOT: capturing the draft model's graphs failed (%s: %s); drafting eagerly", type(exc).__name__, exc)
+
+    def _graph_tiers(self) -> VerifyTiers:
+        """Every power of two up to the window; with a draft model only 1 and the window: its
+        draft-extend graph (SGLang's) is captured at the window, so a drafting step verifies
+        the full window and its extend replays, and a plain step's extend of one row per
+        request runs eagerly. SGLANG_SPECSOT_VERIFY_TIERS chooses others."""
+        tiers = VerifyTiers.for_verify(self.num_draft_tokens, graphs=True)
+        if self.draft_worker is None or os.environ.get(TIERS_ENV):
+            return tiers
+        return VerifyTiers((1, self.num_draft_tokens)) if self.num_draft_tokens > 1 else tiers
 
     def alloc_memory_pool(self, **kwargs) -> None:
         if self.draft_worker is not None:

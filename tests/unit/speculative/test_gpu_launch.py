@@ -128,7 +128,7 @@ def test_resolved_cuda_graph_config_captures_no_decode_graph(resolve, draft_mode
 
 def test_a_decode_graph_asked_for_is_left_to_the_worker(resolve):
     # SGLang captures none at model load; the flag stays, and the worker's verify capture
-    # reads it (adapter.verify_graphs_wanted, adapter._verify_width).
+    # reads it (adapter.verify_graphs_wanted, adapter.decode_graphs_on).
     sa = resolve(speculative_algorithm="SPECSOT", cuda_graph_backend_decode="full")
     assert not _captures_decode_graphs(sa)
     assert resolution_result(sa, "cuda_graph_backend_decode") == "full"

@@ -40,7 +40,7 @@ def test_tier_graphs_install_each_steps_tier_and_count_replays(monkeypatch):
     calls = []
     monkeypatch.setattr(verify_runners.sgl, "capture_verify_graphs", _fake_capture(calls), raising=False)
     runner = SimpleNamespace(attn_backend="init", decode_cuda_graph_runner=None)
-    verify = verify_runners.verify_runner(runner, 8, graphs_wanted=True, static_shape=False)
+    verify = verify_runners.verify_runner(runner, 8, graphs_wanted=True)
     assert calls == [8, 4, 2, 1]  # widest first: the smaller captures reuse its memory pool
     target = FakeTarget(runner)
     for width in (1, 4, 8, 4):
@@ -52,26 +52,26 @@ def test_tier_graphs_install_each_steps_tier_and_count_replays(monkeypatch):
         verify.forward(target, batch=None, width=3)
 
 
-def test_a_step_sglang_runs_eagerly_is_counted_eager(monkeypatch):
+def test_tier_step_sglang_runs_eagerly_is_counted_eager(monkeypatch):
     monkeypatch.setattr(verify_runners.sgl, "capture_verify_graphs", _fake_capture([]), raising=False)
     runner = SimpleNamespace(attn_backend="init", decode_cuda_graph_runner=None)
-    verify = verify_runners.verify_runner(runner, 4, graphs_wanted=True, static_shape=False)
+    verify = verify_runners.verify_runner(runner, 4, graphs_wanted=True)
     verify.forward(FakeTarget(runner, replays=False), batch=None, width=2)
     assert verify.info()["eager_by_width"] == {"2": 1} and verify.info()["replayed_by_width"] == {}
 
 
-def test_a_failed_capture_verifies_eagerly_and_says_why(monkeypatch, caplog):
+def test_tier_capture_that_fails_verifies_eagerly_and_says_why(monkeypatch, caplog):
     def fail(model_runner, width):
         raise RuntimeError("out of graph memory")
 
     monkeypatch.setattr(verify_runners.sgl, "capture_verify_graphs", fail, raising=False)
-    verify = verify_runners.verify_runner(SimpleNamespace(), 8, graphs_wanted=True, static_shape=False)
+    verify = verify_runners.verify_runner(SimpleNamespace(), 8, graphs_wanted=True)
     assert isinstance(verify, verify_runners.EagerVerify)
     assert verify.tiers == VerifyTiers.every(8)  # nothing padded where nothing replays
     assert "out of graph memory" in verify.info()["why_not"] and "verifying eagerly" in caplog.text
 
 
-def test_dummy_verify_input_is_specsots_at_the_tiers_width():
+def test_tier_dummy_verify_input_is_specsots_at_the_tiers_width():
     mask = torch.zeros(64, dtype=torch.bool)
     original = lambda *args: ("sglang", args)  # noqa: E731
     algo = SpecSoTAlgo("SPECSOT", lambda sa: None)
