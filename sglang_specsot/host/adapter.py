@@ -220,7 +220,7 @@ def new_forward_batch(batch, model_runner):
     """The ForwardBatch SGLang's TpModelWorker builds from a ScheduleBatch (tp_worker.py:653)."""
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 
-    return ForwardBatch.init_new(batch, model_runner)
+    return ForwardBatch.init_new(batch, model_runner, capture_hidden_mode=None, return_hidden_states_before_norm=False)
 
 
 @contextlib.contextmanager

@@ -31,6 +31,9 @@ STATIC_SHAPE_ENV = "SGLANG_SPECSOT_STATIC_SHAPE"  # "1": verify through the twin
 # SGLang's default decode capture sizes (cuda_graph_config.py), up to a server's running requests.
 CAPTURE_BS = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64)
 _GARBAGE_SEED = 20261129
+# The padded length Triton and FlashInfer, the backends SPECSOT verifies with on CUDA, give a
+# padded request (triton_backend.py:1440, flashinfer_backend.py:1353).
+TREE_BACKENDS_FILL = 1
 
 
 def static_shape_requested() -> bool:
@@ -75,26 +78,34 @@ class StaticShapeVerify:
     """Verify through per-tier static buffers, padded as SGLang's graph replay pads."""
 
     def __init__(self, tiers: VerifyTiers, capture_bs: tuple[int, ...], layout: TreeMaskLayout,
-                 context_len: int, seq_len_fill_value: int, model_runner):  # fmt: skip
+                 context_len: int, model_runner):  # fmt: skip
         self.tiers, self.capture_bs, self.layout = tiers, capture_bs, layout
-        self.fill = seq_len_fill_value
+        self.context_len = context_len
         self.model_runner = model_runner
         self.counts = TierCounts()
         self._generator = torch.Generator().manual_seed(_GARBAGE_SEED)
-        max_bs = capture_bs[-1]
-        self.buffers = {
-            w: TierBuffers.allocate(w, max_bs, self._mask_numel(max_bs, w, context_len), torch.int64, torch.int64)
-            for w in tiers.widths
-        }  # fmt: skip
+        self.buffers: dict[int, TierBuffers] = {}  # every tier's, allocated before the first verify
+        self.fill = TREE_BACKENDS_FILL  # the attention backend's padded length, read with the buffers
 
     @classmethod
-    def for_model_runner(cls, model_runner, tiers: VerifyTiers) -> StaticShapeVerify:
-        max_running = model_runner.req_to_token_pool.size
-        capture_bs = tuple(b for b in CAPTURE_BS if b <= max(max_running, 1)) or (1,)
-        return cls(
-            tiers, capture_bs, tree_mask_layout(model_runner.device), model_runner.model_config.context_len,
-            model_runner.attn_backend.get_cuda_graph_seq_len_fill_value(), model_runner,
-        )  # fmt: skip
+    def for_model_runner(cls, model_runner, tiers: VerifyTiers, max_running_requests: int | None) -> StaticShapeVerify:
+        # As SGLang's capture sizes: none above the server's running requests (where known).
+        limit = max(max_running_requests or CAPTURE_BS[-1], 1)
+        capture_bs = tuple(b for b in CAPTURE_BS if b <= limit) or (1,)
+        return cls(tiers, capture_bs, tree_mask_layout(model_runner.device), model_runner.model_config.context_len,
+                   model_runner)  # fmt: skip
+
+    def _allocate(self) -> None:
+        """Every tier's buffers at once, as a capture would: the attention backend exists only
+        once the scheduler has built the pools, after the worker."""
+        try:
+            self.fill = self.model_runner.attn_backend.get_cuda_graph_seq_len_fill_value()
+        except NotImplementedError:  # a backend that captures no graph (the CPU's)
+            self.fill = TREE_BACKENDS_FILL
+        max_bs = self.capture_bs[-1]
+        for w in self.tiers.widths:
+            mask = self._mask_numel(max_bs, w, self.context_len)
+            self.buffers[w] = TierBuffers.allocate(w, max_bs, mask, torch.int64, torch.int64)
 
     def _mask_numel(self, bs: int, width: int, context_len: int) -> int:
         if self.layout == TreeMaskLayout.QLEN_ONLY:
@@ -108,12 +119,14 @@ class StaticShapeVerify:
         request equal a captured tier's width, and the batch fits the largest capture."""
         spec_info = forward_batch.spec_info
         return (
-            spec_info.num_tokens_per_req in self.buffers
+            spec_info.num_tokens_per_req in self.tiers.widths
             and forward_batch.batch_size <= self.capture_bs[-1]
             and not forward_batch.return_logprob
         )
 
     def forward(self, target_worker, batch, width: int, pp_proxy_tensors=None):
+        if not self.buffers:
+            self._allocate()
         forward_batch = sgl.new_forward_batch(batch, self.model_runner)
         if not self.can_run(forward_batch):
             self.counts.count(width, replayed=False)

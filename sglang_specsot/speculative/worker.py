@@ -97,7 +97,9 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     def _eager_or_twin(self):
         n = self.num_draft_tokens
         if static_shape_requested():
-            return StaticShapeVerify.for_model_runner(self.model_runner, self._graph_tiers())
+            return StaticShapeVerify.for_model_runner(
+                self.model_runner, self._graph_tiers(), self.server_args.max_running_requests
+            )
         if torch.device(self.device).type != "cuda":
             return EagerVerify(n, f"verify runs eagerly on {torch.device(self.device).type}")
         return EagerVerify(n, "CUDA graphs are off (--disable-cuda-graph or --disable-decode-cuda-graph)")

@@ -257,3 +257,17 @@ def abort_request(server: ServerProcess, rid: str = "", abort_all: bool = False)
                                  headers={"Content-Type": "application/json"})  # fmt: skip
     with urllib.request.urlopen(req, timeout=60) as response:
         assert response.status == 200, response.status
+
+
+def assert_every_step_replayed_a_tier(server: ServerProcess, static_shape: bool, widths: int = 1) -> dict:
+    """Through the static-shape twin, every decode step's verify ran at a captured tier and
+    replayed (none eager), at `widths` different tiers at least; eagerly, none replayed.
+    Returns /server_info's `verify_graphs`."""
+    graphs = server.get("/server_info")["internal_states"][0]["specsot"]["verify_graphs"]
+    replayed, eager = graphs["replayed_by_width"], graphs["eager_by_width"]
+    if not static_shape:
+        assert graphs["graphs"] is False and not replayed and eager, graphs
+        return graphs
+    assert graphs["graphs"] == "static_shape_twin" and not eager, graphs
+    assert {int(w) for w in replayed} <= set(graphs["tiers"]) and len(replayed) >= widths, graphs
+    return graphs

@@ -22,12 +22,14 @@ import pytest
 import torch
 from sglang_specsot.cpu.draft_int8 import DRAFT_INT8_ENV
 from sglang_specsot.launch import ServerProcess
+from sglang_specsot.speculative.static_shape import STATIC_SHAPE_ENV
 from sglang_specsot.speculative.token_map import shipped_map_path
 from sglang_specsot.speculative.tree_masks import LAYOUT_ENV
 from tests.integration.conftest import (
     FIXED_WINDOW_ENV,
     QWEN05_PARITY_TOKENS,
     SMOLLM2_PARITY_TOKENS,
+    assert_every_step_replayed_a_tier,
     cpu_args,
     leak_checked_server,
     scheduler_loop_line,
@@ -80,14 +82,19 @@ def _models(request, config: str) -> tuple[str, str, tuple[list[str], list[list[
 
 def _layout(config: str) -> str:
     """The verify mask's layout: the default tier's configs verify with the GPU's FULL layout
-    (the CUDA path's CPU twin), the long tier's with the CPU's own QLEN_ONLY."""
+    through the static-shape twin (the CUDA path's CPU twin: tiers, static buffers), the long
+    tier's with the CPU's own QLEN_ONLY, eagerly."""
     return "full" if config.startswith("smollm2-") else "qlen_only"
+
+
+def _twin(config: str) -> str:
+    return "-static_shape" if _layout(config) == "full" else ""
 
 
 @pytest.fixture(
     scope="module",
     params=[
-        pytest.param(c, id=f"{c}-{_layout(c)}_layout", marks=[] if c.startswith("smollm2-") else [pytest.mark.long])
+        pytest.param(c, id=f"{c}-{_layout(c)}_layout{_twin(c)}", marks=[] if c.startswith("smollm2-") else [pytest.mark.long])
         for c in CONFIGS
     ],
 )
@@ -98,6 +105,7 @@ def draft_server(request, tmp_path_factory):
     # Its teardown, after every test on this server, proves the idle memory check passed.
     forced = INT8_FORCED.get(request.param)
     env = FIXED_WINDOW_ENV | ({DRAFT_INT8_ENV: forced} if forced else {}) | {LAYOUT_ENV: _layout(request.param)}
+    env[STATIC_SHAPE_ENV] = "1" if _twin(request.param) else "0"
     with leak_checked_server(target, args + CONFIGS[request.param], log, env=env) as server:
         server.config = request.param
         # The reference: a prefix of the shared plain run, the same first batches.
@@ -115,6 +123,10 @@ def test_greedy_parity_with_a_draft_model(draft_server):
     assert "SPECSOT drafts with" in log  # the draft-model drafter, not the context alone
     assert f"SPECSOT verify tree mask layout: {_layout(draft_server.config).upper()}" in log
     assert scheduler_loop_line("no-overlap" not in draft_server.config) in log
+    graphs = assert_every_step_replayed_a_tier(draft_server, static_shape=bool(_twin(draft_server.config)))
+    if _twin(draft_server.config):
+        # A draft model's tiers are 1 and the window: its draft-extend graph is captured at the window.
+        assert graphs["tiers"] == [1, 6], graphs
     int8 = re.search(r"SPECSOT draft model weights in int8 .*'layers': (\d+)", log)
     # Qwen's draft measures int8 fastest on these machines; SmolLM2's unforced config keeps
     # whatever its own measurement chooses.

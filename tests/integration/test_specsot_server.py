@@ -13,7 +13,16 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from tests.integration.conftest import FIXED_WINDOW_ENV, SMOLLM2_PARITY_TOKENS, SPECSOT, cpu_args, leak_checked_server, scheduler_loop_line
+from tests.integration.conftest import (
+    FIXED_WINDOW_ENV,
+    SMOLLM2_PARITY_TOKENS,
+    SPECSOT,
+    assert_every_step_replayed_a_tier,
+    cpu_args,
+    leak_checked_server,
+    scheduler_loop_line,
+)
+from sglang_specsot.speculative.static_shape import STATIC_SHAPE_ENV
 from sglang_specsot.speculative.tree_masks import LAYOUT_ENV
 from tests.integration.parity import generate, mismatches, run_batches
 
@@ -51,12 +60,14 @@ def plain_ids(smollm2_parity) -> list[list[int]]:
     return smollm2_parity[1]  # plain decoding with COMMON, the same batches
 
 
-# The default tier verifies with the GPU's FULL tree-mask layout (the CPU twin of the CUDA path:
-# the CPU backend reads it by the Triton kernel's offsets and checks its prefix columns); the
-# CPU's own QLEN_ONLY layout runs the same tests in the long tier.
+# The default tier's servers are the CPU twin of the CUDA path: they verify with the GPU's FULL
+# tree-mask layout (the CPU backend reads it by the Triton kernel's offsets and checks its prefix
+# columns), every step padded to a verify tier and run through static buffers as a graph replay
+# feeds them (speculative/static_shape.py). The CPU's own path, QLEN_ONLY and eager at every
+# width, runs the same tests in the long tier.
 SERVERS = [
-    pytest.param(("overlap", "full"), id="overlap-full_layout"),
-    pytest.param(("no-overlap", "full"), id="no-overlap-full_layout"),
+    pytest.param(("overlap", "full"), id="overlap-full_layout-static_shape"),
+    pytest.param(("no-overlap", "full"), id="no-overlap-full_layout-static_shape"),
     pytest.param(("overlap", "qlen_only"), id="overlap-qlen_layout", marks=pytest.mark.long),
     pytest.param(("no-overlap", "qlen_only"), id="no-overlap-qlen_layout", marks=pytest.mark.long),
 ]
@@ -67,7 +78,7 @@ def specsot_server(request, smollm2_path, tmp_path_factory):
     mode, layout = request.param
     extra = [] if mode == "overlap" else ["--disable-overlap-schedule"]
     log = tmp_path_factory.mktemp("specsot") / "server.log"
-    env = FIXED_WINDOW_ENV | {LAYOUT_ENV: layout}
+    env = FIXED_WINDOW_ENV | {LAYOUT_ENV: layout, STATIC_SHAPE_ENV: "1" if layout == "full" else "0"}
     # Its teardown, after every test on this server, proves the idle memory check passed.
     with leak_checked_server(smollm2_path, COMMON + SPECSOT + extra, log, env=env) as server:
         server.mode, server.layout = mode, layout
@@ -83,6 +94,8 @@ def test_greedy_parity_and_accept_length(specsot_server, prompts, plain_ids):
     assert all("spec_accept_length" in r["meta_info"] for r in results)
     layout = specsot_server.layout.upper()
     assert f"SPECSOT verify tree mask layout: {layout}" in specsot_server.log_path.read_text()
+    # Context trees vary in size step by step: the steps are padded to more than one tier.
+    assert_every_step_replayed_a_tier(specsot_server, static_shape=layout == "FULL", widths=2)
 
 
 def test_the_expected_scheduler_loop_drives_the_worker(specsot_server):
