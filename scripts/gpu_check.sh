@@ -24,6 +24,6 @@ esac
 OUT="${OUT:-/tmp/specsot-gpu-check/out}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-# The whole run stays under 5 minutes; the stages share a budget inside this one.
-timeout -k 10 300 "${PYTHON:-python3}" scripts/gpu_check.py run --out "$OUT" 2>&1 | tee -a "$OUT/gpu_check.log"
+# The whole run stays under 7 minutes; the stages share a budget inside this one.
+timeout -k 10 420 "${PYTHON:-python3}" scripts/gpu_check.py run --out "$OUT" 2>&1 | tee -a "$OUT/gpu_check.log"
 exit "${PIPESTATUS[0]}"

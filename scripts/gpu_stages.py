@@ -401,17 +401,25 @@ def parity_prompts(plan: ParityPlan) -> list[list[int]]:
     return prompts
 
 
-def _engine_outputs(model_dir: Path, plan: ParityPlan, prompts, extra: dict) -> list[dict]:
+def _engine_outputs(model_dir: Path, plan: ParityPlan, prompts, extra: dict) -> tuple[list[dict], dict]:
+    """The engine's greedy outputs, the decode's wall time and, for SPECSOT, how its verify
+    steps ran (`/server_info`'s verify_graphs: replayed or eager, by width)."""
     import sglang
 
     engine = sglang.Engine(
         model_path=str(model_dir), skip_tokenizer_init=True, dtype=plan.dtype, attention_backend="triton",
-        sampling_backend="pytorch", disable_cuda_graph=True, mem_fraction_static=0.3, random_seed=0,
+        sampling_backend="pytorch", mem_fraction_static=0.3, random_seed=0, cuda_graph_max_bs_decode=plan.prompts,
         log_level="info", **extra,  # info: a timed-out stage's stderr tail says how far start-up got
     )  # fmt: skip
     try:
         params = {"temperature": 0.0, "max_new_tokens": plan.max_new, "ignore_eos": True}
-        return engine.generate(input_ids=prompts, sampling_params=params)
+        engine.generate(input_ids=prompts[:1], sampling_params=params | {"max_new_tokens": 2})  # warm
+        started = time.monotonic()
+        outputs = engine.generate(input_ids=prompts, sampling_params=params)
+        decode_s = time.monotonic() - started
+        states = engine.get_server_info().get("internal_states") or [{}]
+        graphs = (states[0].get("specsot") or {}).get("verify_graphs")
+        return outputs, {"decode_s": round(decode_s, 3), "verify_graphs": graphs}
     finally:
         engine.shutdown()
 
@@ -444,32 +452,49 @@ def stage_parity(rec: Recorder, plan: ParityPlan, smoke: bool) -> None:
         # Verify on every step (not only where SPECSOT's costs say it pays), and a line per
         # process that loaded the plugin.
         os.environ.update(SGLANG_SPECSOT_TRACE_FILE=str(trace), SGLANG_SPECSOT_FIXED_WINDOW="1")
-        plain = _run_engine(rec, "plain", model_dir, plan, prompts, {})
+        plain = _run_engine(rec, "plain", model_dir, plan, prompts, {})  # with SGLang's decode graphs
         if plain is None:
             return
-        spec = _run_engine(rec, "SPECSOT", model_dir, plan, prompts, {
-            "speculative_algorithm": "SPECSOT", "speculative_num_draft_tokens": plan.draft_tokens})  # fmt: skip
+        spec = {"speculative_algorithm": "SPECSOT", "speculative_num_draft_tokens": plan.draft_tokens}
+        runs = {}
+        for name, extra in (("SPECSOT graphs", spec), ("SPECSOT eager", spec | {"disable_cuda_graph": True})):
+            runs[name] = _run_engine(rec, name, model_dir, plan, prompts, extra)
+            if runs[name] is None:
+                return
         plugin = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
-    if spec is None:
-        return
-    bad = [i for i, (a, b) in enumerate(zip(plain, spec)) if a["output_ids"] != b["output_ids"]]
-    accept = [r["meta_info"].get("spec_accept_length") for r in spec]
-    rec.finish("ok" if not bad else "failed", None if not bad else f"SPECSOT differs from plain on prompts {bad}",
-               mismatched_prompts=bad, prompts=len(prompts), max_new=plan.max_new, accept_length=accept,
+    results = {name: _compared(plain, run) for name, run in runs.items()}
+    bad = {name: r["mismatched_prompts"] for name, r in results.items() if r["mismatched_prompts"]}
+    replayed = (results["SPECSOT graphs"]["verify_graphs"] or {}).get("replayed_by_width")
+    problem = f"SPECSOT differs from plain on prompts {bad}" if bad else None
+    if problem is None and not replayed:
+        problem = "SPECSOT's verify graphs never replayed"
+    rec.finish("ok" if problem is None else "failed", problem, prompts=len(prompts), max_new=plan.max_new,
+               plain_decode_s=plain[1]["decode_s"], runs=results,
                plugin_processes=[{k: p.get(k) for k in ("caller", "error")} for p in plugin])  # fmt: skip
+
+
+def _compared(plain, run) -> dict:
+    """A SPECSOT run against plain's: mismatched prompts, accept lengths, time, graph replays."""
+    (plain_out, plain_info), (out, info) = plain, run
+    return {
+        "mismatched_prompts": [i for i, (a, b) in enumerate(zip(plain_out, out)) if a["output_ids"] != b["output_ids"]],
+        "accept_length": [r["meta_info"].get("spec_accept_length") for r in out],
+        "decode_s": info["decode_s"], "speed_vs_plain": round(plain_info["decode_s"] / max(info["decode_s"], 1e-9), 3),
+        "verify_graphs": info["verify_graphs"],
+    }  # fmt: skip
 
 
 def _run_engine(rec: Recorder, name: str, model_dir: Path, plan: ParityPlan, prompts, extra: dict):
     started = time.monotonic()
     try:
-        outputs = _engine_outputs(model_dir, plan, prompts, extra)
+        outputs, info = _engine_outputs(model_dir, plan, prompts, extra)
     except Exception as exc:
         rec.finish("blocked", f"{name} engine: {_blocker(exc)}")
         return None
     tokens = sum(len(o["output_ids"]) for o in outputs)
-    rec.emit(f"{name}: {tokens} tokens in {time.monotonic() - started:.1f} s (start-up included)",
-             engine=name, tokens=tokens, output_ids=[o["output_ids"] for o in outputs])  # fmt: skip
-    return outputs
+    rec.emit(f"{name}: {tokens} tokens, decode {info['decode_s']:.2f} s ({time.monotonic() - started:.1f} s with start-up)",
+             engine=name, tokens=tokens, output_ids=[o["output_ids"] for o in outputs], **info)  # fmt: skip
+    return outputs, info
 
 
 # --- entry -------------------------------------------------------------------------------------
