@@ -8,7 +8,9 @@ ignores unknown fields, so it is read from the raw JSON body):
                 "skeleton_logit_processor": "<CustomLogitProcessor.to_str()>"}  # optional
 
 (with the OpenAI client: `extra_body={"specsot": {"mode": "auto"}}`; with bench_serving:
-`--extra-request-body '{"specsot": {"mode": "on"}}'`). The environment variable
+`--extra-request-body '{"specsot": {"mode": "on"}}'`). Behind a gateway that drops unknown
+top-level fields (SGLang's older `sglang-router`), the same object travels as
+`"chat_template_kwargs": {"specsot": {...}}`. The environment variable
 SGLANG_SPECSOT_SOT_MODE (default "off") is the mode of requests without the field, and
 SGLANG_SPECSOT_LIMITS (a JSON object of `sot.limits.SoTLimits` fields) bounds what a request's
 `config` may ask for. Plain Python.
@@ -27,6 +29,7 @@ from sglang_specsot.sot.runner import SoTOptions
 from sglang_specsot.sot.tag import MODES
 
 FIELD = "specsot"
+CARRIER = "chat_template_kwargs"  # also read from here: see _field_value
 MODE_ENV = "SGLANG_SPECSOT_SOT_MODE"
 FIELD_KEYS = ("mode", "config", "skeleton_logit_processor")
 # For error messages: "auto", "on" or "off".
@@ -61,9 +64,10 @@ def server_limits() -> SoTLimits:
 
 
 def parse_field(body: bytes | None, default: str, limits: SoTLimits = SoTLimits()) -> SoTField:
-    """Read the `specsot` field from a raw JSON body; ValueError (HTTP 400) when malformed or
-    when its `config` asks for more than `limits` allow."""
-    value = _payload(body).get(FIELD) if body and f'"{FIELD}"'.encode() in body else None
+    """Read the `specsot` field from a raw JSON body (top level, or in `chat_template_kwargs`
+    where a gateway drops unknown top-level fields); ValueError (HTTP 400) when malformed, when
+    both places hold different values, or when its `config` asks for more than `limits` allow."""
+    value = _field_value(_payload(body)) if body and f'"{FIELD}"'.encode() in body else None
     if value is None:  # the cheap test first: most requests lack the field
         return SoTField(default, bound_config(SoTConfig(), limits))
     if not isinstance(value, dict):
@@ -75,6 +79,21 @@ def parse_field(body: bytes | None, default: str, limits: SoTLimits = SoTLimits(
     if mode not in MODES:
         raise ValueError(f'"{FIELD}.mode" must be {_MODE_LIST}, got {_shown(mode)}')
     return SoTField(mode, _config(value.get("config"), limits), _processor(value))
+
+
+def _field_value(payload: dict) -> object:
+    """The field's value: top level, or `chat_template_kwargs.specsot`, the carrier that
+    survives SGLang's older router (sglang-router 0.3.2 re-serialises a typed chat request and
+    drops unknown top-level fields without an error; its typed request keeps that map)."""
+    top = payload.get(FIELD)
+    kwargs = payload.get(CARRIER)
+    carried = kwargs.get(FIELD) if isinstance(kwargs, dict) else None
+    if top is not None and carried is not None and top != carried:
+        raise ValueError(
+            f'"{FIELD}" and "{CARRIER}.{FIELD}" differ ({_shown(top)} against {_shown(carried)}); '
+            "send it in one place (the top level, or chat_template_kwargs behind a gateway that drops it)"
+        )
+    return top if top is not None else carried
 
 
 def _payload(body: bytes) -> dict:

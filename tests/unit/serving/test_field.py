@@ -111,3 +111,19 @@ def test_the_server_limits_come_from_the_environment_once(monkeypatch):
         assert server_limits().max_groups == 2  # read once, at start-up
     finally:
         server_limits.cache_clear()
+
+
+def _carried(value: object, top: object = None) -> bytes:
+    body = {"model": "default", "messages": [], "chat_template_kwargs": {"specsot": value, "enable_thinking": False}}
+    return json.dumps(body | ({"specsot": top} if top is not None else {})).encode()
+
+
+def test_the_field_carried_in_chat_template_kwargs_reads_as_the_top_level_one():
+    # sglang-router 0.3.2 drops an unknown top-level field; its typed request keeps this map.
+    value = {"mode": "on", "config": {"max_running": 3}}
+    assert parse_field(_carried(value), "off") == parse_field(_body(value), "off")
+    assert parse_field(_carried(value, top=value), "off").mode == "on"  # the same in both places
+    with pytest.raises(ValueError, match='"specsot" and "chat_template_kwargs.specsot" differ'):
+        parse_field(_carried({"mode": "on"}, top={"mode": "off"}), "off")
+    with pytest.raises(ValueError, match='"specsot.mode" must be'):
+        parse_field(_carried({"mode": "always"}), "off")
