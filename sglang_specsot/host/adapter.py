@@ -80,7 +80,10 @@ PRIVATE_METHODS: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
         "_validate_request": ("self", "request"),
         "_convert_to_internal_request": ("self", "request", "raw_request"),
     },
-    ("sglang.lang.backend.runtime_endpoint", "RuntimeEndpoint"): {"_add_images": ("self", "s", "data")},
+    ("sglang.lang.backend.runtime_endpoint", "RuntimeEndpoint"): {
+        "_add_images": ("self", "s", "data"),
+        "_assert_success": ("self", "res"),
+    },
     ("sglang.srt.speculative.standalone_worker_v2", "StandaloneDraftWorker"): {
         "_rebuild_topk1_chain_buffers": ("self",),
         "_draft_extend_for_prefill": (
@@ -373,6 +376,18 @@ def _tagging_runtime_endpoint() -> type:
 
         def extend_generate_body(self, state, body: dict) -> None:
             """Add to the /generate `body` of the program `state` about to post it."""
+
+        def get_server_info(self) -> dict:
+            """SGLang's /server_info, or behind SGLang's gateway, which forwards only the older
+            /get_server_info route (smg 1.13 answers /server_info with a 404), that route's
+            answer: the same (http_server.py:853-866)."""
+            from sglang.utils import http_request
+
+            res = http_request(self.base_url + "/server_info", api_key=self.api_key, verify=self.verify)
+            if res.status_code == 404:
+                res = http_request(self.base_url + "/get_server_info", api_key=self.api_key, verify=self.verify)
+            self._assert_success(res)
+            return res.json()
 
     return TaggingRuntimeEndpoint
 
