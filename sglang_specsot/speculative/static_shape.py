@@ -19,6 +19,7 @@ what shows that tier padding and batch padding leave every real row's tokens unc
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 
 import torch
@@ -51,19 +52,17 @@ class TierBuffers:
     width: int
     input_ids: torch.Tensor  # shape: (max_bs * width,), int64
     positions: torch.Tensor  # shape: (max_bs * width,), int64
-    out_cache_loc: torch.Tensor  # shape: (max_bs * width,)
-    seq_lens: torch.Tensor  # shape: (max_bs,)
-    req_pool_indices: torch.Tensor  # shape: (max_bs,)
+    out_cache_loc: torch.Tensor  # shape: (max_bs * width,), int64
+    seq_lens: torch.Tensor  # shape: (max_bs,), int64
+    req_pool_indices: torch.Tensor  # shape: (max_bs,), int64
     custom_mask: torch.Tensor  # shape: (mask rows,), bool; QLEN_ONLY or FULL as the backend reads
 
     @classmethod
-    def allocate(cls, width: int, max_bs: int, mask_numel: int, loc_dtype: torch.dtype, lens_dtype: torch.dtype):
-        rows = max_bs * width
+    def allocate(cls, width: int, max_bs: int, mask_numel: int) -> TierBuffers:
+        rows, ids = max_bs * width, functools.partial(torch.empty, dtype=torch.int64)
         return cls(
-            width=width, input_ids=torch.empty(rows, dtype=torch.int64),
-            positions=torch.empty(rows, dtype=torch.int64), out_cache_loc=torch.empty(rows, dtype=loc_dtype),
-            seq_lens=torch.empty(max_bs, dtype=lens_dtype), req_pool_indices=torch.empty(max_bs, dtype=torch.int64),
-            custom_mask=torch.empty(mask_numel, dtype=torch.bool),
+            width=width, input_ids=ids(rows), positions=ids(rows), out_cache_loc=ids(rows), seq_lens=ids(max_bs),
+            req_pool_indices=ids(max_bs), custom_mask=torch.empty(mask_numel, dtype=torch.bool),
         )  # fmt: skip
 
     def fill_garbage(self, generator: torch.Generator) -> None:
@@ -105,7 +104,7 @@ class StaticShapeVerify:
         max_bs = self.capture_bs[-1]
         for w in self.tiers.widths:
             mask = self._mask_numel(max_bs, w, self.context_len)
-            self.buffers[w] = TierBuffers.allocate(w, max_bs, mask, torch.int64, torch.int64)
+            self.buffers[w] = TierBuffers.allocate(w, max_bs, mask)
 
     def _mask_numel(self, bs: int, width: int, context_len: int) -> int:
         if self.layout == TreeMaskLayout.QLEN_ONLY:

@@ -84,15 +84,11 @@ def capture_tier_graphs(model_runner, tiers: VerifyTiers) -> TierGraphVerify:
     return TierGraphVerify(tiers, states, model_runner)
 
 
-def verify_runner(model_runner, window: int, graphs_wanted: bool, tiers: VerifyTiers | None = None):
-    """The verify runner of a GPU server: graphs at `tiers` (powers of two up to the window
-    by default) where wanted; a capture that fails is logged, reported, and verify runs
-    eagerly at every width."""
-    if not graphs_wanted:
-        return EagerVerify(window, "CUDA graphs are off (--disable-cuda-graph or --disable-decode-cuda-graph)")
-    tiers = tiers or VerifyTiers.for_verify(window, graphs=True)
+def verify_runner(model_runner, tiers: VerifyTiers):
+    """The verify runner of a GPU server that wants graphs: graphs at `tiers`; a capture that
+    fails is logged, reported, and verify runs eagerly at every width."""
     try:
         return capture_tier_graphs(model_runner, tiers)
     except Exception as exc:  # noqa: BLE001 - any capture failure leaves a server that verifies eagerly
         logger.warning("SPECSOT: capturing verify graphs failed (%s: %s); verifying eagerly", type(exc).__name__, exc)
-        return EagerVerify(window, f"capture failed: {type(exc).__name__}: {exc}")
+        return EagerVerify(tiers.window, f"capture failed: {type(exc).__name__}: {exc}")

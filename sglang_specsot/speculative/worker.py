@@ -15,7 +15,6 @@ contract and nothing of how drafts are made or priced.
 from __future__ import annotations
 
 import logging
-import os
 
 import torch
 
@@ -36,7 +35,7 @@ from sglang_specsot.speculative.requests import RequestBook
 from sglang_specsot.speculative.static_shape import StaticShapeVerify, static_shape_requested
 from sglang_specsot.speculative.telemetry import StepClock, Telemetry
 from sglang_specsot.speculative.tree_masks import tree_mask_layout
-from sglang_specsot.speculative.policy.tiers import TIERS_ENV, VerifyTiers
+from sglang_specsot.speculative.policy.tiers import VerifyTiers
 from sglang_specsot.speculative.verify_input import build_verify_input, host_links
 from sglang_specsot.speculative.verify_runners import EagerVerify, verify_runner
 
@@ -53,6 +52,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self.bind_workers(target_worker)
         self.model_runner = target_worker.model_runner
         self.device = sgl.get_device().device
+        self.device_type = torch.device(self.device).type  # "cpu", "cuda", ...
         self.num_draft_tokens: int = sgl.get_spec().speculative_num_draft_tokens
         # Measured on every start-up and published in /server_info: SoT's routing prices by it.
         target_cost = probe_or_none(self.model_runner.model, "target")
@@ -60,7 +60,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         if target_cost is not None:
             published.publish(target_cost)
             logger.info("SPECSOT cost model measured at start-up (target, ms by rows): %s", self.cost.info())
-        self.timed = torch.device(self.device).type == "cpu"  # the host waits for forwards
+        self.timed = self.device_type == "cpu"  # the host waits for forwards
         # Without a measured curve nothing can be priced: the whole window every step, as SGLang's own algorithms.
         self.adaptive = adaptive_config(server_args, self.num_draft_tokens - 1) if target_cost is not None else None
         self.requests = RequestBook()
@@ -92,7 +92,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
 
     def _device_times(self) -> DeviceStepTimes | None:
         """Device events time the steps where the host does not wait for them (CUDA)."""
-        return DeviceStepTimes(cuda_timing_event) if torch.device(self.device).type == "cuda" else None
+        return DeviceStepTimes(cuda_timing_event) if self.device_type == "cuda" else None
 
     def _eager_or_twin(self):
         n = self.num_draft_tokens
@@ -100,8 +100,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             return StaticShapeVerify.for_model_runner(
                 self.model_runner, self._graph_tiers(), self.server_args.max_running_requests
             )
-        if torch.device(self.device).type != "cuda":
-            return EagerVerify(n, f"verify runs eagerly on {torch.device(self.device).type}")
+        if self.device_type != "cuda":
+            return EagerVerify(n, f"verify runs eagerly on {self.device_type}")
         return EagerVerify(n, "CUDA graphs are off (--disable-cuda-graph or --disable-decode-cuda-graph)")
 
     # -- what the scheduler asks of every spec worker -------------------------------------
@@ -110,12 +110,11 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         """The target's verify graphs, one set per tier, then the draft model's (SGLang's
         STANDALONE graphs: its chain, and its draft-extend at the window). The scheduler calls
         this once the pools exist (scheduler.py:1124-1126)."""
-        on_cuda = torch.device(self.device).type == "cuda"
+        on_cuda = self.device_type == "cuda"
         if not (on_cuda and not isinstance(self.verifier, StaticShapeVerify) and sgl.verify_graphs_wanted()):
             super().init_cuda_graphs()
             return
-        tiers = self._graph_tiers()
-        self.verifier = verify_runner(self.model_runner, self.num_draft_tokens, graphs_wanted=True, tiers=tiers)
+        self.verifier = verify_runner(self.model_runner, self._graph_tiers())
         self.policy.tiers = self.verifier.tiers
         if self.draft_worker is None:
             return
@@ -126,14 +125,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             logger.warning("SPECSOT: capturing the draft model's graphs failed (%s: %s); drafting eagerly", type(exc).__name__, exc)
 
     def _graph_tiers(self) -> VerifyTiers:
-        """Every power of two up to the window; with a draft model only 1 and the window: its
-        draft-extend graph (SGLang's) is captured at the window, so a drafting step verifies
-        the full window and its extend replays, and a plain step's extend of one row per
-        request runs eagerly. SGLANG_SPECSOT_VERIFY_TIERS chooses others."""
-        tiers = VerifyTiers.for_verify(self.num_draft_tokens, graphs=True)
-        if self.draft_worker is None or os.environ.get(TIERS_ENV):
-            return tiers
-        return VerifyTiers((1, self.num_draft_tokens)) if self.num_draft_tokens > 1 else tiers
+        return VerifyTiers.for_graphs(self.num_draft_tokens, draft_model=self.draft_worker is not None)
 
     def alloc_memory_pool(self, **kwargs) -> None:
         if self.draft_worker is not None:

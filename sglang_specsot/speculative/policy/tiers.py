@@ -62,12 +62,15 @@ class VerifyTiers:
         return cls(widths)
 
     @classmethod
-    def for_verify(cls, window: int, graphs: bool) -> VerifyTiers:
-        """The tiers of a verify that replays graphs (`graphs`) or runs eagerly."""
-        if not graphs:
-            return cls.every(window)
+    def for_graphs(cls, window: int, draft_model: bool) -> VerifyTiers:
+        """The tiers of a verify that replays graphs: SGLANG_SPECSOT_VERIFY_TIERS where set;
+        else with a draft model 1 and the window (SGLang captures the draft's draft-extend
+        graph at the window, so a drafting step verifies the full window and its extend
+        replays; a plain step's one-row extend runs eagerly), else `powers`."""
         text = os.environ.get(TIERS_ENV, "")
-        return cls.parse(text, window) if text else cls.powers(window)
+        if text:
+            return cls.parse(text, window)
+        return cls((1, window)) if draft_model and window > 1 else cls.powers(window)
 
     @property
     def window(self) -> int:

@@ -40,7 +40,7 @@ def test_tier_graphs_install_each_steps_tier_and_count_replays(monkeypatch):
     calls = []
     monkeypatch.setattr(verify_runners.sgl, "capture_verify_graphs", _fake_capture(calls), raising=False)
     runner = SimpleNamespace(attn_backend="init", decode_cuda_graph_runner=None)
-    verify = verify_runners.verify_runner(runner, 8, graphs_wanted=True)
+    verify = verify_runners.verify_runner(runner, VerifyTiers.powers(8))
     assert calls == [8, 4, 2, 1]  # widest first: the smaller captures reuse its memory pool
     target = FakeTarget(runner)
     for width in (1, 4, 8, 4):
@@ -55,7 +55,7 @@ def test_tier_graphs_install_each_steps_tier_and_count_replays(monkeypatch):
 def test_tier_step_sglang_runs_eagerly_is_counted_eager(monkeypatch):
     monkeypatch.setattr(verify_runners.sgl, "capture_verify_graphs", _fake_capture([]), raising=False)
     runner = SimpleNamespace(attn_backend="init", decode_cuda_graph_runner=None)
-    verify = verify_runners.verify_runner(runner, 4, graphs_wanted=True)
+    verify = verify_runners.verify_runner(runner, VerifyTiers.powers(4))
     verify.forward(FakeTarget(runner, replays=False), batch=None, width=2)
     assert verify.info()["eager_by_width"] == {"2": 1} and verify.info()["replayed_by_width"] == {}
 
@@ -65,7 +65,7 @@ def test_tier_capture_that_fails_verifies_eagerly_and_says_why(monkeypatch, capl
         raise RuntimeError("out of graph memory")
 
     monkeypatch.setattr(verify_runners.sgl, "capture_verify_graphs", fail, raising=False)
-    verify = verify_runners.verify_runner(SimpleNamespace(), 8, graphs_wanted=True)
+    verify = verify_runners.verify_runner(SimpleNamespace(), VerifyTiers.powers(8))
     assert isinstance(verify, verify_runners.EagerVerify)
     assert verify.tiers == VerifyTiers.every(8)  # nothing padded where nothing replays
     assert "out of graph memory" in verify.info()["why_not"] and "verifying eagerly" in caplog.text

@@ -24,14 +24,17 @@ def test_tier_padding_takes_the_smallest_tier_that_holds_the_width():
 
 
 def test_tier_env_is_parsed_and_refused_with_the_fix(monkeypatch):
+    assert VerifyTiers.for_graphs(8, draft_model=False).widths == (1, 2, 4, 8)
+    assert VerifyTiers.for_graphs(8, draft_model=True).widths == (1, 8)  # the draft-extend graph's width
+    assert VerifyTiers.every(8).widths == tuple(range(1, 9))
     monkeypatch.setenv(TIERS_ENV, "1,3,8")
-    assert VerifyTiers.for_verify(8, graphs=True).widths == (1, 3, 8)
-    assert VerifyTiers.for_verify(8, graphs=False).widths == tuple(range(1, 9))
+    assert VerifyTiers.for_graphs(8, draft_model=False).widths == (1, 3, 8)
+    assert VerifyTiers.for_graphs(8, draft_model=True).widths == (1, 3, 8)
     for bad, message in (("1,4", "must be the verify window, 8"), ("2,8", "starting at 1"),
                          ("1,x,8", "comma-separated"), ("1,4,4,8", "distinct")):  # fmt: skip
         monkeypatch.setenv(TIERS_ENV, bad)
         with pytest.raises(ValueError, match=message):
-            VerifyTiers.for_verify(8, graphs=True)
+            VerifyTiers.for_graphs(8, draft_model=False)
 
 
 def test_tier_counts_report_replays_and_eager_steps_by_width():
