@@ -90,6 +90,13 @@ PRIVATE_METHODS: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
             "self", "batch", "target_hidden_states", "next_token_ids", "mm_input_embeds", "kv_loc_plan",
         ),
         "_draft_extend_for_decode": ("self", "batch", "batch_result", "kv_loc_plan"),
+    },
+    ("sglang.srt.speculative.eagle_worker_v2", "EagleDraftWorker"): {
+        "_rebuild_topk1_chain_buffers": ("self",),
+        "_draft_extend_for_prefill": (
+            "self", "batch", "target_hidden_states", "next_token_ids", "mm_input_embeds", "kv_loc_plan",
+        ),
+        "_draft_extend_for_decode": ("self", "batch", "batch_result", "kv_loc_plan"),
     },  # fmt: skip
     ("sglang.srt.managers.overlap_utils", "FutureMap"): {"_resolve_spec_extras": ("self", "batch")},
     # A verify graph set per tier, as EAGLEWorkerV2.build_adaptive_runtime_state builds one.
@@ -392,12 +399,10 @@ def _tagging_runtime_endpoint() -> type:
     return TaggingRuntimeEndpoint
 
 
-def _draft_model_worker() -> type:
-    from sglang.srt.speculative.standalone_worker_v2 import StandaloneDraftWorker
+def _public_draft_stages(base: type, name: str) -> type:
+    """SGLang's draft worker `base` with its draft-extend stages under public names."""
 
-    class DraftModelWorker(StandaloneDraftWorker):
-        """SGLang's standalone draft worker with its draft-extend stages under public names."""
-
+    class PublicDraftStages(base):
         def _rebuild_topk1_chain_buffers(self) -> None:
             self.rebuild_chain_buffers(super()._rebuild_topk1_chain_buffers)
 
@@ -419,7 +424,43 @@ def _draft_model_worker() -> type:
             """Draft-extend over the verify window; fills `result.next_draft_input`."""
             self._draft_extend_for_decode(batch, result)
 
-    return DraftModelWorker
+    PublicDraftStages.__name__ = PublicDraftStages.__qualname__ = name
+    return PublicDraftStages
+
+
+def _draft_model_worker() -> type:
+    """SGLang's standalone draft worker (a whole draft LM), stages public."""
+    from sglang.srt.speculative.standalone_worker_v2 import StandaloneDraftWorker
+
+    return _public_draft_stages(StandaloneDraftWorker, "DraftModelWorker")
+
+
+def _eagle_head_worker() -> type:
+    """SGLang's EAGLE V2 draft worker (an EAGLE or EAGLE-3 head over the target's hidden
+    states and embedding), stages public."""
+    from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker
+
+    return _public_draft_stages(EagleDraftWorker, "EagleHeadWorker")
+
+
+def model_class_can_capture_aux(architectures: list[str]) -> bool | None:
+    """Whether SGLang's model class for `architectures` captures EAGLE-3's aux hidden states
+    (attention_backend_setup.py:54-61 requires `set_eagle3_layers_to_capture`); None where
+    SGLang has no class for them. Imports SGLang's model registry (seconds): launch time only."""
+    from sglang.srt.models.registry import ModelRegistry
+
+    try:
+        cls, _ = ModelRegistry.resolve_model_cls(architectures)
+    except ValueError:
+        return None
+    return hasattr(cls, "set_eagle3_layers_to_capture")
+
+
+def model_architecture_known(architectures: list[str]) -> bool:
+    """Whether SGLang registers a model class under one of `architectures` (launch time only)."""
+    from sglang.srt.models.registry import ModelRegistry
+
+    return any(ModelRegistry.is_arch_supported(a) for a in architectures)
 
 
 def _spec_worker_base() -> type:
@@ -457,11 +498,13 @@ def _future_map_base() -> type:
 _CLASSES = {
     "TaggingRuntimeEndpoint": _tagging_runtime_endpoint,
     "DraftModelWorker": _draft_model_worker,
+    "EagleHeadWorker": _eagle_head_worker,
     "FutureMapBase": _future_map_base,
     "SpecWorkerBase": _spec_worker_base,
 }
 
 __all__ = sorted(
     [*NAMES, *_CLASSES, "ATTENTION_BACKEND_FLAGS", "chosen_attention_backends", "convert_chat_request", "register_override_provider",
-     "draft_model_context", "incremental_streaming_output", "validate_chat_request"]
+     "draft_model_context", "incremental_streaming_output", "validate_chat_request", "model_class_can_capture_aux",
+     "model_architecture_known"]
 )  # fmt: skip

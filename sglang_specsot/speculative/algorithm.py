@@ -2,8 +2,10 @@
 
 Registered through SGLang's public `SpeculativeAlgorithm.register` (spec_info.py:67). Each
 `is_*` predicate opts into a built-in code path (spec_registry.py:26-35); SPECSOT claims only
-`is_standalone()`, and only when it drafts with a separate draft model, because then its draft
-side *is* SGLang's standalone draft worker. What it overrides, and why, is said at each method.
+`is_standalone()` when it drafts with a separate draft model, because then its draft side *is*
+SGLang's standalone draft worker, and `is_eagle()` (with `is_eagle3()`) when it drafts with an
+EAGLE head, because then its draft side is SGLang's EAGLE V2 draft worker and the target must
+capture the hidden states the head reads. What it overrides, and why, is said at each method.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from sglang_specsot.host import adapter as sgl
+from sglang_specsot.speculative.draft_kind import DraftKind, config_of, draft_kind, head_mismatch
 
 logger = logging.getLogger(__name__)
 
@@ -23,16 +26,16 @@ DEFAULT_CONTEXT_NODES = 3
 MAX_TOPK = 10
 
 
-def draft_model_configured() -> bool:
-    """Whether this SGLang process drafts with a draft model (read lazily, per process).
-
-    SGLang publishes its config bags before it sizes pools or builds workers; before that
-    (argument handling in the launcher) nothing reads this.
-    """
+def configured_draft_kind() -> DraftKind | None:
+    """What this SGLang process drafts with besides the SoT context: a draft model, an EAGLE
+    head, or nothing (None). Read lazily, per process: SGLang publishes its config bags before
+    it sizes pools or builds workers; before that (argument handling in the launcher) nothing
+    reads this."""
     try:
-        return sgl.get_spec().speculative_draft_model_path is not None
+        path = sgl.get_spec().speculative_draft_model_path
     except ValueError:  # the "spec" namespace is not published in this process yet
-        return False
+        return None
+    return None if path is None else draft_kind(path)
 
 
 class SpecSoTAlgo(sgl.CustomSpecAlgo):
@@ -42,14 +45,15 @@ class SpecSoTAlgo(sgl.CustomSpecAlgo):
 
     def carries_draft_hidden_states(self) -> bool:
         # scheduler.py:1540 (disaggregation wire format): a vanilla draft LM, like a context
-        # draft, needs no target hidden states.
-        return False
+        # draft, needs no target hidden states; an EAGLE head does.
+        return self.is_eagle()
 
     def need_topk(self) -> bool:
-        # overlap_utils.py:381 / :510: with a draft model, the top-k of its last draft-extend
-        # is relayed to the next step through the FutureMap (as STANDALONE's). Context
+        # overlap_utils.py:381 / :510: with a draft model or head, the top-k of its last
+        # draft-extend is relayed to the next step through the FutureMap (as STANDALONE's and
+        # EAGLE's; a head's draft hidden state rides with it, spec_utils.py:407). Context
         # drafting relays nothing but bonus tokens (drafts come from host-side history).
-        return self.is_standalone()
+        return configured_draft_kind() is not None
 
     def create_future_map(
         self, device, req_to_token_pool, needs_cpu_seq_lens=True, needs_confidence_relay=False
@@ -67,11 +71,24 @@ class SpecSoTAlgo(sgl.CustomSpecAlgo):
     # -- overrides of CustomSpecAlgo defaults ------------------------------------------------
 
     def is_standalone(self) -> bool:
-        # With --speculative-draft-model-path the draft side is SGLang's standalone draft
-        # worker, so opt into STANDALONE's paths: draft-KV sizing (pool_configurator.py:262,
-        # :734), no hidden-state capture for the draft (eagle_worker_common.py:195, :354),
-        # draft graph runners. Without a draft model none of those apply.
-        return draft_model_configured()
+        # With a draft model the draft side is SGLang's standalone draft worker, so opt into
+        # STANDALONE's paths: draft-KV sizing (pool_configurator.py:262, :734), no hidden-state
+        # capture for the draft (eagle_worker_common.py:195, :354), draft graph runners.
+        return configured_draft_kind() is DraftKind.MODEL
+
+    def is_eagle(self) -> bool:
+        # With an EAGLE head the draft side is SGLang's EAGLE V2 draft worker: EAGLE's draft-KV
+        # sizing (pool_configurator.py:262, :734), full hidden-state capture in the draft's
+        # extend (eagle_worker_common.py:195), the head's hidden size for the relay
+        # (eagle_utils.py:286), its verify graphs' capture mode (decode_cuda_graph_runner.py:2072).
+        kind = configured_draft_kind()
+        return kind is not None and kind.is_head
+
+    def is_eagle3(self) -> bool:
+        # The target captures the head's aux-layer hidden states (spec_aux_hidden_state.py:185,
+        # attention_backend_setup.py:54) and the head keeps its own hot vocabulary
+        # (eagle_worker_v2.py:325, :353).
+        return configured_draft_kind() is DraftKind.EAGLE3
 
     def supports_grammar_overlap(self) -> bool:
         # scheduler.py:4694: our verify builds the grammar mask itself and takes no
@@ -80,9 +97,9 @@ class SpecSoTAlgo(sgl.CustomSpecAlgo):
         return False
 
     def has_draft_kv(self) -> bool:
-        # allocation_sizing.py:38-62: only a draft model writes draft KV chains; context
-        # drafting needs no per-topk page rounding (as NGRAM, spec_info.py:178).
-        return self.is_standalone()
+        # allocation_sizing.py:38-62: only a draft model or head writes draft KV chains;
+        # context drafting needs no per-topk page rounding (as NGRAM, spec_info.py:178).
+        return configured_draft_kind() is not None
 
     def handle_server_args(self, server_args) -> None:
         """Fill SPECSOT's defaults and reject impossible combinations (a recording proxy)."""
@@ -171,28 +188,53 @@ def _model_draft_defaults(sa) -> None:
             "--speculative-num-draft-tokens", n,
             f"a {steps}-step chain needs at least {steps + 1} nodes incl. the root; raise it, or lower --speculative-num-steps",
         )  # fmt: skip
-    _check_draft_vocab(sa.model_path, sa.speculative_draft_model_path)
+    _check_draft(sa.model_path, sa.speculative_draft_model_path)
 
 
-def _vocab_size(path: str) -> int | None:
-    import json
-    from pathlib import Path
-
-    config = Path(path, "config.json")
-    if not config.is_file():
-        return None  # a hub id or a GGUF file: the worker checks once both are loaded
-    data = json.loads(config.read_text())
-    return data.get("vocab_size") or data.get("text_config", {}).get("vocab_size")
+def _vocab_size(config: dict) -> int | None:
+    return config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
 
 
-def _check_draft_vocab(target: str, draft: str) -> None:
-    """Fail at launch, before any weight loads, when the vocab sizes differ."""
+def _check_draft(target_path: str, draft_path: str) -> None:
+    """Fail at launch, before any weight loads, where the draft cannot draft for the target.
+
+    A path without config.json (a hub id, a GGUF file) is checked by the worker once loaded."""
+    target, draft = config_of(target_path), config_of(draft_path)
+    if target is None or draft is None:
+        return
+    kind = draft_kind(draft_path)
+    if kind.is_head:
+        _check_head(target, draft, draft_path, kind)
+        return
     t, d = _vocab_size(target), _vocab_size(draft)
     if t is not None and d is not None and t != d:
         _reject(
-            "--speculative-draft-model-path", draft,
+            "--speculative-draft-model-path", draft_path,
             f"its vocab_size is {d} but the target's is {t}; use a draft model with the target's "
             "tokenizer, or drop the flag to draft from the SoT context alone",
+        )  # fmt: skip
+
+
+HEAD_FIX = "use an EAGLE head trained for this target (SpecForge's output directory), or drop the flag to draft from the SoT context alone"
+
+
+def _check_head(target: dict, head: dict, path: str, kind: DraftKind) -> None:
+    why = head_mismatch(target, head, kind)
+    if why is not None:
+        _reject("--speculative-draft-model-path", path, f"it is an {kind.value.upper()} head, but {why}; {HEAD_FIX}")
+    architectures = head.get("architectures") or []
+    if not sgl.model_architecture_known(architectures):
+        _reject(
+            "--speculative-draft-model-path", path,
+            f"SGLang has no model class for its architectures {architectures}; {HEAD_FIX} "
+            "(SpecForge's EAGLE-3 heads are LlamaForCausalLMEagle3)",
+        )  # fmt: skip
+    target_archs = target.get("architectures") or []
+    if kind is DraftKind.EAGLE3 and sgl.model_class_can_capture_aux(target_archs) is False:
+        _reject(
+            "--speculative-draft-model-path", path,
+            f"it is an EAGLE3 head, but SGLang's class for the target's architectures {target_archs} "
+            "cannot capture the aux hidden states it reads; use an EAGLE(-2) head or a draft model for this target",
         )  # fmt: skip
 
 

@@ -1,12 +1,14 @@
-"""Drafting with a separate draft model (`--speculative-draft-model-path`), SGLang's way.
+"""Drafting with `--speculative-draft-model-path`, SGLang's way: a draft model or an EAGLE head.
 
 `SoTDraftModel` subclasses SGLang's `StandaloneDraftWorker` (the draft side of STANDALONE):
 its own `TpModelWorker` for the draft LM sharing the target's `req_to_token_pool` and slot
 allocator, multi-step draft decode (a chain for top-k 1, a tree for top-k > 1) and
-draft-extend over the verify window. What it adds is the seam SPECSOT needs: the draft tree
-comes back as host `DraftTree`s, so the SoT-context candidates can be merged into it before
-one verify, and draft-extend runs over a verify window that may be wider than the draft
-model's own tree.
+draft-extend over the verify window. `SoTEagleHead` subclasses SGLang's `EagleDraftWorker`
+(the draft side of EAGLE and EAGLE3): the same stages, over the target's embedding and the
+hidden states its prefill and verify captured. What `DraftSeams` adds to either is the seam
+SPECSOT needs: the draft tree comes back as host `DraftTree`s, so the SoT-context candidates
+can be merged into it before one verify, and draft-extend runs over a verify window that may
+be wider than the draft's own tree.
 """
 
 from __future__ import annotations
@@ -39,14 +41,20 @@ def model_tree_size(num_steps: int, topk: int, num_draft_tokens: int) -> int:
     return min(num_draft_tokens, 1 + num_steps * topk)
 
 
-class SoTDraftModel(sgl.DraftModelWorker):
-    """SGLang's standalone draft worker, drafting `model_tree_size` nodes per request."""
+class DraftSeams:
+    """What SPECSOT adds to an SGLang draft worker (mixed in before it): `model_tree_size`
+    nodes per request as host trees, chains cut by the budget policy, draft-extend over the
+    step's verify window, the draft's own confidence."""
 
+    # Whether draft-extend reads the target's hidden states of the same step (an EAGLE head):
+    # the target then captures them, and the extend cannot be deferred past its step.
+    reads_target_hidden = False
     # Set by the worker whose chains take runner-ups (AdaptiveConfig.runner_ups): each extend
     # and draft forward then keeps its rows' second choice.
     runner_ups: RunnerUps | None = None
-    # --speculative-token-map's ids, the draft head's rows (`_cut_head_to_token_map`); None:
-    # the whole head. SGLang's draft forwards read it under this name.
+    # The draft head's rows as target token ids (--speculative-token-map, or an EAGLE-3
+    # head's own hot vocabulary); None: the whole vocabulary. SGLang's draft forwards read it
+    # under this name.
     hot_token_id: torch.Tensor | None = None
 
     def __init__(self, server_args, gpu_id: int, nccl_port: int, target_worker):
@@ -58,7 +66,6 @@ class SoTDraftModel(sgl.DraftModelWorker):
         self.max_steps = spec.speculative_num_steps
         self.confidence = False  # set by the worker whose budget policy reads it
         super().__init__(server_args, gpu_id, nccl_port, target_worker)
-        self.hot_token_id = self._cut_head_to_token_map()
         # SGLang reads speculative_num_draft_tokens both as the draft tree size (draft,
         # organize_draft_results) and as the draft-extend window (= the verify window).
         # Between steps it holds the full window, so draft-extend graphs are captured for
@@ -68,38 +75,6 @@ class SoTDraftModel(sgl.DraftModelWorker):
         # The per-decode KV reservation needs nothing from us: SGLang sizes it from the
         # published spec config (get_alloc_len_per_decode, allocation_sizing.py:28) as
         # max(steps * topk, num_draft_tokens): the verify window, or every draft-step slot.
-
-    def _cut_head_to_token_map(self) -> torch.Tensor | None:
-        """With `--speculative-token-map`, the draft's LM head keeps only the map's rows
-        (speculative/token_map.py); returns the map, which SGLang's draft forwards read
-        (`hot_token_id`) to turn the head's row indices back into token ids.
-
-        SGLang's STANDALONE loads the map but keeps the draft's own full head
-        (`StandaloneDraftWorker.init_lm_head` is a no-op), so its row indices would be read as
-        hot-map positions; here the head is cut before any forward, and before the int8 copy
-        of the draft's weights (drafters/model.ModelDrafting), which then quantizes the cut head."""
-        spec = sgl.get_spec()
-        if spec.speculative_token_map is None:
-            return None
-        if spec.speculative_use_rejection_sampling:
-            raise ValueError(
-                "--speculative-token-map with --speculative-use-rejection-sampling: rejection sampling "
-                "needs the draft's probabilities over the whole vocabulary; drop one of the two"
-            )
-        hot = sgl.load_token_map(spec.speculative_token_map)
-        model = self.draft_runner.model
-        check_token_map(hot, model.lm_head.weight.shape[0])
-        logger.info(
-            "SPECSOT draft LM head cut to %d of %d tokens by --speculative-token-map=%s",
-            hot.numel(), model.lm_head.weight.shape[0], spec.speculative_token_map,
-        )  # fmt: skip
-        model.lm_head = hot_vocab_head(model.lm_head, hot)
-        return hot.to(self.device)
-
-    def init_token_map(self) -> None:
-        # SGLang's (at pool allocation) would load the map again, onto the CPU: it is loaded,
-        # on this worker's device, and the head cut, in __init__ (`_cut_head_to_token_map`).
-        pass
 
     def token_ids(self, rows: torch.Tensor) -> torch.Tensor:
         """Token ids of the draft head's output `rows` (themselves without a token map)."""
@@ -229,13 +204,14 @@ class SoTDraftModel(sgl.DraftModelWorker):
         for req, (first, second), q in zip(batch.reqs, self.token_ids(top.indices).tolist(), top.values[:, 1].tolist()):
             self.runner_ups.first[req.rid] = (first, second, q)
 
-    def extend_after_prefill(self, batch, next_token_ids: torch.Tensor):
-        """Draft-extend over the prompt; returns SGLang's draft input (top-k for step one)."""
+    def extend_after_prefill(self, batch, next_token_ids: torch.Tensor, target_hidden: torch.Tensor | None = None):
+        """Draft-extend over the prompt (with a head, over the target's `target_hidden`
+        states of it); returns SGLang's draft input (top-k for step one)."""
         if self.runner_ups is None:
             with sgl.draft_model_context(self.parallel_layout):
-                return self.draft_extend_for_prefill(batch, None, next_token_ids)
+                return self.draft_extend_for_prefill(batch, target_hidden, next_token_ids)
         with sgl.draft_model_context(self.parallel_layout), sgl.kept_forward_logits(self.draft_runner) as kept:
-            first = self.draft_extend_for_prefill(batch, None, next_token_ids)
+            first = self.draft_extend_for_prefill(batch, target_hidden, next_token_ids)
         self._keep_first_runner_ups(batch, torch.softmax(kept[-1].next_token_logits.float(), dim=-1))
         return first
 
@@ -250,6 +226,7 @@ class SoTDraftModel(sgl.DraftModelWorker):
         holds token p+1, so `tokens[i]` is t[start .. end] (end - start + 1 tokens), of which
         the last, t[end], is the prefill's "next token" (the bonus token at a request's end).
         """
+        assert not self.reads_target_hidden, "a head's catch-up would need the target's hidden states of every position"
         assert all(e > s >= 0 for s, e in ranges), f"empty or negative range in {ranges}"
         assert all(len(t) == e - s + 1 for (s, e), t in zip(ranges, tokens)), "tokens must be t[start .. end]"
         device = batch.seq_lens.device
@@ -283,6 +260,55 @@ class SoTDraftModel(sgl.DraftModelWorker):
         assert 1 <= width <= self.verify_width, f"verify window {width} outside [1, {self.verify_width}]"
         with self._width(width), sgl.draft_model_context(self.parallel_layout):
             self._draft_extend(batch, result)
+
+
+class SoTDraftModel(DraftSeams, sgl.DraftModelWorker):
+    """SGLang's standalone draft worker (a whole draft LM), drafting `model_tree_size` nodes
+    per request."""
+
+    def __init__(self, server_args, gpu_id: int, nccl_port: int, target_worker):
+        super().__init__(server_args, gpu_id, nccl_port, target_worker)
+        self.hot_token_id = self._cut_head_to_token_map()
+
+    def _cut_head_to_token_map(self) -> torch.Tensor | None:
+        """With `--speculative-token-map`, the draft's LM head keeps only the map's rows
+        (speculative/token_map.py); returns the map, which SGLang's draft forwards read
+        (`hot_token_id`) to turn the head's row indices back into token ids.
+
+        SGLang's STANDALONE loads the map but keeps the draft's own full head
+        (`StandaloneDraftWorker.init_lm_head` is a no-op), so its row indices would be read as
+        hot-map positions; here the head is cut before any forward, and before the int8 copy
+        of the draft's weights (drafters/model.ModelDrafting), which then quantizes the cut head."""
+        spec = sgl.get_spec()
+        if spec.speculative_token_map is None:
+            return None
+        if spec.speculative_use_rejection_sampling:
+            raise ValueError(
+                "--speculative-token-map with --speculative-use-rejection-sampling: rejection sampling "
+                "needs the draft's probabilities over the whole vocabulary; drop one of the two"
+            )
+        hot = sgl.load_token_map(spec.speculative_token_map)
+        model = self.draft_runner.model
+        check_token_map(hot, model.lm_head.weight.shape[0])
+        logger.info(
+            "SPECSOT draft LM head cut to %d of %d tokens by --speculative-token-map=%s",
+            hot.numel(), model.lm_head.weight.shape[0], spec.speculative_token_map,
+        )  # fmt: skip
+        model.lm_head = hot_vocab_head(model.lm_head, hot)
+        return hot.to(self.device)
+
+    def init_token_map(self) -> None:
+        # SGLang's (at pool allocation) would load the map again, onto the CPU: it is loaded,
+        # on this worker's device, and the head cut, in __init__ (`_cut_head_to_token_map`).
+        pass
+
+
+class SoTEagleHead(DraftSeams, sgl.EagleHeadWorker):
+    """SGLang's EAGLE V2 draft worker (an EAGLE or EAGLE-3 head), drafting `model_tree_size`
+    nodes per request. SGLang shares the target's embedding (and, where the head asks, its LM
+    head) and reads an EAGLE-3 head's hot vocabulary at pool allocation (`init_lm_head`)."""
+
+    reads_target_hidden = True
 
 
 def hot_vocab_head(head: torch.nn.Module, hot: torch.Tensor) -> torch.nn.Module:

@@ -13,11 +13,13 @@ from sglang_specsot.speculative.tree_masks import TreeMaskLayout, verify_custom_
 
 
 def build_verify_input(
-    batch, trees: list[DraftTree], tags: tuple, device, layout: TreeMaskLayout, max_context_len: int
+    batch, trees: list[DraftTree], tags: tuple, device, layout: TreeMaskLayout, max_context_len: int,
+    capture_hidden_mode=None,
 ) -> SoTVerifyInput:  # fmt: skip
     """The verify input of equal-size host trees (padded to the step's width); the links are
     rebuilt from the QLEN mask, which SGLang's reconstruction reads whatever the backend's
-    layout, and the mask handed to attention is expanded to `layout`."""
+    layout, and the mask handed to attention is expanded to `layout`. `capture_hidden_mode`:
+    FULL where an EAGLE head's extend reads the target's hidden states of every node."""
     n, bs = trees[0].size, len(trees)
     mask = torch.tensor([tree_mask(t, n) for t in trees], dtype=torch.bool).flatten()  # shape: (bs * n * n,)
     tokens = torch.tensor([tok for t in trees for tok in t.tokens], dtype=torch.int64)  # shape: (bs * n,)
@@ -33,9 +35,18 @@ def build_verify_input(
         draft_token=tokens, custom_mask=custom_mask, positions=positions,
         retrieve_index=links[0], retrieve_next_token=links[1], retrieve_next_sibling=links[2],
         retrieve_cum_len=None, spec_steps=n - 1, topk=1, draft_token_num=n,
-        capture_hidden_mode=sgl.CaptureHiddenMode.NULL, seq_lens_sum=None, seq_lens_cpu=None,
+        capture_hidden_mode=capture_hidden_mode or sgl.CaptureHiddenMode.NULL, seq_lens_sum=None, seq_lens_cpu=None,
         sot_tags=tags, tree_depth=n, host_trees=tuple(trees),
     )  # fmt: skip
+
+
+def along_accepted_paths(rows: torch.Tensor, accept_index: torch.Tensor) -> torch.Tensor:
+    """Per request, the verify window's rows along its accepted path, then filler: row j of a
+    request is its tree node `accept_index[b, j]` (node 0, the root, past the accepted length).
+
+    shapes: rows (bs * n, ...) by tree node; accept_index (bs, n) int, -1 past the path.
+    Returns (bs * n, ...) in the order of the committed tokens (`predict[accept_index]`)."""
+    return rows[accept_index.clamp(min=0).flatten().to(rows.device)]
 
 
 def _prefix_lens_sum(batch, max_context_len: int) -> int:
@@ -66,17 +77,19 @@ def host_links(trees: tuple[DraftTree, ...], n: int) -> tuple[torch.Tensor, torc
     return next_token, next_sibling
 
 
-def dummy_verify_input(custom_mask: torch.Tensor, num_tokens_per_req: int) -> SoTVerifyInput:
+def dummy_verify_input(custom_mask: torch.Tensor, num_tokens_per_req: int, capture_hidden: bool = False) -> SoTVerifyInput:
     """The verify input a TARGET_VERIFY graph is captured with: `num_tokens_per_req` rows per
     request and the runner's static mask buffer, which the attention backend then reads at
     every replay (triton_backend.py:1321-1330 bakes the mask in only where the capture-time
-    input has one). Shapes only: the graph's inputs come from the runner's buffers."""
+    input has one). Shapes only: the graph's inputs come from the runner's buffers. With
+    `capture_hidden` (an EAGLE head drafts) the graph outputs the hidden states of every row,
+    which a replay asked for FULL then returns (get_required_capture_hidden_mode)."""
     return SoTVerifyInput(
         draft_token=None, custom_mask=custom_mask, positions=None, retrieve_index=None,
         retrieve_next_token=None, retrieve_next_sibling=None, retrieve_cum_len=None,
         spec_steps=max(num_tokens_per_req - 1, 1), topk=1, draft_token_num=num_tokens_per_req,
-        capture_hidden_mode=sgl.CaptureHiddenMode.NULL, seq_lens_sum=None, seq_lens_cpu=None,
-        tree_depth=num_tokens_per_req,
+        capture_hidden_mode=sgl.CaptureHiddenMode.FULL if capture_hidden else sgl.CaptureHiddenMode.NULL,
+        seq_lens_sum=None, seq_lens_cpu=None, tree_depth=num_tokens_per_req,
     )  # fmt: skip
 
 
@@ -88,4 +101,4 @@ def dummy_verify_input_around(original, spec_algorithm, custom_mask, num_tokens_
 
     if is_draft_worker or getattr(spec_algorithm, "name", None) != NAME:
         return original(spec_algorithm, custom_mask, num_tokens_per_req, is_draft_worker)
-    return dummy_verify_input(custom_mask, num_tokens_per_req)
+    return dummy_verify_input(custom_mask, num_tokens_per_req, capture_hidden=spec_algorithm.is_eagle())

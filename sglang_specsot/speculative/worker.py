@@ -36,7 +36,7 @@ from sglang_specsot.speculative.static_shape import StaticShapeVerify, static_sh
 from sglang_specsot.speculative.telemetry import StepClock, Telemetry
 from sglang_specsot.speculative.tree_masks import tree_mask_layout
 from sglang_specsot.speculative.policy.tiers import VerifyTiers
-from sglang_specsot.speculative.verify_input import build_verify_input, host_links
+from sglang_specsot.speculative.verify_input import along_accepted_paths, build_verify_input, host_links
 from sglang_specsot.speculative.verify_runners import EagerVerify, verify_runner
 
 logger = logging.getLogger(__name__)
@@ -67,13 +67,20 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         # The SoT context: every drafter's trees are filled from it, and it alone may draft.
         self.context = ContextDrafting(self.requests, self.cost, adaptive=self.adaptive is not None)
         self.drafter: Drafter = self._drafter(server_args, gpu_id, nccl_port, target_worker)
+        # An EAGLE head's extends read the target's hidden states of the prefill and of every
+        # verify (EAGLE-3: its aux layers', concatenated); nothing else reads them.
+        reads = self.draft_worker is not None and self.draft_worker.reads_target_hidden
+        self.target_capture = sgl.CaptureHiddenMode.FULL if reads else None
         self.telemetry = Telemetry(self.cost, self.timed, self._device_times())
         self.policy = StepPolicy(self.adaptive, self.num_draft_tokens, self.drafter.costs,
                                  log_candidates=self.telemetry.step_log is not None)  # fmt: skip
+        # Every policy that plans steps, by the name its decisions carry: the worker's, and any
+        # of the drafter's own; each learns only from the steps it planned.
+        self.planners = {self.policy.name: self.policy, **self.drafter.policies()}
         self.mask_layout = tree_mask_layout(self.device)
         logger.info("SPECSOT verify tree mask layout: %s", self.mask_layout.name)
         self.verifier = self._eager_or_twin()  # on CUDA, graphs replace it once captured (init_cuda_graphs)
-        self.policy.tiers = self.verifier.tiers
+        self._price_at_tiers()
         self._trace = PythonTrace.from_env()  # SGLANG_SPECSOT_TRACEMALLOC: a leak hunt's tracing
         self._loop_logged = False
 
@@ -115,7 +122,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             super().init_cuda_graphs()
             return
         self.verifier = verify_runner(self.model_runner, self._graph_tiers())
-        self.policy.tiers = self.verifier.tiers
+        self._price_at_tiers()
         if self.draft_worker is None:
             return
         try:
@@ -123,6 +130,10 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
                 super().init_cuda_graphs()
         except Exception as exc:  # noqa: BLE001 - the draft then runs eagerly, as SGLang's does without graphs
             logger.warning("SPECSOT: capturing the draft model's graphs failed (%s: %s); drafting eagerly", type(exc).__name__, exc)
+
+    def _price_at_tiers(self) -> None:
+        for policy in self.planners.values():
+            policy.tiers = self.verifier.tiers
 
     def _graph_tiers(self) -> VerifyTiers:
         return VerifyTiers.for_graphs(self.num_draft_tokens, draft_model=self.draft_worker is not None)
@@ -155,7 +166,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self.requests.clear()
         # What drafting earned is kept (step costs, drafting runs): reset, every flush would
         # make the server cold again. The groups are gone with the cache.
-        self.policy.stats.forget_groups()
+        for policy in self.planners.values():
+            policy.stats.forget_groups()
 
     def speculative_state_report(self) -> dict:
         """What /server_info shows of SPECSOT (host change server-info-specsot)."""
@@ -187,7 +199,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         verified, extended = self.draft_extend(batch, result, proposal)
         clock.mark("draft_extend")
         for outcome in self.telemetry.finish(clock, proposal, result, verified, extended, self.drafter):
-            self.policy.observe(outcome)
+            self.planners[outcome.decision.planner].observe(outcome)
         return result
 
     def _begin_step(self, on_publish) -> None:
@@ -201,7 +213,9 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             self._forget(rid)
 
     def _forward_prefill(self, batch, on_publish, pp_proxy_tensors):
-        result = self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors)
+        result = self.target_worker.forward_batch_generation(
+            batch, pp_proxy_tensors=pp_proxy_tensors, capture_hidden_mode=self.target_capture
+        )
         # Spec-V2 convention: seq_lens is the length before this iteration's sampled token.
         result.new_seq_lens = batch.seq_lens
         if on_publish is not None:
@@ -235,7 +249,10 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         trees = [pad_tree(t, n, filler=t.tokens[0]) for t in proposal.trees]
         context_len = self.model_runner.model_config.context_len
         tags = self.requests.tag_tuple(batch.reqs)
-        return build_verify_input(batch, trees, tags, self.device, self.mask_layout, context_len), proposal
+        verify_input = build_verify_input(
+            batch, trees, tags, self.device, self.mask_layout, context_len, self.target_capture
+        )
+        return verify_input, proposal
 
     # -- verify ----------------------------------------------------------------------------
 
@@ -271,6 +288,11 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         new_seq_lens = batch.seq_lens + accept_lens
         sgl.commit_mamba_states_after_verify(self.target_worker, batch, accept_lens, accept_index, n)
         accept_tokens = predict[accept_index]  # shape: (bs, n); rows past accept_lens are garbage
+        if self.target_capture is not None:
+            # The head's extend reads row j of a request's window as (token j + 1, the target's
+            # hidden state at node j) along the accepted path, as SGLang lays out a tree's
+            # accepted path (eagle_worker_common.py:505-525) for its draft-extend.
+            logits_output.hidden_states = along_accepted_paths(logits_output.hidden_states, accept_index)
         sgl.move_accept_tokens_to_target_kvcache(batch, accept_index, accept_lens - 1, self.token_to_kv_pool_allocator)
         if batch.return_logprob:
             sgl.compute_spec_logprobs(batch, logits_output, predict, accept_index=accept_index)
@@ -314,7 +336,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         """The committed tokens into the drafter's context and the policy's estimates, then
         the drafter's own extend; requests that left the decode batch are forgotten."""
         verified = self.drafter.accept(batch, result, proposal)
-        self.policy.learn(proposal.decision.view, verified)
+        self.planners[proposal.decision.planner].learn(proposal.decision.view, verified)
         extended = self.drafter.draft_extend(batch, result, proposal, self.policy)
         for rid in self.requests.decoded(tuple(req.rid for req in batch.reqs)):
             self._forget(rid)

@@ -9,31 +9,19 @@ output must still equal plain decoding.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from sglang_specsot.launch import ServerProcess
 from tests.integration.conftest import cpu_args
+from tests.integration.heads import head_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 COMMON = cpu_args(mem_fraction_static=0.2)
 PROMPTS = ["The quick brown fox", "Once upon a time", "How can I improve my time management skills?"]
 MAX_NEW = 24
-
-
-def _draft_dir(target: str, out: Path, architecture: str, extra: dict) -> str:
-    """A one-layer EAGLE head config beside the target's tokenizer (weights: --load-format dummy)."""
-    out.mkdir(parents=True, exist_ok=True)
-    config = json.loads(Path(target, "config.json").read_text())
-    config.update({"architectures": [architecture], "num_hidden_layers": 1, **extra})
-    (out / "config.json").write_text(json.dumps(config))
-    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
-        if Path(target, name).exists():
-            shutil.copy(Path(target, name), out / name)
-    return str(out)
 
 
 def _generate(server: ServerProcess) -> list[dict]:
@@ -56,7 +44,7 @@ def plain(tiny_model_path) -> list[list[int]]:
 def test_eagle_family_decodes_like_plain(algo, architecture, extra, topk, tiny_model_path, plain, tmp_path):
     if algo == "EAGLE3":
         extra = {**extra, "draft_vocab_size": json.loads(Path(tiny_model_path, "config.json").read_text())["vocab_size"]}
-    draft = _draft_dir(tiny_model_path, tmp_path / "draft", architecture, extra)
+    draft = head_dir(tiny_model_path, tmp_path / "draft", architecture, **extra)
     args = COMMON + [
         "--speculative-algorithm", algo, "--speculative-draft-model-path", draft,
         "--speculative-draft-load-format", "dummy", "--speculative-num-steps", "3",

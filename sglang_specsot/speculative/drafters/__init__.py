@@ -54,6 +54,8 @@ class Drafter(Protocol):
 
     def after_prefill(self, batch, result): ...  # the next draft input after a prefill
 
+    def policies(self) -> dict[str, StepPolicy]: ...  # its own planners, by StepDecision.planner
+
     def forget(self, rid: str) -> None: ...
 
     def clear(self) -> None: ...

@@ -127,6 +127,9 @@ class ContextDrafting:
     def catch_ups(self) -> int:
         return 0
 
+    def policies(self) -> dict:
+        return {}  # the worker's policy plans every step
+
     def forget(self, rid: str) -> None:
         self.context.forget(rid)
         self.shadows.forget(rid)

@@ -20,18 +20,21 @@ from sglang_specsot.host import adapter as sgl
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.drafters import Proposal
 from sglang_specsot.speculative.drafters import model_chains as chains
+from sglang_specsot.speculative.drafters import context_alone
 from sglang_specsot.speculative.drafters.context import (
     ContextDrafting,
     committed_rows,
     verified,
 )
+from sglang_specsot.speculative.drafters.context_alone import ContextAlone
 from sglang_specsot.speculative.drafters.model_extend import (
     DeferredExtend,
     leading_agreement,
 )
 from sglang_specsot.speculative.extend_backlog import ExtendBacklog
 from sglang_specsot.speculative.inputs import SoTDraftInput
-from sglang_specsot.speculative.model_draft import RunnerUps, SoTDraftModel
+from sglang_specsot.speculative.draft_kind import draft_kind
+from sglang_specsot.speculative.model_draft import DraftSeams, RunnerUps, SoTDraftModel, SoTEagleHead
 from sglang_specsot.speculative.policy.acceptance import (
     AcceptanceStats,
     FirstDraftCalibration,
@@ -114,18 +117,26 @@ class ModelDrafting:
                  cost: CostModel, config: AdaptiveConfig | None, window: int, device, device_support, timed: bool):  # fmt: skip
         self.server_args, self.target_worker, self.device, self.timed = server_args, target_worker, device, timed
         self.context, self.cost, self.config, self.window = context, cost, config, window
-        self.model = SoTDraftModel(server_args, gpu_id, nccl_port, target_worker)
+        self.kind = draft_kind(sgl.get_spec().speculative_draft_model_path)
+        model_class = SoTEagleHead if self.kind.is_head else SoTDraftModel
+        self.model: DraftSeams = model_class(server_args, gpu_id, nccl_port, target_worker)
         check_vocab_compatible(target_worker, self.model)
         self.model.confidence = config is not None  # its first-token probability, for the policy
         # On CPU, int8 draft weights where measured faster; before the probe, which times them.
+        # Not a head's: one layer, whose embedding (and maybe LM head) SGLang swaps for the
+        # target's only at pool allocation.
         shared = {p.data_ptr() for p in target_worker.model_runner.model.parameters()}
-        self.draft_int8 = device_support.prepare_draft_model(self.model.draft_runner.model, shared, device)
+        self.draft_int8 = None if self.kind.is_head else device_support.prepare_draft_model(
+            self.model.draft_runner.model, shared, device
+        )  # fmt: skip
         cost.draft = probe_or_none(self.model.draft_runner.model, "draft model") or unmeasured()
         # Its overhead is per layer, like the target's: the target's, scaled by layers, until
         # the draft has run forwards of its own.
         cost.draft.prior = cost.target
         cost.draft.prior_share = _layers(self.model.draft_runner) / _layers(target_worker.model_runner)
         self.costs = ModelCosts(self)
+        # The SoT context alone, planned apart, wherever budgets adapt (not a fixed window).
+        self.alone = None if config is None else ContextAlone(context, config, window)
         self.topk_source = "extend"  # what computed the relayed top-k: an extend or a catch-up
         self.first_calibration = FirstDraftCalibration()
         self.long_match_stats = AcceptanceStats(config or AdaptiveConfig.default(window - 1))
@@ -134,8 +145,8 @@ class ModelDrafting:
         self.runner_up_counts = {"steps": 0, "verified": 0, "accepted": 0}
         logger.info("SPECSOT cost model measured at start-up (draft, ms by rows): %s", cost.draft.info())
         logger.info(
-            "SPECSOT drafts with %s: %d-node %s per request, up to %d SoT-context nodes more",
-            sgl.get_spec().speculative_draft_model_path, self.model.tree_size,
+            "SPECSOT drafts with %s (%s): %d-node %s per request, up to %d SoT-context nodes more",
+            sgl.get_spec().speculative_draft_model_path, self.kind.value, self.model.tree_size,
             "chain" if self.model.topk == 1 else "tree", window - self.model.tree_size,
         )  # fmt: skip
 
@@ -157,6 +168,11 @@ class ModelDrafting:
         backend); with draft-extend CUDA graphs every step extends, as in SGLang. Read first
         at the first prefill, after the scheduler built the attention backends."""
         if self.fixed_chain_reason is not None or not self.config.defer_draft_extend:
+            return None
+        if self.model.reads_target_hidden:
+            # A head's extend reads the target's hidden states of this step's verify, gone by
+            # the next: it extends every step, as in SGLang.
+            logger.info("SPECSOT: the %s head extends every step (its extend reads the step's target hidden states)", self.kind.value)
             return None
         chunk = self.server_args.chunked_prefill_size  # a catch-up pass is a prefill
         backlog = ExtendBacklog(max_rows=chunk) if chunk and chunk > 0 else ExtendBacklog()
@@ -205,7 +221,8 @@ class ModelDrafting:
             self.deferred.defer_prefill(batch)
             topk_p, topk_index = self.deferred.stale_topk(len(batch.reqs))
             return SoTDraftInput(bonus_tokens=result.next_token_ids, topk_p=topk_p, topk_index=topk_index)
-        return SoTDraftInput.from_eagle(self.model.extend_after_prefill(batch, result.next_token_ids))
+        hidden = result.logits_output.hidden_states if self.model.reads_target_hidden else None
+        return SoTDraftInput.from_eagle(self.model.extend_after_prefill(batch, result.next_token_ids, hidden))
 
     # -- draft -----------------------------------------------------------------------------
 
@@ -213,6 +230,11 @@ class ModelDrafting:
         """The model's trees, cut to the plan's budgets (or where its confidence stops them),
         with runner-ups where they pay, each filled with SoT-context nodes to its budget."""
         self.takes_runner_ups  # noqa: B018 - decided at the first draft (see there)
+        if self.alone is not None:
+            alone = self.alone.decide(decision.view)
+            if self.alone.beats(alone, decision):
+                return ModelProposal(self.alone.trees(batch, alone), "context", alone)
+            self.alone.propose_shadows(batch)
         sizes, source, fed, stop = decision.sizes, "context", None, None
         seeds: list[DraftTree | None] = [None] * len(sizes)
         long_match = chains.long_match_chains(self, batch)
@@ -287,6 +309,11 @@ class ModelDrafting:
         its chain was right (what plans and ChainStop price); a runner-up taken is counted apart."""
         rows, lens = committed_rows(result)
         shadows = self.context.append(batch, rows, lens)
+        if proposal.decision.planner == context_alone.NAME:  # the context's own policy learns it all
+            return verified(proposal, [k - 1 for k in lens], shadows, sum(lens))
+        if self.alone is not None:
+            self.alone.learn_shadows(proposal.decision.view, shadows)
+        shadows = []  # the context's shadows say nothing of the model's drafts
         if proposal.chains is None:
             return verified(proposal, [k - 1 for k in lens], shadows, sum(lens))
         accepted = []
@@ -315,8 +342,14 @@ class ModelDrafting:
             self.topk_source = ran
         return ran is not None
 
+    def policies(self) -> dict[str, StepPolicy]:
+        """Policies of its own that plan some steps (the worker routes those steps' evidence)."""
+        return {} if self.alone is None else {context_alone.NAME: self.alone.policy}
+
     def forget(self, rid: str) -> None:
         self.context.forget(rid)
+        if self.alone is not None:
+            self.alone.policy.forget(rid)
         if self.model.runner_ups is not None:
             self.model.runner_ups.forget(rid)
 
@@ -326,6 +359,8 @@ class ModelDrafting:
     def report(self) -> dict:
         report = self.context.report() | {"draft_int8": None if self.draft_int8 is None else self.draft_int8.info()}
         report["fixed_chain"] = self.fixed_chain_reason
+        report["draft_kind"] = self.kind.value
+        report["context_alone"] = None if self.alone is None else self.alone.report()
         if self.deferred is not None:
             report["draft_extend"] = self.deferred.backlog.info()
         if self.chain_adaptive:
@@ -357,7 +392,7 @@ def timed_call(cost: CostModel, timed: bool, rows: int, extend, *args):
     return out, ms
 
 
-def check_vocab_compatible(target_worker, draft: SoTDraftModel) -> None:
+def check_vocab_compatible(target_worker, draft: DraftSeams) -> None:
     """The draft must speak the target's token ids: same vocab size and the same mapping."""
     target_size = target_worker.model_runner.model_config.vocab_size
     draft_size = draft.draft_runner.model_config.vocab_size

@@ -48,7 +48,10 @@ class StepPolicy:
     the acceptance estimates are kept either way, for /server_info and the step log.
     """
 
-    def __init__(self, config: AdaptiveConfig | None, window: int, costs: DraftCosts, log_candidates: bool = False):
+    def __init__(
+        self, config: AdaptiveConfig | None, window: int, costs: DraftCosts, log_candidates: bool = False, name: str = "main"
+    ):  # fmt: skip
+        self.name = name  # what its decisions carry as their `planner`
         self.config = config
         self.log_candidates = log_candidates  # decisions carry every candidate's price (the step log)
         self.window = window  # verify rows per request at most, the root included
@@ -79,7 +82,7 @@ class StepPolicy:
         now and then an exploring step (`_maybe_explore`)."""
         if self.config is None:
             plan = StepPlan(self.window, (self.window - 1,) * view.bs, 0.0, 0.0)
-            return StepDecision(view, plan, (), (), exploring=False, adaptive=False)
+            return StepDecision(view, plan, (), (), exploring=False, adaptive=False, planner=self.name)
         ps = self.acceptance(view)
         firsts = self.first_acceptance(view)
         plans = self.plans(ps, pricing.first_acceptance(firsts))
@@ -93,7 +96,9 @@ class StepPolicy:
         else:
             self._plain_steps = 0
         self.last_plan = plan
-        return StepDecision(view, plan, tuple(ps), tuple(firsts), exploring, adaptive=True, candidates=candidates)
+        return StepDecision(
+            view, plan, tuple(ps), tuple(firsts), exploring, adaptive=True, candidates=candidates, planner=self.name
+        )  # fmt: skip
 
     def replan(self, decision: StepDecision, firsts: Sequence[float]) -> StepDecision:
         """`decision` again with better first-draft estimates (a draft model's confidence,
@@ -103,7 +108,7 @@ class StepPolicy:
         plans = self.plans(decision.ps, firsts)
         plan = self.last_plan = best_plan(plans)
         candidates = self._candidates_logged(plans) if self.log_candidates else None
-        return StepDecision(decision.view, plan, decision.ps, decision.firsts, False, True, candidates)
+        return StepDecision(decision.view, plan, decision.ps, decision.firsts, False, True, candidates, self.name)
 
     def plans(self, ps: Sequence[float], firsts: Sequence[float] | None) -> list[StepPlan]:
         """One plan per candidate budget, narrowest first."""

@@ -81,6 +81,9 @@ class StepDecision:
     exploring: bool  # drafts to learn, not because it pays
     adaptive: bool  # False: the whole window every step (SGLANG_SPECSOT_FIXED_WINDOW=1)
     candidates: dict[str, list[float]] | None = None  # width -> [expected tokens, ms], for the step log
+    # The policy that decided it, which learns from the step: the worker's ("main"), or one a
+    # drafter keeps for an alternative of its own ("context": a draft model's SoT context alone).
+    planner: str = "main"
 
     @property
     def sizes(self) -> list[int]:

@@ -11,6 +11,7 @@ import torch
 
 from sglang_specsot.costs.cost_model import CostModel, ForwardCost
 from sglang_specsot.speculative import device
+from sglang_specsot.speculative.draft_kind import DraftKind
 from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree
 from sglang_specsot.speculative.drafters.context import ContextDrafting
 from sglang_specsot.speculative.drafters.model import ModelCosts, ModelDrafting
@@ -69,6 +70,7 @@ def _worker(config, model: CostModel, requests: RequestBook, drafter, step_log) 
     worker.telemetry.cost, worker.telemetry.timed, worker.telemetry.steps = model, False, 0
     worker.telemetry.step_log, worker.telemetry.device_times = step_log, None
     worker.policy = StepPolicy(config, WINDOW, drafter.costs, log_candidates=step_log is not None)
+    worker.planners = {worker.policy.name: worker.policy, **drafter.policies()}
     worker.device_support, worker._trace, worker._loop_logged = device.NO_DEVICE_SUPPORT, None, True
     worker.verifier = EagerVerify(WINDOW, "a unit test's worker")
     return worker
@@ -107,6 +109,8 @@ def model_drafting(
     drafter.model = model if model is not None else draft_model()
     drafter.context = ContextDrafting(RequestBook(), costs, adaptive=True)
     drafter.costs = ModelCosts(drafter)
+    drafter.alone = None  # the context's own plan: test_model_drafting.py sets one where tested
+    drafter.kind = DraftKind.MODEL
     drafter.topk_source, drafter.draft_int8, drafter.draft_model_skips = "extend", None, 0
     drafter.first_calibration = FirstDraftCalibration()
     drafter.long_match_stats = AcceptanceStats(config)

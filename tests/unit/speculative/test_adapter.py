@@ -102,7 +102,10 @@ def test_every_lazy_import_in_the_adapter_resolves():
 
 def test_adapter_subclasses_route_private_methods_to_public_ones():
     assert issubclass(adapter.DraftModelWorker, _sglang("standalone_worker_v2", "StandaloneDraftWorker"))
+    assert issubclass(adapter.EagleHeadWorker, _sglang("eagle_worker_v2", "EagleDraftWorker"))
+    assert not issubclass(adapter.EagleHeadWorker, _sglang("standalone_worker_v2", "StandaloneDraftWorker"))
     for cls, private, public in [
+        (adapter.EagleHeadWorker, "_rebuild_topk1_chain_buffers", "rebuild_chain_buffers"),
         (adapter.TaggingRuntimeEndpoint, "_add_images", "extend_generate_body"),
         (adapter.DraftModelWorker, "_rebuild_topk1_chain_buffers", "rebuild_chain_buffers"),
         (adapter.FutureMapBase, "_resolve_spec_extras", "resolve_spec_extras"),

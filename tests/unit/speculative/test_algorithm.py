@@ -135,3 +135,67 @@ def test_one_worker_class_drafts_with_or_without_a_draft_model():
     plain = algo.factory(SimpleNamespace(speculative_draft_model_path=None))
     model = algo.factory(SimpleNamespace(speculative_draft_model_path="/m"))
     assert plain is model is SpecSoTWorker
+
+
+# -- EAGLE heads ------------------------------------------------------------------------------
+
+TARGET = {"architectures": ["LlamaForCausalLM"], "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 8}
+EAGLE3 = {"architectures": ["LlamaForCausalLMEagle3"], "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 1,
+          "draft_vocab_size": 32, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 5]}}  # fmt: skip
+
+
+def _head_args(tmp_path, target=TARGET, head=EAGLE3, **over):
+    for name, config in (("target", target), ("head", head)):
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    return _args(model_path=str(tmp_path / "target"), speculative_draft_model_path=str(tmp_path / "head"), **over)
+
+
+def test_a_head_takes_the_draft_model_defaults(tmp_path):
+    sa = _head_args(tmp_path)
+    apply_defaults(sa)
+    assert (sa.speculative_num_steps, sa.speculative_eagle_topk, sa.speculative_num_draft_tokens) == (4, 1, 8)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"vocab_size": 120}, "EAGLE3 head, but its vocab_size is 120 and the target's is 100"),
+        ({"hidden_size": 32}, "reads hidden states of size 32 and the target's hidden_size is 64"),
+        ({"hidden_size": 32, "target_hidden_size": 48}, "reads hidden states of size 48"),
+        ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 7]}}, r"\[1, 3, 7\] are not all within 0\.\.6"),
+        ({"architectures": ["Qwen9ForCausalLMEagle3"]}, r"SGLang has no model class for its architectures \['Qwen9ForCausalLMEagle3'\]"),
+    ],
+)
+def test_a_head_that_cannot_draft_for_the_target_is_refused_at_launch(tmp_path, change, message):
+    with pytest.raises(ValueError, match=f"SPECSOT: --speculative-draft-model-path=.*{message}.*SpecForge"):
+        apply_defaults(_head_args(tmp_path, head={**EAGLE3, **change}))
+
+
+def test_an_eagle3_head_over_a_target_that_cannot_capture_aux_states_is_refused(tmp_path):
+    target = {**TARGET, "architectures": ["GPT2LMHeadModel"]}
+    with pytest.raises(ValueError, match=r"EAGLE3 head, but SGLang's class for the target's architectures \['GPT2LMHeadModel'\]"):
+        apply_defaults(_head_args(tmp_path, target=target))
+
+
+def test_an_eagle2_head_needs_no_aux_capture(tmp_path):
+    target = {**TARGET, "architectures": ["GPT2LMHeadModel"]}
+    head = {**EAGLE3, "architectures": ["LlamaForCausalLMEagle"]}
+    apply_defaults(_head_args(tmp_path, target=target, head=head))  # no refusal
+
+
+def test_the_algorithm_opts_into_eagles_paths_for_a_head_only(tmp_path, monkeypatch):
+    from sglang_specsot.speculative import algorithm
+
+    algo = SpecSoTAlgo(NAME, lambda sa: None, supports_overlap=True)
+    for name, config in (("model", {"architectures": ["LlamaForCausalLM"]}), ("eagle", EAGLE3 | {"architectures": ["LlamaForCausalLMEagle"]}), ("eagle3", EAGLE3)):  # fmt: skip
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    cases = {None: (False, False, False, False), "model": (True, False, False, True),
+             "eagle": (False, True, False, True), "eagle3": (False, True, True, True)}  # fmt: skip
+    for name, expected in cases.items():
+        path = None if name is None else str(tmp_path / name)
+        monkeypatch.setattr(algorithm.sgl, "get_spec", lambda path=path: SimpleNamespace(speculative_draft_model_path=path))
+        got = (algo.is_standalone(), algo.is_eagle(), algo.is_eagle3(), algo.need_topk())
+        assert got == expected, (name, got)
+        assert algo.has_draft_kv() == (name is not None) and algo.carries_draft_hidden_states() == expected[1]

@@ -228,3 +228,38 @@ def test_a_fixed_chain_is_logged_and_reported_never_silent(model, reason, caplog
     if reason is not None:
         assert drafter.deferred is None  # off with the adaptive chain
         assert drafter.report()["fixed_chain"] == got
+
+
+def test_the_context_alone_takes_the_step_where_its_own_plan_commits_more_per_ms():
+    """A draft unsure of everything plans a plain step; the SoT context, whose shadow drafts
+    were right all the way, plans its own and drafts instead, and what that step accepts
+    teaches the context's policy, not the model's."""
+    from sglang_specsot.speculative.drafters.context_alone import ContextAlone
+    from sglang_specsot.speculative.policy.values import Verified
+
+    worker, step = _confident_worker(deferred=False)
+    drafter = worker.drafter
+    drafter.alone = ContextAlone(drafter.context, drafter.config, WINDOW)
+    worker.planners = {"main": worker.policy, **drafter.policies()}
+    step.spec_info.topk_p = torch.tensor([[0.2], [0.2]])  # unsure: calibrated to rejection
+    model_decision = decide(worker, step)
+    assert model_decision.plan.width == 1 and model_decision.planner == "main"
+    view = model_decision.view
+    for _ in range(30):  # shadows: the context's trees were right to the end
+        drafter.alone.learn_shadows(view, [(0, 3, 3), (1, 3, 3)])
+    alone = drafter.alone.decide(view)
+    assert alone.planner == "context" and alone.plan.width > 1 and drafter.alone.beats(alone, model_decision)
+    assert not drafter.alone.beats(alone, dataclasses.replace(model_decision, exploring=True))  # the model learns
+    trees = (DraftTree((1, 2, 3), (-1, 0, 1)), DraftTree((4, 5, 6), (-1, 0, 1)))
+    drafter.alone.trees = lambda batch, decision: trees  # the context's trees, without histories
+    proposal = drafter.draft(step, model_decision, worker.policy)
+    assert proposal.trees == trees and proposal.decision.planner == "context" and proposal.source == "context"
+    # Verify accepted both drafts of each tree: the context's policy learns it, the model's does not.
+    before_main, before_ctx = worker.policy.steps, drafter.alone.policy.steps
+    result = SimpleNamespace(next_token_ids=torch.tensor([2, 3, 9, 5, 6, 9]), accept_lens=torch.tensor([3, 3]),
+                             speculative_num_draft_tokens=3, new_seq_lens=None)  # fmt: skip
+    worker.draft_extend(step, result, proposal)
+    assert (worker.policy.steps, drafter.alone.policy.steps) == (before_main, before_ctx + 1)
+    # On the model's own steps the context's shadows go to the context's policy only.
+    verified = drafter.accept(step, result, ModelProposal(trees, "extend", model_decision))
+    assert verified.shadows == () and isinstance(verified, Verified)

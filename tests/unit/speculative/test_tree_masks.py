@@ -277,3 +277,17 @@ def test_full_layout_read_of_a_qlen_only_mask_is_the_defect(kernel_outputs):
         assert case.qlen_mask().numel() < int(full_layout_indptr(case.seq_lens, case.n)[-1])
         error = (qlen_out - _dense_attention(case, _true_rows(case)).float()).abs().max()
         assert error > 100 * KERNEL_TOL, f"case {case.prefix_lens}: the misread mask attended correctly"
+
+
+def test_hidden_rows_follow_the_accepted_paths():
+    """An EAGLE head's draft-extend reads row j as the target's hidden state at the j-th node of
+    the accepted path (speculative/verify_input.along_accepted_paths), whatever the tree order."""
+    import torch
+
+    from sglang_specsot.speculative.verify_input import along_accepted_paths
+
+    n = 3
+    rows = torch.arange(2 * n, dtype=torch.float32).unsqueeze(1).repeat(1, 4)  # row value = its global node
+    accept_index = torch.tensor([[0, 2, -1], [3, 4, 5]])  # request 0 accepted node 2 (a second child)
+    out = along_accepted_paths(rows, accept_index)
+    assert out[:, 0].tolist() == [0, 2, 0, 3, 4, 5] and out.shape == rows.shape
