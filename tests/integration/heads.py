@@ -18,7 +18,8 @@ def head_dir(target: str, out: Path, architecture: str, **extra) -> str:
     """A one-layer head of `architecture` for `target` (its sizes, its tokenizer), in `out`."""
     out.mkdir(parents=True, exist_ok=True)
     config = json.loads(Path(target, "config.json").read_text())
-    config.update({"architectures": [architecture], "num_hidden_layers": 1, **extra})
+    # A head's LM head is its own or the target's, never its embedding (which is the target's).
+    config.update({"architectures": [architecture], "num_hidden_layers": 1, "tie_word_embeddings": False, **extra})
     (out / "config.json").write_text(json.dumps(config))
     for name in TOKENIZER_FILES:
         if Path(target, name).exists():

@@ -32,7 +32,7 @@ from tests.integration.conftest import (
     leak_checked_server,
     scheduler_loop_line,
 )
-from tests.integration.heads import eagle3_head_dir
+from tests.integration.heads import eagle3_head_dir, head_dir
 from tests.integration.parity import POINTS, mismatches, run_batches
 from tests.stats import goodness_of_fit
 
@@ -169,3 +169,16 @@ def test_eagle3_head_of_another_hidden_size_is_refused_at_launch(smollm2_path, t
     log = server.log_path.read_text()
     assert "SPECSOT: --speculative-draft-model-path=" in log
     assert "it reads hidden states of size 768 and the target's hidden_size is 576" in log and "SpecForge" in log
+
+
+@pytest.mark.long  # one more server; the EAGLE-3 tests above cover the shared path
+def test_an_eagle2_head_drafts_through_the_same_path(smollm2_path, smollm2_parity, tmp_path):
+    """An EAGLE(-2) head (the target's last hidden state, no aux layers) is served the same way."""
+    head = head_dir(smollm2_path, tmp_path / "eagle2", "LlamaForCausalLMEagle")
+    prompts, ids = smollm2_parity
+    args = _head_args(head) + CHAIN
+    with ServerProcess(smollm2_path, args, log_path=tmp_path / "server.log", env=FIXED_WINDOW_ENV) as server:
+        results = run_batches(server, prompts[:15], MAX_NEW)  # batches of 1 to 5
+        kind = server.get("/server_info")["internal_states"][0]["specsot"]["draft_kind"]
+    assert not mismatches(results, [i[:MAX_NEW] for i in ids[:15]])
+    assert kind == "eagle" and "(eagle): 4-node chain per request" in (tmp_path / "server.log").read_text()
