@@ -12,7 +12,7 @@ what those steps accept and cost to this policy, never to the model's.
 
 from __future__ import annotations
 
-from sglang_specsot.speculative.drafters.context import NO_SETUP, ContextDrafting
+from sglang_specsot.speculative.drafters.context import ContextDrafting
 from sglang_specsot.speculative.policy.config import AdaptiveConfig
 from sglang_specsot.speculative.policy.step_policy import StepPolicy
 from sglang_specsot.speculative.policy.values import StepDecision, StepView, Verified
@@ -29,7 +29,7 @@ class ContextAlone:
         self.steps = 0  # steps it drafted instead of the model
 
     def decide(self, view: StepView) -> StepDecision:
-        return self.policy.decide(view, NO_SETUP)
+        return self.policy.decide(view, self.context.calibrated)
 
     def beats(self, alone: StepDecision, model: StepDecision) -> bool:
         """Whether the context alone commits more tokens per ms than the model's plan; never

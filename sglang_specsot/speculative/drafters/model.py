@@ -310,6 +310,7 @@ class ModelDrafting:
         rows, lens = committed_rows(result)
         shadows = self.context.append(batch, rows, lens)
         if proposal.decision.planner == context_alone.NAME:  # the context's own policy learns it all
+            self.context.calibrate(proposal, lens)
             return verified(proposal, [k - 1 for k in lens], shadows, sum(lens))
         if self.alone is not None:
             self.alone.learn_shadows(proposal.decision.view, shadows)
