@@ -74,6 +74,15 @@ NAMES: dict[str, str] = {
     "CustomLogitProcessor": "sglang.srt.sampling.custom_logit_processor",
 }
 
+# The draft-extend stages and chain buffers SGLang's draft workers keep private.
+_DRAFT_STAGES: dict[str, tuple[str, ...]] = {
+    "_rebuild_topk1_chain_buffers": ("self",),
+    "_draft_extend_for_prefill": (
+        "self", "batch", "target_hidden_states", "next_token_ids", "mm_input_embeds", "kv_loc_plan",
+    ),
+    "_draft_extend_for_decode": ("self", "batch", "batch_result", "kv_loc_plan"),
+}  # fmt: skip
+
 # What the adapter calls or overrides on SGLang objects: class -> {method: its parameters}.
 PRIVATE_METHODS: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
     ("sglang.srt.entrypoints.openai.serving_chat", "OpenAIServingChat"): {
@@ -84,20 +93,9 @@ PRIVATE_METHODS: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
         "_add_images": ("self", "s", "data"),
         "_assert_success": ("self", "res"),
     },
-    ("sglang.srt.speculative.standalone_worker_v2", "StandaloneDraftWorker"): {
-        "_rebuild_topk1_chain_buffers": ("self",),
-        "_draft_extend_for_prefill": (
-            "self", "batch", "target_hidden_states", "next_token_ids", "mm_input_embeds", "kv_loc_plan",
-        ),
-        "_draft_extend_for_decode": ("self", "batch", "batch_result", "kv_loc_plan"),
-    },
-    ("sglang.srt.speculative.eagle_worker_v2", "EagleDraftWorker"): {
-        "_rebuild_topk1_chain_buffers": ("self",),
-        "_draft_extend_for_prefill": (
-            "self", "batch", "target_hidden_states", "next_token_ids", "mm_input_embeds", "kv_loc_plan",
-        ),
-        "_draft_extend_for_decode": ("self", "batch", "batch_result", "kv_loc_plan"),
-    },  # fmt: skip
+    # Both draft workers `_public_draft_stages` subclasses: the same stages on each.
+    ("sglang.srt.speculative.standalone_worker_v2", "StandaloneDraftWorker"): _DRAFT_STAGES,
+    ("sglang.srt.speculative.eagle_worker_v2", "EagleDraftWorker"): _DRAFT_STAGES,
     ("sglang.srt.managers.overlap_utils", "FutureMap"): {"_resolve_spec_extras": ("self", "batch")},
     # A verify graph set per tier, as EAGLEWorkerV2.build_adaptive_runtime_state builds one.
     ("sglang.srt.model_executor.model_runner", "ModelRunner"): {

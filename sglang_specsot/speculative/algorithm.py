@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from sglang_specsot.host import adapter as sgl
-from sglang_specsot.speculative.draft_kind import DraftKind, config_of, draft_kind, head_mismatch
+from sglang_specsot.speculative.draft_kind import DraftKind, config_of, draft_kind, head_mismatch, vocab_size
 
 logger = logging.getLogger(__name__)
 
@@ -191,10 +191,6 @@ def _model_draft_defaults(sa) -> None:
     _check_draft(sa.model_path, sa.speculative_draft_model_path)
 
 
-def _vocab_size(config: dict) -> int | None:
-    return config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
-
-
 def _check_draft(target_path: str, draft_path: str) -> None:
     """Fail at launch, before any weight loads, where the draft cannot draft for the target.
 
@@ -206,7 +202,7 @@ def _check_draft(target_path: str, draft_path: str) -> None:
     if kind.is_head:
         _check_head(target, draft, draft_path, kind)
         return
-    t, d = _vocab_size(target), _vocab_size(draft)
+    t, d = vocab_size(target), vocab_size(draft)
     if t is not None and d is not None and t != d:
         _reject(
             "--speculative-draft-model-path", draft_path,

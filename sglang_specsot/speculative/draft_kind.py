@@ -59,7 +59,7 @@ def head_mismatch(target: dict, head: dict, kind: DraftKind) -> str | None:
     SGLang captures layer i's output as the input of layer i + 1 (llama.py:939-941), so the
     last layer's id would be silently missing from the concatenation.
     """
-    t_vocab, h_vocab = _text(target).get("vocab_size"), head.get("vocab_size")
+    t_vocab, h_vocab = vocab_size(target), vocab_size(head)
     if t_vocab is not None and h_vocab is not None and t_vocab != h_vocab:
         return f"its vocab_size is {h_vocab} and the target's is {t_vocab}"
     t_hidden = _text(target).get("hidden_size")
@@ -71,6 +71,11 @@ def head_mismatch(target: dict, head: dict, kind: DraftKind) -> str | None:
     if kind is DraftKind.EAGLE3 and layers is not None and any(not 0 <= i < layers - 1 for i in aux):
         return f"its eagle_aux_hidden_state_layer_ids {aux} are not all within 0..{layers - 2} (the target has {layers} layers)"
     return None
+
+
+def vocab_size(config: dict) -> int | None:
+    """A config's vocabulary size: its own, or its text part's (a multimodal config)."""
+    return config.get("vocab_size") or _text(config).get("vocab_size")
 
 
 def _text(config: dict) -> dict:

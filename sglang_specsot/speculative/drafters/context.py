@@ -39,17 +39,7 @@ class ContextCosts:
         return self.cost.step_ms(bs, width)
 
 
-class NoSetup:
-    """Pricing of a drafter that is always current and has no confidence of its own."""
-
-    def setup_ms(self) -> float:
-        return 0.0
-
-    def first_acceptance(self, firsts: Sequence[float]) -> list[float]:
-        return list(firsts)
-
-
-class CalibratedFirsts(NoSetup):
+class CalibratedFirsts:
     """Pricing of the SoT context: no setup, and each request's running first-draft estimate
     read through what such estimates realised on the steps that drafted (`calibrate`).
 
@@ -60,6 +50,9 @@ class CalibratedFirsts(NoSetup):
 
     def __init__(self, calibration: FirstDraftCalibration):
         self.calibration = calibration
+
+    def setup_ms(self) -> float:
+        return 0.0  # always current: nothing to catch up before it drafts
 
     def first_acceptance(self, firsts: Sequence[float]) -> list[float]:
         return [self.calibration.rate(f, f) for f in firsts]
