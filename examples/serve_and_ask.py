@@ -13,6 +13,7 @@ import argparse
 import json
 import time
 
+from sglang_specsot.costs.dtype_choice import LOG_MARKER
 from sglang_specsot.launch import ServerProcess
 from sglang_specsot.models import fetch as fetch_model
 
@@ -47,6 +48,9 @@ def main() -> None:
     print(f"starting SGLang on CPU: {args.model} ({model_path}), algorithm {args.algorithm}", flush=True)
     with ServerProcess(model_path, server_args) as server:
         print(f"server up at {server.base_url}; asking: {args.question}", flush=True)
+        for line in server.log_tail(1000).splitlines():
+            if LOG_MARKER in line:  # the dtype the server chose for this CPU, and why
+                print(line[line.index(LOG_MARKER):], flush=True)
         t0 = time.perf_counter()
         request = {
             "model": "default", "temperature": 0, "max_tokens": args.max_tokens,

@@ -141,6 +141,11 @@ def register() -> None:
         from sglang_specsot.cpu.spec_backend import register_spec_backend_choice
 
         register_spec_backend_choice()
+        # Also before ServerArgs resolves: a CPU launch with --dtype auto runs the dtype a
+        # start-up timing measures faster here (float32 where bf16 is not native).
+        from sglang_specsot.cpu.dtype import register_dtype_choice
+
+        register_dtype_choice()
         applied = apply_host_changes()
         # --speculative-algorithm is a free string resolved after plugins load (launch_server.py:79).
         from sglang_specsot.wiring import register_specsot

@@ -155,6 +155,16 @@ def chosen_attention_backends(server_args) -> tuple[str, str | None, dict[str, s
     return view.device, view.speculative_algorithm, chosen
 
 
+def chosen_dtype(server_args) -> tuple[str, str, str, str | None]:
+    """(device, --dtype as the user set it, model path, draft model path), as an override
+    provider sees them while SGLang resolves the server's arguments (the device resolved, the
+    rest the user's raw flags)."""
+    from sglang.srt.arg_groups.model_override_base import resolving_view
+
+    view = resolving_view(server_args)
+    return view.device, server_args.dtype, server_args.model_path, server_args.speculative_draft_model_path
+
+
 
 _providers: set = set()
 
@@ -502,7 +512,7 @@ _CLASSES = {
 }
 
 __all__ = sorted(
-    [*NAMES, *_CLASSES, "ATTENTION_BACKEND_FLAGS", "chosen_attention_backends", "convert_chat_request", "register_override_provider",
+    [*NAMES, *_CLASSES, "ATTENTION_BACKEND_FLAGS", "chosen_attention_backends", "chosen_dtype", "convert_chat_request", "register_override_provider",
      "draft_model_context", "incremental_streaming_output", "validate_chat_request", "model_class_can_capture_aux",
      "model_architecture_known"]
 )  # fmt: skip
