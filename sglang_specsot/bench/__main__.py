@@ -126,6 +126,11 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("gpu-predict", help="H100 latency predicted from a roofline and the runs' step logs")
     p.add_argument("--root", default=".", help="the repository root the benchmark files are read under")
     p.set_defaults(run=_gpu_predict)
+    from sglang_specsot.bench import scale_sim
+
+    p = sub.add_parser("scale-sim", help="p50/p95 and throughput over replicas, simulated from one replica's curve")
+    scale_sim.add_arguments(p)
+    p.set_defaults(run=scale_sim.run_cli)
     return parser
 
 
