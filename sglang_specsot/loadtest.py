@@ -69,6 +69,7 @@ class Outcome:
     latency: float | None = None  # seconds, for completed requests
     detail: str = ""
     path: str | None = None  # a non-streamed answer's metadata.specsot.path ("sot" or "normal")
+    tokens: int | None = None  # a non-streamed answer's completion tokens
 
 
 @dataclass
@@ -82,6 +83,10 @@ class Report:
     lost: int = 0
     latency: dict[str, dict[str, float]] = field(default_factory=dict)
     sot_paths: dict[str, int] = field(default_factory=dict)  # how "sot" requests were answered
+    tokens: dict[str, float] = field(default_factory=dict)  # mean completion tokens by kind (non-streamed)
+    # The scheduler's row-cost curve at the end (/server_info's specsot_row_costs): with `tokens`
+    # what `python -m sglang_specsot.bench scale-sim` needs to extrapolate this run.
+    row_costs: dict | None = None
     before: dict = field(default_factory=dict)
     after: dict = field(default_factory=dict)
     rss_peak_mb: float | None = None
@@ -246,7 +251,9 @@ def run_one(server: Server, outcome: Outcome, body: dict, rng: random.Random) ->
     else:
         outcome.status, outcome.latency = "completed", time.monotonic() - started
         if not outcome.stream:
-            outcome.path = ((json.loads(raw).get("metadata") or {}).get("specsot") or {}).get("path")
+            reply = json.loads(raw)
+            outcome.path = ((reply.get("metadata") or {}).get("specsot") or {}).get("path")
+            outcome.tokens = (reply.get("usage") or {}).get("completion_tokens")
 
 
 def _error_in(status: int, raw: bytes, stream: bool) -> str | None:
@@ -335,9 +342,17 @@ def run_load(server: Server, args) -> Report:
     report.after = server.state()
     report.memory_timeline.append(server.memory(time.monotonic() - began))
     report.healthy_after = server.healthy()
+    report.row_costs = _row_costs(server)
     report.memory_trend = memory_trend(report.memory_timeline)
     _tally(report, outcomes)
     return report
+
+
+def _row_costs(server: Server) -> dict | None:
+    try:
+        return server.get("/server_info")["internal_states"][0].get("specsot_row_costs")
+    except (OSError, KeyError, IndexError, ValueError):
+        return None
 
 
 def _tally(report: Report, outcomes: list[Outcome]) -> None:
@@ -348,6 +363,10 @@ def _tally(report: Report, outcomes: list[Outcome]) -> None:
             report.failures.append(f"{o.kind} stream={o.stream} fault={o.fault}: {o.status} {o.detail}")
     for kind in ("plain", "sot"):
         report.latency[kind] = percentiles([o.latency for o in outcomes if o.kind == kind and o.latency is not None])
+    for kind in ("plain", "sot"):
+        counted = [o.tokens for o in outcomes if o.kind == kind and o.tokens is not None]
+        if counted:
+            report.tokens[kind] = round(sum(counted) / len(counted), 1)
     for o in outcomes:
         if o.kind == "sot" and o.status == "completed" and not o.stream:
             report.sot_paths[o.path or "unknown"] = report.sot_paths.get(o.path or "unknown", 0) + 1

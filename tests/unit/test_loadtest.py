@@ -47,11 +47,12 @@ def test_in_auto_mode_the_plain_requests_are_the_same_requests_sent_off():
 
 def test_the_tally_counts_how_the_sot_requests_were_answered():
     outcomes = [
-        Outcome("sot", False, None, "completed", 1.0, path="sot"),
-        Outcome("sot", False, None, "completed", 2.0, path="normal"),
+        Outcome("sot", False, None, "completed", 1.0, path="sot", tokens=200),
+        Outcome("sot", False, None, "completed", 2.0, path="normal", tokens=100),
         Outcome("sot", True, None, "completed", 3.0),  # streamed: its path is not read
-        Outcome("plain", False, None, "completed", 1.0),
+        Outcome("plain", False, None, "completed", 1.0, tokens=64),
     ]
     report = Report()
     _tally(report, outcomes)
     assert report.sot_paths == {"sot": 1, "normal": 1} and report.latency["sot"]["n"] == 3
+    assert report.tokens == {"sot": 150.0, "plain": 64.0}
