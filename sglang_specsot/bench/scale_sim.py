@@ -12,9 +12,10 @@ replica prices it with the latency model (sot/latency.py) on its load at arrival
 does. Clients are closed-loop, as in `python -m sglang_specsot.loadtest`: each sends its next
 request when the last is answered.
 
-The gateway's policies reduced to what decides here: `round_robin` in turn; `least_load` to the
-replica with the fewest running and waiting sequences (smg's `cache_aware` does this while loads
-are unbalanced, and otherwise follows prefix matches, which distinct questions do not have).
+The gateway's policies reduced to what decides here: `round_robin` in turn; `least_load` (smg's
+policy of that name) to the replica with the fewest running and waiting sequences, which is also
+what smg's `cache_aware` does while loads are unbalanced (otherwise it follows prefix matches,
+which distinct questions do not have).
 
 Plain Python: what it predicts is only as good as the curve and lengths it is given; the
 measured load test it is checked against is in docs/scale-out.md.
