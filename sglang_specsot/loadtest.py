@@ -70,6 +70,7 @@ class Outcome:
     detail: str = ""
     path: str | None = None  # a non-streamed answer's metadata.specsot.path ("sot" or "normal")
     tokens: int | None = None  # a non-streamed answer's completion tokens
+    question: int | None = None  # its index in QUESTIONS
 
 
 @dataclass
@@ -87,6 +88,9 @@ class Report:
     # The scheduler's row-cost curve at the end (/server_info's specsot_row_costs): with `tokens`
     # what `python -m sglang_specsot.bench scale-sim` needs to extrapolate this run.
     row_costs: dict | None = None
+    # Every request as it ended (kind, question, stream, fault, status, latency, path, tokens):
+    # what a difference between the kinds' latencies or lengths can be traced to.
+    requests: list[dict] = field(default_factory=list)
     before: dict = field(default_factory=dict)
     after: dict = field(default_factory=dict)
     rss_peak_mb: float | None = None
@@ -291,10 +295,11 @@ def client(server: Server, index: int, stop_at: float, outcomes: list[Outcome], 
         fault = None
         if rng.random() < args.fault_share:
             fault = "abort" if kind == "plain" and rng.random() < 0.5 else "disconnect"
-        outcome = Outcome(kind, stream, fault)
+        question = rng.randrange(len(QUESTIONS))
+        outcome = Outcome(kind, stream, fault, question=question)
         with lock:
             outcomes.append(outcome)
-        body = request_body(kind, stream, rng.choice(QUESTIONS), f"load-{args.seed}-{index}-{n}", args.sot_mode)
+        body = request_body(kind, stream, QUESTIONS[question], f"load-{args.seed}-{index}-{n}", args.sot_mode)
         run_one(server, outcome, body, rng)
 
 
@@ -357,6 +362,7 @@ def _row_costs(server: Server) -> dict | None:
 
 def _tally(report: Report, outcomes: list[Outcome]) -> None:
     report.sent = len(outcomes)
+    report.requests = [{k: v for k, v in asdict(o).items() if k != "detail"} for o in outcomes]
     for o in outcomes:
         setattr(report, o.status, getattr(report, o.status) + 1)
         if o.status in ("failed", "lost"):

@@ -56,3 +56,4 @@ def test_the_tally_counts_how_the_sot_requests_were_answered():
     _tally(report, outcomes)
     assert report.sot_paths == {"sot": 1, "normal": 1} and report.latency["sot"]["n"] == 3
     assert report.tokens == {"sot": 150.0, "plain": 64.0}
+    assert [(r["kind"], r["path"], r["tokens"]) for r in report.requests][:2] == [("sot", "sot", 200), ("sot", "normal", 100)]
