@@ -45,6 +45,9 @@ class Workload:
     shape: AnswerShape
     sot_share: float = 0.5
     sot_mode: str = "auto"
+    # Each answer's lengths drawn from shape's times U(1 - spread, 1 + spread): answers differ
+    # in length, and with one length for all every percentile would be the same.
+    length_spread: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.clients, int) or self.clients < 1:
@@ -53,6 +56,8 @@ class Workload:
             raise ValueError(f"sot_share={self.sot_share!r} must lie in [0, 1]")
         if self.sot_mode not in SOT_MODES:
             raise ValueError(f"sot_mode={self.sot_mode!r} must be one of {SOT_MODES}")
+        if not 0.0 <= self.length_spread < 1.0:
+            raise ValueError(f"length_spread={self.length_spread!r} must lie in [0, 1)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +90,7 @@ class ScaleResult:
     completed: int
     tokens_per_s: float
     requests_per_s: float
-    latency: dict  # "normal" / "sot" -> {"n", "p50", "p95"}
+    latency: dict  # "normal" / "sot" (how answered), "asked_sot" / "others" (what was asked) -> {"n", "p50", "p95"}
     sot_chosen: float | None  # share of SoT-asking requests answered by SoT (mode auto)
 
     def info(self) -> dict:
@@ -160,11 +165,15 @@ class _Run:
         request = _Request(client, now, sot, asked)
         shape = self.w.shape
         if sot:
-            request.branches = deque(shape.branch_tokens)
-            self._start(replica, request, shape.skeleton_prompt_tokens, shape.skeleton_tokens)
+            request.branches = deque(self._drawn(b) for b in shape.branch_tokens)
+            self._start(replica, request, shape.skeleton_prompt_tokens, self._drawn(shape.skeleton_tokens))
         else:
-            self._start(replica, request, shape.prompt_tokens, shape.normal_tokens)
+            self._start(replica, request, shape.prompt_tokens, self._drawn(shape.normal_tokens))
         self._kick(index, now)
+
+    def _drawn(self, tokens: int) -> int:
+        spread = self.w.length_spread
+        return max(1, round(tokens * self.rng.uniform(1 - spread, 1 + spread))) if spread else tokens
 
     def _route(self) -> int:
         if self.d.policy == "round_robin":
@@ -231,8 +240,11 @@ class _Run:
         measured = [(t, r) for t, r in self.done if r.sent_s >= warmup_s]
         window = seconds - warmup_s
         latency = {}
-        for kind in ("normal", "sot"):
-            values = sorted(t - r.sent_s for t, r in measured if r.sot == (kind == "sot"))
+        # By how each was answered, and by what was asked (the load test's "sot" and "plain").
+        kinds = {"normal": lambda r: not r.sot, "sot": lambda r: r.sot,
+                 "asked_sot": lambda r: r.asked_sot, "others": lambda r: not r.asked_sot}  # fmt: skip
+        for kind, keep in kinds.items():
+            values = sorted(t - r.sent_s for t, r in measured if keep(r))
             if values:
                 latency[kind] = {"n": len(values), "p50": round(_pct(values, 50), 2), "p95": round(_pct(values, 95), 2)}
         asked = [r for _, r in measured if r.asked_sot]
@@ -274,6 +286,7 @@ def add_arguments(p) -> None:
     p.add_argument("--sot-share", type=float, default=0.5)
     p.add_argument("--max-running", type=int, default=32, help="sequences a replica runs at once")
     p.add_argument("--shape", default="{}", help="JSON of AnswerShape fields (sot/latency.py) to override")
+    p.add_argument("--length-spread", type=float, default=0.5, help="each answer's lengths x U(1 - s, 1 + s)")
     p.add_argument("--seconds", type=float, default=600.0)
     p.add_argument("--out", help="also write the results here as JSON")
 
@@ -294,7 +307,7 @@ def run_cli(args) -> int:
     rows = []
     for replicas in (int(r) for r in args.replicas.split(",")):
         for load in (float(x) for x in args.load.split(",")):
-            work = Workload(max(1, round(args.clients * load)), shape, args.sot_share, args.sot_mode)
+            work = Workload(max(1, round(args.clients * load)), shape, args.sot_share, args.sot_mode, args.length_spread)
             deployment = Deployment(replicas, costs, args.policy, args.max_running)
             result = simulate(deployment, work, seconds=args.seconds, warmup_s=args.seconds / 10)
             rows.append({"load": load, **result.info()})
@@ -307,7 +320,7 @@ def run_cli(args) -> int:
 
 
 def _row(r: dict) -> str:
-    lat = " ".join(f"{k} p50 {v['p50']:.1f}s p95 {v['p95']:.1f}s (n={v['n']})" for k, v in r["latency"].items())
+    lat = "; ".join(f"{k} p50 {v['p50']:.1f}s p95 {v['p95']:.1f}s (n={v['n']})" for k, v in r["latency"].items())
     chosen = "" if r["sot_chosen"] is None else f", SoT chosen {r['sot_chosen']:.0%}"
     return (f"replicas {r['replicas']}, load {r['load']:g}x ({r['clients']} clients): {r['requests_per_s']:.2f} req/s, "
             f"{r['tokens_per_s']:.0f} tok/s; {lat}{chosen}")

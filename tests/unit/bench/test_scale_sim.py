@@ -34,6 +34,9 @@ def test_auto_takes_sot_where_rows_are_free_and_never_where_they_are_linear():
     cheap = simulate(Deployment(1, FLAT), Workload(1, SHAPE, sot_share=1.0), seconds=30.0, warmup_s=1.0)
     linear = simulate(Deployment(1, LINEAR), Workload(1, SHAPE, sot_share=1.0), seconds=60.0, warmup_s=1.0)
     assert cheap.sot_chosen == 1.0 and linear.sot_chosen == 0.0
+    # What was asked and how it was answered are reported apart: on linear rows every SoT
+    # request was answered normally.
+    assert "sot" not in linear.latency and linear.latency["asked_sot"] == linear.latency["normal"]
 
 
 def test_auto_steps_aside_as_the_clients_fill_the_rows():
@@ -48,6 +51,14 @@ def test_replicas_carry_load_in_proportion(policy):
     four = simulate(Deployment(4, RISING, policy), Workload(128, SHAPE, sot_share=0.0), seconds=60.0, warmup_s=5.0)
     assert four.requests_per_s == pytest.approx(4 * one.requests_per_s, rel=0.1)
     assert four.latency["normal"]["p50"] == pytest.approx(one.latency["normal"]["p50"], rel=0.1)
+
+
+def test_answers_of_spread_lengths_spread_the_latencies():
+    fixed = simulate(Deployment(1, RISING), Workload(8, SHAPE, sot_share=0.0), seconds=60.0, warmup_s=5.0)
+    spread = simulate(Deployment(1, RISING), Workload(8, SHAPE, sot_share=0.0, length_spread=0.5), seconds=60.0,
+                      warmup_s=5.0)  # fmt: skip
+    assert fixed.latency["normal"]["p95"] == fixed.latency["normal"]["p50"]
+    assert spread.latency["normal"]["p95"] > 1.2 * spread.latency["normal"]["p50"]
 
 
 def test_least_load_evens_out_what_round_robin_does_not():
@@ -68,6 +79,7 @@ def test_least_load_evens_out_what_round_robin_does_not():
         (lambda: Workload(0, SHAPE), "clients=0"),
         (lambda: Workload(1, SHAPE, sot_share=1.5), "sot_share=1.5"),
         (lambda: Workload(1, SHAPE, sot_mode="maybe"), "sot_mode='maybe'"),
+        (lambda: Workload(1, SHAPE, length_spread=1.0), "length_spread=1.0"),
         (lambda: simulate(Deployment(1, FLAT), Workload(1, SHAPE), seconds=10.0, warmup_s=10.0), "seconds=10.0"),
     ],
 )
