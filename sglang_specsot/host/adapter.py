@@ -180,6 +180,19 @@ def register_override_provider(provider) -> None:
     register_model_override_predicate(lambda architecture: True)(provider)
     _providers.add(provider)
 
+def priority_settings(tokenizer_manager) -> tuple[bool, int | None, bool]:
+    """(--enable-priority-scheduling, --default-priority-value,
+    --schedule-low-priority-values-first) as the HTTP process's TokenizerManager serves them
+    (tokenizer_manager.py:603-604; the last from SGLang's schedule config, as the scheduler
+    reads it, scheduler.py:491)."""
+    from sglang.srt.runtime_context import get_schedule
+
+    enabled = bool(getattr(tokenizer_manager, "enable_priority_scheduling", False))
+    if not enabled:
+        return False, None, False
+    return True, tokenizer_manager.default_priority_value, bool(get_schedule().schedule_low_priority_values_first)
+
+
 def verify_graphs_wanted() -> bool:
     """Whether this server asked for decode graphs: not --disable-cuda-graph nor
     --disable-decode-cuda-graph, nor --cuda-graph-backend-decode disabled. SPECSOT's handle
@@ -512,7 +525,7 @@ _CLASSES = {
 }
 
 __all__ = sorted(
-    [*NAMES, *_CLASSES, "ATTENTION_BACKEND_FLAGS", "chosen_attention_backends", "chosen_dtype", "convert_chat_request", "register_override_provider",
+    [*NAMES, *_CLASSES, "ATTENTION_BACKEND_FLAGS", "chosen_attention_backends", "chosen_dtype", "convert_chat_request", "priority_settings", "register_override_provider",
      "draft_model_context", "incremental_streaming_output", "validate_chat_request", "model_class_can_capture_aux",
      "model_architecture_known"]
 )  # fmt: skip

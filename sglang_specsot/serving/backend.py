@@ -8,10 +8,11 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
 from sglang_specsot.host import adapter as sgl
+from sglang_specsot.serving.priority import branch_priority
 from sglang_specsot.sot.loops import LoopWatch
 from sglang_specsot.sot.phases import GenerationAborted, SoTPhaseError
 from sglang_specsot.sot.runner import GenRequest, GenResult, shared_prefix
-from sglang_specsot.sot.tag import PLAIN
+from sglang_specsot.sot.tag import PLAIN, SKELETON
 
 
 class TokenizerManagerBackend:
@@ -30,6 +31,9 @@ class TokenizerManagerBackend:
         self.raw_request = raw_request
         self.group = group
         self.count = 0
+        # Where the server schedules by priority, an admitted answer's branches run ahead of
+        # later requests (serving/priority.py); None leaves SGLang's order alone.
+        self.branch_priority = branch_priority(*_priority_inputs(tokenizer_manager, chat_input))
 
     async def generate(self, request: GenRequest, on_text: Callable[[str], None] | None = None) -> GenResult:
         watch = LoopWatch() if request.stop_on_loop else None
@@ -71,7 +75,7 @@ class TokenizerManagerBackend:
         # compile) apply; untagged, so the SPECSOT drafter treats it as no branch.
         obj = sgl.GenerateReqInput(
             text=prefix, sampling_params={"max_new_tokens": 0}, stream=False,
-            rid=self._rid("prefix"), lora_path=self.chat_input.lora_path,
+            rid=self._rid("prefix"), lora_path=self.chat_input.lora_path, priority=self.branch_priority,
         )  # fmt: skip
         try:
             async for out in self.tokenizer_manager.generate_request(obj, self.raw_request):
@@ -91,9 +95,11 @@ class TokenizerManagerBackend:
         params = self._sampling_params(request)
         if request.tag.role == PLAIN:  # SGLang's own rendering and tokenization of the chat
             return replace(self.chat_input, rid=rid, stream=stream, sampling_params=params)
+        priority = self.chat_input.priority if request.tag.role == SKELETON else self.branch_priority
         return sgl.GenerateReqInput(
             text=request.prompt, sampling_params=params, stream=stream, rid=rid,
             custom_logit_processor=request.logit_processor, lora_path=self.chat_input.lora_path,
+            priority=priority,
         )  # fmt: skip
 
     def _sampling_params(self, request: GenRequest) -> dict:
@@ -128,6 +134,11 @@ class TokenizerManagerBackend:
 
 
 _SPECIAL_TOKENS = 8  # BOS and the like the tokenizer may add to a prompt
+
+
+def _priority_inputs(tokenizer_manager, chat_input) -> tuple[bool, int | None, int | None, bool]:
+    enabled, default, low_first = sgl.priority_settings(tokenizer_manager)
+    return enabled, getattr(chat_input, "priority", None), default, low_first
 
 
 def _result(text: str, meta: dict) -> GenResult:
