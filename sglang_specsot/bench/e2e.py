@@ -6,12 +6,11 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-import psutil
-
 from sglang_specsot.bench.cells import Question, Settings
 from sglang_specsot.bench.configs import matrix, select, servers
 from sglang_specsot.bench.runner import RunPlan
 from sglang_specsot.bench.store import CELLS_FILE, RUN_FILE, check_run_settings, load
+from sglang_specsot.costs.memory import available_bytes, weight_file_bytes
 
 # `--one-at-a-time auto` keeps every server up (each question then runs on every server in
 # turn, so machine drift hits all configurations alike) when their weights, plus what a CPU
@@ -66,10 +65,6 @@ def pick_questions(rows: list[dict], limit: int | None, suitable: int | None, un
     return qs
 
 
-def weights_bytes(path: str) -> int:
-    return sum(f.stat().st_size for f in Path(path).glob("*.safetensors"))
-
-
 def servers_fit(specs, target_bytes: int, draft_bytes: int, available: int | None) -> bool:
     """Whether every server in `specs` fits in memory at once: each holds the target's
     weights, a server with a draft model the draft's too, and SERVER_RUNTIME_BYTES beyond
@@ -78,15 +73,6 @@ def servers_fit(specs, target_bytes: int, draft_bytes: int, available: int | Non
         return False
     need = sum(target_bytes + (draft_bytes if s.has_draft else 0) + SERVER_RUNTIME_BYTES for s in specs)
     return need <= MEMORY_SHARE * available
-
-
-def available_bytes() -> int | None:
-    """Memory available to new processes (psutil, which SGLang already needs: MemAvailable on
-    Linux), None where it cannot be read."""
-    try:
-        return int(psutil.virtual_memory().available)
-    except (OSError, RuntimeError):
-        return None
 
 
 def plan_from_args(args) -> RunPlan:
@@ -113,7 +99,7 @@ def plan_from_args(args) -> RunPlan:
     specs = servers(draft, token_map=token_map)
     if args.one_at_a_time == "auto":
         needed = {specs[c.server] for c in configs}
-        one = not servers_fit(needed, weights_bytes(target), weights_bytes(draft) if draft else 0, available_bytes())
+        one = not servers_fit(needed, weight_file_bytes(target), weight_file_bytes(draft) if draft else 0, available_bytes())
     else:
         one = args.one_at_a_time == "yes"
     out = Path(args.out or f"benchmarks/e2e-{Path(args.target).name}" + (f"-{Path(args.draft).name}" if args.draft else ""))

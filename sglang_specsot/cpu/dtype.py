@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import functools
 import logging
-from pathlib import Path
 
-from sglang_specsot.costs import dtype_choice
+from sglang_specsot.costs import dtype_choice, memory
 from sglang_specsot.costs.dtype_choice import DtypeChoice
 
 logger = logging.getLogger(__name__)
 
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
 _BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
@@ -34,24 +32,10 @@ def fp32_weight_bytes(paths, stored: str | None) -> int | None:
     no weight file."""
     if stored not in _BYTES:
         return None
-    total = 0
-    for path in paths:
-        files = [f for f in Path(path).glob("*") if f.suffix in _WEIGHT_SUFFIXES] if Path(path).is_dir() else []
-        if not files:
-            return None
-        total += sum(f.stat().st_size for f in files)
-    return total * 4 // _BYTES[stored]
-
-
-def available_memory_bytes() -> int | None:
-    """MemAvailable from /proc/meminfo; None where it cannot be read."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    sizes = [memory.weight_file_bytes(path) for path in paths]
+    if not all(sizes):
+        return None
+    return sum(sizes) * 4 // _BYTES[stored]
 
 
 @functools.lru_cache(maxsize=8)
@@ -68,10 +52,10 @@ def cpu_dtype_choice(chosen: tuple, hf_config, timer=None) -> DtypeChoice | None
     (the real timing by default)."""
     timer = timer or _timed
     device, dtype, model_path, draft_path = chosen
-    text = getattr(hf_config, "text_config", None) or hf_config
-    hidden, intermediate = getattr(text, "hidden_size", None), getattr(text, "intermediate_size", None)
     if device != "cpu" or dtype != "auto" or getattr(hf_config, "quantization_config", None):
         return None
+    text = getattr(hf_config, "text_config", None) or hf_config
+    hidden, intermediate = getattr(text, "hidden_size", None), getattr(text, "intermediate_size", None)
     if not isinstance(hidden, int) or not isinstance(intermediate, int):
         logger.info("--dtype auto on CPU: the config names no MLP sizes to time; keeping SGLang's choice")
         return None
@@ -79,7 +63,7 @@ def cpu_dtype_choice(chosen: tuple, hf_config, timer=None) -> DtypeChoice | None
     half = dtype_choice.half_dtype(stored)
     paths = [p for p in (model_path, draft_path) if p]
     return dtype_choice.choose_dtype(
-        half, dict(timer(hidden, intermediate, half)), fp32_weight_bytes(paths, stored), available_memory_bytes()
+        half, dict(timer(hidden, intermediate, half)), fp32_weight_bytes(paths, stored), memory.available_bytes()
     )
 
 
