@@ -14,9 +14,8 @@ Torch only; the server-side provider that applies the choice is `cpu/dtype.py`.
 
 from __future__ import annotations
 
-import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 HALF = ("bfloat16", "float16")
@@ -28,7 +27,7 @@ MARGIN = 0.85
 # float32 weights may take at most this share of the memory available at start-up; the rest is
 # for the KV cache, activations and the draft model's cache.
 MEMORY_SHARE = 0.5
-_REPEATS = 7
+SWEEPS = 5
 # How the choice's log line begins, so that a launcher can show it to its user.
 LOG_MARKER = "--dtype auto on CPU:"
 
@@ -88,36 +87,22 @@ def choose_dtype(
     return DtypeChoice(FLOAT32, half, dict(ms), f"float32 faster: {ratio:.2f}x {half}'s time")
 
 
-def time_product(weight, rows=ROWS, repeats: int = _REPEATS) -> float:
-    """ms of `rows`-row products with `weight` (out x in) in its dtype, summed over `rows`, each
-    the median of `repeats` after one untimed warm-up (oneDNN builds its kernel on a shape's
-    first call)."""
+def time_dtypes(hidden: int, intermediate: int, half: str, sweeps: int = SWEEPS) -> dict[str, float]:
+    """The MLP up-projection's product in `half` and in float32, each dtype's time summed over
+    ROWS: every (dtype, rows) product timed once per sweep, the least of `sweeps` sweeps after a
+    warm-up sweep, as the start-up probe times its products (`probe.best_of_sweeps`)."""
     import torch
 
-    total = 0.0
-    for n in rows:
-        x = torch.randn(n, weight.shape[1]).to(weight.dtype)
-        total += _median_ms(lambda: torch.nn.functional.linear(x, weight), repeats)
-    return total
-
-
-def _median_ms(run: Callable[[], object], repeats: int) -> float:
-    run()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append((time.perf_counter() - start) * 1000.0)
-    return statistics.median(times)
-
-
-def time_dtypes(hidden: int, intermediate: int, half: str) -> dict[str, float]:
-    """The MLP up-projection's timed product in `half` and in float32, each the faster of two
-    rounds in alternating order, so that drift hits both alike."""
-    import torch
+    from sglang_specsot.costs.probe import best_of_sweeps
 
     weight = torch.randn(intermediate, hidden)
     weights = {half: weight.to(getattr(torch, half)), FLOAT32: weight}
-    first = {d: time_product(weights[d]) for d in (half, FLOAT32)}
-    second = {d: time_product(weights[d]) for d in (FLOAT32, half)}
-    return {d: min(first[d], second[d]) for d in (half, FLOAT32)}
+    inputs = {(d, n): torch.randn(n, hidden).to(w.dtype) for d, w in weights.items() for n in ROWS}
+
+    def time_ms(key: tuple[str, int]) -> float:
+        start = time.perf_counter()
+        torch.nn.functional.linear(inputs[key], weights[key[0]])
+        return (time.perf_counter() - start) * 1e3
+
+    best = best_of_sweeps(list(inputs), time_ms, sweeps)
+    return {d: sum(best[d, n] for n in ROWS) for d in weights}
