@@ -26,10 +26,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
-import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
+from sglang_specsot.loadtest import percentiles
 from sglang_specsot.sot.latency import BRANCH_SUFFIX_TOKENS, AnswerShape, RowCosts, ServerLoad, decide
 
 POLICIES = ("round_robin", "least_load")
@@ -90,7 +90,7 @@ class ScaleResult:
     completed: int
     tokens_per_s: float
     requests_per_s: float
-    latency: dict  # "normal" / "sot" (how answered), "asked_sot" / "others" (what was asked) -> {"n", "p50", "p95"}
+    latency: dict  # "normal" / "sot" (how answered), "asked_sot" / "others" (what was asked) -> loadtest.percentiles
     sot_chosen: float | None  # share of SoT-asking requests answered by SoT (mode auto)
 
     def info(self) -> dict:
@@ -244,20 +244,15 @@ class _Run:
         kinds = {"normal": lambda r: not r.sot, "sot": lambda r: r.sot,
                  "asked_sot": lambda r: r.asked_sot, "others": lambda r: not r.asked_sot}  # fmt: skip
         for kind, keep in kinds.items():
-            values = sorted(t - r.sent_s for t, r in measured if keep(r))
-            if values:
-                latency[kind] = {"n": len(values), "p50": round(_pct(values, 50), 2), "p95": round(_pct(values, 95), 2)}
+            values = [t - r.sent_s for t, r in measured if keep(r)]
+            if values:  # percentiles as the load test reports its own, to compare with it
+                latency[kind] = percentiles(values)
         asked = [r for _, r in measured if r.asked_sot]
         chosen = (sum(r.sot for r in asked) / len(asked)) if asked and self.w.sot_mode == "auto" else None
         return ScaleResult(self.d.replicas, self.w.clients, self.d.policy, seconds, len(measured),
                            sum(r.tokens for _, r in measured) / window, len(measured) / window,
                            latency, None if chosen is None else round(chosen, 3))  # fmt: skip
 
-
-def _pct(ordered: list[float], q: float) -> float:
-    if len(ordered) == 1:
-        return ordered[0]
-    return statistics.quantiles(ordered, n=100, method="inclusive")[min(98, max(0, round(q) - 1))]
 
 
 # -- the command line: `python -m sglang_specsot.bench scale-sim` ------------------------------
