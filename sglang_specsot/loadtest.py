@@ -369,7 +369,6 @@ def _tally(report: Report, outcomes: list[Outcome]) -> None:
             report.failures.append(f"{o.kind} stream={o.stream} fault={o.fault}: {o.status} {o.detail}")
     for kind in ("plain", "sot"):
         report.latency[kind] = percentiles([o.latency for o in outcomes if o.kind == kind and o.latency is not None])
-    for kind in ("plain", "sot"):
         counted = [o.tokens for o in outcomes if o.kind == kind and o.tokens is not None]
         if counted:
             report.tokens[kind] = round(sum(counted) / len(counted), 1)

@@ -33,7 +33,8 @@ class TokenizerManagerBackend:
         self.count = 0
         # Where the server schedules by priority, an admitted answer's branches run ahead of
         # later requests (serving/priority.py); None leaves SGLang's order alone.
-        self.branch_priority = branch_priority(*_priority_inputs(tokenizer_manager, chat_input))
+        enabled, default, low_first = sgl.priority_settings(tokenizer_manager)
+        self.branch_priority = branch_priority(enabled, chat_input.priority, default, low_first)
 
     async def generate(self, request: GenRequest, on_text: Callable[[str], None] | None = None) -> GenResult:
         watch = LoopWatch() if request.stop_on_loop else None
@@ -134,11 +135,6 @@ class TokenizerManagerBackend:
 
 
 _SPECIAL_TOKENS = 8  # BOS and the like the tokenizer may add to a prompt
-
-
-def _priority_inputs(tokenizer_manager, chat_input) -> tuple[bool, int | None, int | None, bool]:
-    enabled, default, low_first = sgl.priority_settings(tokenizer_manager)
-    return enabled, getattr(chat_input, "priority", None), default, low_first
 
 
 def _result(text: str, meta: dict) -> GenResult:

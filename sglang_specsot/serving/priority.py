@@ -1,15 +1,16 @@
 """The scheduling priority of an admitted SoT answer's branches: one step ahead of its request's.
 
-Under load SGLang's waiting queue is first come, first served: an SoT answer's branches, sent
-once its skeleton is done, queue behind every request that arrived while the skeleton ran, so
-an admitted answer waits for later ones (the 32-client load test with SoT forced on: SoT's p50
-136.8 s against plain's 13.0 s). On a server launched with SGLang's `--enable-priority-scheduling`
-the branches (and the prefill of their shared prompt) therefore carry their request's priority
-moved one step toward the front, so they run before later requests of the same priority and
-never before requests the client ranked higher. The skeleton keeps the request's own priority:
-it is the answer's admission. Without priority scheduling SGLang ignores priorities and nothing
-changes. With it, SGLang's priority preemption (on unless `--disable-priority-preemption`) may
-also retract a running request of the request's own priority for a branch.
+SGLang's waiting queue is first come, first served: an SoT answer's branches, sent once its
+skeleton is done, queue behind every request that arrived while the skeleton ran. On a server
+launched with SGLang's `--enable-priority-scheduling` the branches (and the prefill of their
+shared prompt) carry their request's priority moved one step toward the front, so they run before
+later requests of the same priority and never before requests the client ranked higher. The
+skeleton keeps the request's own priority: it is the answer's admission. Without priority
+scheduling SGLang ignores priorities and nothing changes. With it, SGLang's priority preemption
+(on unless `--disable-priority-preemption`) may retract a running request of the request's own
+priority for a branch. Under load, an SoT answer also waits in the SoT gate (`sot/limits.py`,
+`max_groups`) before any branch exists, which this does not touch (docs/benchmarks.md, "Load
+test": no gain for SoT's latency there, plain's p95 worse).
 
 Plain Python: the serving backend reads the server's settings and passes them in.
 """
