@@ -11,6 +11,11 @@ KV usage (/v1/loads) before and after, and the server's health. Exit status 1 wh
 failed or was lost, or the server is unhealthy or not idle afterwards.
 
     python -m sglang_specsot.loadtest --duration 300 --clients 32 --out load.json
+    python -m sglang_specsot.loadtest --duration 300 --clients 32 --replicas 2 --out load-gateway.json
+
+With `--replicas N` it starts N servers, each on its own cores, behind SGLang's gateway (`smg`,
+`--policy`), sends every request to the gateway, and watches every replica's memory and health;
+an abort goes to every replica (the one holding the rid cancels it).
 
 With `--sot-mode auto` the report's latency "sot" is mode "auto" and "plain" the same requests
 in mode "off", and `sot_paths` counts how the non-streamed "auto" answers were given ("sot" or
@@ -102,10 +107,15 @@ class Report:
     healthy_after: bool = False
     idle_after: bool = False
     failures: list[str] = field(default_factory=list)
+    # With --replicas N > 1, behind the gateway: every replica's own figures (url, cores,
+    # before, after, rss_peak_mb, memory_timeline, memory_trend, row_costs, healthy_after,
+    # idle_after); the fields above are then the first replica's.
+    replicas: list[dict] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.failed and not self.lost and self.healthy_after and self.idle_after
+        every = self.replicas or [{"healthy_after": self.healthy_after, "idle_after": self.idle_after}]
+        return not self.failed and not self.lost and all(r["healthy_after"] and r["idle_after"] for r in every)
 
 
 class Server:
@@ -167,6 +177,24 @@ class Server:
         return False
 
 
+@dataclass
+class Fleet:
+    """Where the clients send (`url`: the one server, or the gateway before several) and the
+    servers that answer (`replicas`), watched one by one."""
+
+    url: str
+    replicas: list[Server]
+    model: str = "default"  # the served name: the gateway routes by it (a server takes any)
+
+    @property
+    def host(self) -> str | None:
+        return urlparse(self.url).hostname
+
+    @property
+    def port(self) -> int | None:
+        return urlparse(self.url).port
+
+
 def _server_process(pid: int | None, port: int):
     """The server's main process (HTTP and tokenizer manager), from its pid or from whoever
     listens on the port."""
@@ -214,10 +242,11 @@ def _slope(points: list[tuple[float, float]]) -> float:
     return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else 0.0
 
 
-def request_body(kind: str, stream: bool, question: str, rid: str, sot_mode: str = "on") -> dict:
+def request_body(kind: str, stream: bool, question: str, rid: str, sot_mode: str = "on",
+                 model: str = "default") -> dict:
     """A chat request: "sot" in `sot_mode`; "plain" a short plain one, or with `sot_mode` "auto"
     the same request as "sot" in mode "off", so the two kinds' latencies compare like for like."""
-    body = {"model": "default", "messages": [{"role": "user", "content": question}], "temperature": 0.7,
+    body = {"model": model, "messages": [{"role": "user", "content": question}], "temperature": 0.7,
             "stream": stream, "max_tokens": PLAIN_MAX_TOKENS, "rid": rid}  # fmt: skip
     if kind == "sot" or sot_mode == "auto":
         mode = sot_mode if kind == "sot" else "off"
@@ -227,14 +256,14 @@ def request_body(kind: str, stream: bool, question: str, rid: str, sot_mode: str
     return body
 
 
-def run_one(server: Server, outcome: Outcome, body: dict, rng: random.Random) -> None:
+def run_one(fleet: Fleet, outcome: Outcome, body: dict, rng: random.Random) -> None:
     """Send one request and classify how it ended; a request cut before it ended counts as
     aborted unless the server answered it with a 5xx."""
-    conn = http.client.HTTPConnection(server.host, server.port, timeout=DRAIN_TIMEOUT)
+    conn = http.client.HTTPConnection(fleet.host, fleet.port, timeout=DRAIN_TIMEOUT)
     started = time.monotonic()
     cutter, fired = None, threading.Event()
     if outcome.fault:
-        act = (lambda: _close(conn)) if outcome.fault == "disconnect" else (lambda: _abort(server, body["rid"]))
+        act = (lambda: _close(conn)) if outcome.fault == "disconnect" else (lambda: _abort(fleet, body["rid"]))
         cutter = threading.Timer(rng.uniform(0.2, 8.0), lambda: (fired.set(), act()))
         cutter.start()
     try:
@@ -278,14 +307,17 @@ def _close(conn: http.client.HTTPConnection) -> None:
         conn.sock.close()
 
 
-def _abort(server: Server, rid: str) -> None:
-    try:
-        server.post("/abort_request", {"rid": rid}, timeout=30)
-    except OSError:
-        pass  # the request may have ended already
+def _abort(fleet: Fleet, rid: str) -> None:
+    """SGLang's /abort_request on every replica: the gateway chose one, and the others have
+    no request of that rid (an abort there does nothing)."""
+    for server in fleet.replicas:
+        try:
+            server.post("/abort_request", {"rid": rid}, timeout=30)
+        except OSError:
+            pass  # the request may have ended already
 
 
-def client(server: Server, index: int, stop_at: float, outcomes: list[Outcome], lock: threading.Lock, args) -> None:
+def client(fleet: Fleet, index: int, stop_at: float, outcomes: list[Outcome], lock: threading.Lock, args) -> None:
     rng = random.Random(args.seed * 1000 + index)
     n = 0
     while time.monotonic() < stop_at:
@@ -299,8 +331,9 @@ def client(server: Server, index: int, stop_at: float, outcomes: list[Outcome], 
         outcome = Outcome(kind, stream, fault, question=question)
         with lock:
             outcomes.append(outcome)
-        body = request_body(kind, stream, QUESTIONS[question], f"load-{args.seed}-{index}-{n}", args.sot_mode)
-        run_one(server, outcome, body, rng)
+        body = request_body(kind, stream, QUESTIONS[question], f"load-{args.seed}-{index}-{n}", args.sot_mode,
+                            fleet.model)
+        run_one(fleet, outcome, body, rng)
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -312,43 +345,69 @@ def percentiles(values: list[float]) -> dict[str, float]:
             "p95": round(pick(0.95), 2), "p99": round(pick(0.99), 2), "max": round(values[-1], 2)}  # fmt: skip
 
 
-def run_load(server: Server, args) -> Report:
+class Watch:
+    """One replica's memory over the run: RSS every 5 s (its peak), figures every 30 s."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.before = server.state()
+        self.peak = self.before["scheduler_rss_mb"] or 0.0
+        self.rss_timeline: list[float] = []
+        self.timeline = [server.memory(0.0)]
+
+    def tick(self, elapsed_s: float, record: bool) -> None:
+        rss = self.server.rss_mb() or 0.0
+        self.peak = max(self.peak, rss)
+        if record:
+            self.rss_timeline.append(rss)
+            self.timeline.append(self.server.memory(elapsed_s))
+
+    def finish(self, elapsed_s: float) -> dict:
+        """The replica's figures once the load is over and it had time to go idle."""
+        idle = self.server.wait_idle()
+        time.sleep(5.0)  # a few idle turns of the scheduler, each with its memory check
+        self.timeline.append(self.server.memory(elapsed_s + 5.0))
+        return {"url": self.server.url, "before": self.before, "after": self.server.state(),
+                "rss_peak_mb": self.peak or None, "rss_timeline_mb": self.rss_timeline,
+                "memory_timeline": self.timeline, "memory_trend": memory_trend(self.timeline),
+                "row_costs": _row_costs(self.server), "healthy_after": self.server.healthy(),
+                "idle_after": idle}  # fmt: skip
+
+
+def run_load(fleet: Fleet, args) -> Report:
     names = ("clients", "duration", "sot_mode", "sot_share", "stream_share", "fault_share", "seed")
     settings = {k: getattr(args, k) for k in names}
     settings.update(plain_max_tokens=PLAIN_MAX_TOKENS, sot_max_tokens=SOT_MAX_TOKENS, sot_config=SOT_CONFIG)
+    settings.update(replicas=len(fleet.replicas), policy=getattr(args, "policy", None) if len(fleet.replicas) > 1 else None)
     # oneDNN caches one primitive per new matmul shape (1,024 by default): most of the native
     # heap's growth under load, so a memory reading means little without it.
     settings["onednn_primitive_cache_capacity"] = os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "default")
-    report = Report(settings=settings, before=server.state())
+    watches = [Watch(server) for server in fleet.replicas]
+    report = Report(settings=settings)
     began = time.monotonic()
-    report.memory_timeline.append(server.memory(0.0))
     outcomes: list[Outcome] = []
     lock = threading.Lock()
     stop_at = time.monotonic() + args.duration
-    threads = [threading.Thread(target=client, args=(server, i, stop_at, outcomes, lock, args), daemon=True)
+    threads = [threading.Thread(target=client, args=(fleet, i, stop_at, outcomes, lock, args), daemon=True)
                for i in range(args.clients)]  # fmt: skip
     for thread in threads:
         thread.start()
-    peak = report.before["scheduler_rss_mb"] or 0.0
     ticks = 0
     while any(t.is_alive() for t in threads) and time.monotonic() < stop_at + DRAIN_TIMEOUT:
         time.sleep(5.0)
-        rss, ticks = server.rss_mb() or 0.0, ticks + 1
-        peak = max(peak, rss)
-        if ticks % 6 == 0:
-            report.rss_timeline_mb.append(rss)
-            report.memory_timeline.append(server.memory(time.monotonic() - began))
+        ticks += 1
+        for watch in watches:
+            watch.tick(time.monotonic() - began, record=ticks % 6 == 0)
         done = sum(o.status != "lost" for o in outcomes)
         print(f"[{time.monotonic() - stop_at + args.duration:6.0f}s] sent {len(outcomes)}, ended {done}", flush=True)
     report.wall_s = round(time.monotonic() - began, 1)
-    report.rss_peak_mb = peak or None
-    report.idle_after = server.wait_idle()
-    time.sleep(5.0)  # a few idle turns of the scheduler, each with its memory check
-    report.after = server.state()
-    report.memory_timeline.append(server.memory(time.monotonic() - began))
-    report.healthy_after = server.healthy()
-    report.row_costs = _row_costs(server)
-    report.memory_trend = memory_trend(report.memory_timeline)
+    replicas = [watch.finish(time.monotonic() - began) for watch in watches]
+    first = replicas[0]
+    report.before, report.after, report.rss_peak_mb = first["before"], first["after"], first["rss_peak_mb"]
+    report.rss_timeline_mb, report.memory_timeline = first["rss_timeline_mb"], first["memory_timeline"]
+    report.memory_trend, report.row_costs = first["memory_trend"], first["row_costs"]
+    report.healthy_after, report.idle_after = first["healthy_after"], first["idle_after"]
+    report.replicas = replicas if len(replicas) > 1 else []
     _tally(report, outcomes)
     return report
 
@@ -389,13 +448,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream-share", type=float, default=STREAM_SHARE)
     parser.add_argument("--fault-share", type=float, default=FAULT_SHARE)
     parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument("--replicas", type=int, default=1,
+                        help="start this many servers, each on its own cores, behind SGLang's gateway (smg)")
+    parser.add_argument("--policy", default="cache_aware", help="the gateway's routing policy, with --replicas > 1")
     parser.add_argument("--out", help="also write the report here as JSON")
     args = parser.parse_args(argv)
     if args.url and urlparse(args.url).hostname not in LOOPBACK:
         parser.error(f"--url {args.url}: the load test sends only to this machine (loopback: {sorted(LOOPBACK)}); "
                      "run it on the server's host")  # fmt: skip
+    if args.url and args.replicas != 1:
+        parser.error("--replicas starts servers here; with --url, point at a gateway and leave --replicas at 1")
     if args.url:
-        report = run_load(Server(args.url, None), args)
+        report = run_load(Fleet(args.url, [Server(args.url, None)]), args)
     else:
         report = _with_own_server(args)
     text = json.dumps({**asdict(report), "ok": report.ok}, indent=2)
@@ -407,15 +471,29 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _with_own_server(args) -> Report:
+    from contextlib import ExitStack
+
+    from sglang_specsot.gateway import core_sets, gateway
     from sglang_specsot.launch import ServerProcess
 
     path = _fetch(args.model)
     # SGLang's strict idle memory check: a leaked KV slot or request row found once the load
     # is over kills the scheduler, and the server then fails the health check here.
     strict = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}
-    with ServerProcess(path, SERVER_ARGS, env=strict) as process:
-        print(f"server on {process.base_url}, log {process.log_path}", flush=True)
-        return run_load(Server(process.base_url, process.proc.pid), args)
+    # Several replicas: each on its own cores (SGLang's CPU binding), as README section 5 runs them.
+    binds = [{}] if args.replicas == 1 else [{"SGLANG_CPU_OMP_THREADS_BIND": c} for c in core_sets(args.replicas)]
+    with ExitStack() as stack:
+        processes = [stack.enter_context(ServerProcess(path, SERVER_ARGS, env=strict | bind)) for bind in binds]
+        for process in processes:
+            print(f"server on {process.base_url}, log {process.log_path}", flush=True)
+        servers = [Server(p.base_url, p.proc.pid) for p in processes]
+        url = servers[0].url
+        if args.replicas > 1:
+            log = processes[0].log_path.with_name(f"smg-{processes[0].port}.log")
+            url = stack.enter_context(gateway([s.url for s in servers], log, policy=args.policy))
+            print(f"gateway ({args.policy}) on {url}, log {log}", flush=True)
+        model = servers[0].get("/v1/models")["data"][0]["id"]
+        return run_load(Fleet(url, servers, model), args)
 
 
 def _fetch(name: str) -> str:
