@@ -373,6 +373,15 @@ def request_token_room(tokenizer_manager) -> int:
     return tokenizer_manager.context_len - getattr(tokenizer_manager, "num_reserved_tokens", 0)
 
 
+def dp_size(tokenizer_manager) -> int:
+    """The data-parallel ranks `routed_dp_rank` may name: the ranks the tokenizer manager checks
+    it against (tokenizer_manager.py:915-923, `elastic_worker_count`), else --dp-size."""
+    count = getattr(tokenizer_manager, "elastic_worker_count", None)
+    if count:
+        return int(count)
+    return int(getattr(getattr(tokenizer_manager, "server_args", None), "dp_size", 1) or 1)
+
+
 def incremental_streaming_output(tokenizer_manager) -> bool:
     """Whether a streamed generation yields only the new text of each step (the server's
     --incremental-streaming-output) rather than all text so far."""

@@ -8,11 +8,12 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
 from sglang_specsot.host import adapter as sgl
+from sglang_specsot.serving.dp_placement import place_answer
 from sglang_specsot.serving.priority import branch_priority
 from sglang_specsot.sot.loops import LoopWatch
 from sglang_specsot.sot.phases import GenerationAborted, SoTPhaseError
 from sglang_specsot.sot.runner import GenRequest, GenResult, shared_prefix
-from sglang_specsot.sot.tag import PLAIN, SKELETON
+from sglang_specsot.sot.tag import BRANCH, PLAIN, SKELETON
 
 
 class TokenizerManagerBackend:
@@ -35,6 +36,9 @@ class TokenizerManagerBackend:
         # later requests (serving/priority.py); None leaves SGLang's order alone.
         enabled, default, low_first = sgl.priority_settings(tokenizer_manager)
         self.branch_priority = branch_priority(enabled, chat_input.priority, default, low_first)
+        # On a server with --dp-size > 1, the ranks of the skeleton and of each branch; a client's
+        # own routed_dp_rank keeps the whole answer on that rank.
+        self.placement = place_answer(sgl.dp_size(tokenizer_manager), chat_input.routed_dp_rank)
 
     async def generate(self, request: GenRequest, on_text: Callable[[str], None] | None = None) -> GenResult:
         watch = LoopWatch() if request.stop_on_loop else None
@@ -52,10 +56,8 @@ class TokenizerManagerBackend:
                 # decoded, then the abort, which here is our own ending, not an error.
                 looped = True
                 self.tokenizer_manager.abort_request(obj.rid)
-        if looped:
-            meta = last["meta_info"]
-            return GenResult.from_meta(text, meta, "loop")
-        return _result(text, last["meta_info"])
+        result = GenResult.from_meta(text, last["meta_info"], "loop") if looped else _result(text, last["meta_info"])
+        return replace(result, dp_rank=obj.routed_dp_rank) if request.tag.role != PLAIN else result
 
     @contextlib.asynccontextmanager
     async def fork_branches(self, requests: dict[int, GenRequest]) -> AsyncIterator[None]:
@@ -64,19 +66,22 @@ class TokenizerManagerBackend:
         The radix cache shares only what is cached when a request is scheduled, so branches
         admitted together would each prefill the whole prompt again. The commit is SGLang's
         own idiom, the frontend's `fork`: the prefix with `max_new_tokens=0`, whose KV the
-        radix cache then keeps for every branch.
+        radix cache then keeps for every branch. On a server with several DP ranks the prefix
+        is committed, in parallel, on every rank that runs a branch (serving/dp_placement.py).
         """
         prefix = shared_prefix(r.prompt for r in requests.values())
         if prefix and len(requests) > 1:
-            await self._commit(prefix)
+            ranks = self.placement.commit_ranks([r.tag.point for r in requests.values()])
+            await asyncio.gather(*(self._commit(prefix, rank) for rank in ranks))
         yield
 
-    async def _commit(self, prefix: str) -> None:
+    async def _commit(self, prefix: str, rank: int | None) -> None:
         # Nothing is generated, so none of the chat's settings (stop strings, a grammar to
         # compile) apply; untagged, so the SPECSOT drafter treats it as no branch.
         obj = sgl.GenerateReqInput(
             text=prefix, sampling_params={"max_new_tokens": 0}, stream=False,
             rid=self._rid("prefix"), lora_path=self.chat_input.lora_path, priority=self.branch_priority,
+            routed_dp_rank=rank,
         )  # fmt: skip
         try:
             async for out in self.tokenizer_manager.generate_request(obj, self.raw_request):
@@ -96,11 +101,13 @@ class TokenizerManagerBackend:
         params = self._sampling_params(request)
         if request.tag.role == PLAIN:  # SGLang's own rendering and tokenization of the chat
             return replace(self.chat_input, rid=rid, stream=stream, sampling_params=params)
-        priority = self.chat_input.priority if request.tag.role == SKELETON else self.branch_priority
+        skeleton = request.tag.role == SKELETON
+        priority = self.chat_input.priority if skeleton else self.branch_priority
+        rank = self.placement.branch_rank(request.tag.point) if request.tag.role == BRANCH else self.placement.home
         return sgl.GenerateReqInput(
             text=request.prompt, sampling_params=params, stream=stream, rid=rid,
             custom_logit_processor=request.logit_processor, lora_path=self.chat_input.lora_path,
-            priority=priority,
+            priority=priority, routed_dp_rank=rank,
         )  # fmt: skip
 
     def _sampling_params(self, request: GenRequest) -> dict:

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from sglang_specsot.host import adapter as sgl
 from sglang_specsot.serving.backend import TokenizerManagerBackend
 from sglang_specsot.serving.costs import server_costs
+from sglang_specsot.serving.dp_placement import dp_branches
 from sglang_specsot.serving.field import FIELD, SoTField, default_mode, parse_field, server_limits
 from sglang_specsot.serving.gate import GateFull, GroupGate, Reservation
 from sglang_specsot.serving.request_checks import check_custom_logit_processor
@@ -64,6 +65,7 @@ def sot_chat_hook() -> Callable:
     try:
         default_mode()
         server_limits()
+        dp_branches()
         server_router()
     except ValueError as exc:
         # SystemExit passes load_plugins' `except Exception`: fail at start-up, not per request.

@@ -47,6 +47,9 @@ class GenResult:
     # Prompt tokens the radix cache already held (SGLang's `cached_tokens`): for a branch,
     # whether the shared prefix was prefilled once or again for every branch.
     cached_tokens: int = 0
+    # The data-parallel rank the generation was pinned to (serving/dp_placement.py); None
+    # where the server has one rank, or SGLang chose.
+    dp_rank: int | None = None
 
     @classmethod
     def from_meta(cls, text: str, meta: dict, finish_reason: str) -> GenResult:
@@ -218,7 +221,7 @@ def _gen_trace(result: GenResult) -> dict:
         "ended": ended_by(result),
         "spec_verify_ct": result.verify_steps,
         "cached_tokens": result.cached_tokens,
-    }
+    } | ({"dp_rank": result.dp_rank} if result.dp_rank is not None else {})
 
 
 def _trace(answer: SoTAnswer) -> dict:

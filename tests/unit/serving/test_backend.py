@@ -9,8 +9,9 @@ import pytest
 from sglang.srt.managers.io_struct import GenerateReqInput
 
 from sglang_specsot.serving.backend import TokenizerManagerBackend, _result
+from sglang_specsot.serving.dp_placement import HomeRanks
 from sglang_specsot.sot.phases import GenerationAborted, SoTPhaseError
-from sglang_specsot.sot.phases import GenRequest
+from sglang_specsot.sot.phases import GenRequest, GenResult
 from sglang_specsot.sot.tag import BRANCH, PLAIN, SKELETON, SoTTag
 
 CLAUSE = "which would increase the number of people who had died from the plague, "
@@ -187,3 +188,44 @@ def test_a_prefix_commit_the_server_aborts_fails_like_a_branch():
         asyncio.run(scenario())
     # Wrapped as a branch failure is, so the chat route answers it with the same status.
     assert isinstance(failed.value.cause, GenerationAborted) and "shared prefix" in str(failed.value)
+
+
+def _dp_backend(monkeypatch, placement: str, ranks: int = 2) -> tuple[_TokenizerManager, TokenizerManagerBackend]:
+    monkeypatch.setenv("SGLANG_SPECSOT_DP_BRANCHES", placement)
+    monkeypatch.setattr("sglang_specsot.serving.dp_placement._homes", HomeRanks())  # the first home is rank 0
+    tm = _TokenizerManager("Point text.")
+    tm.elastic_worker_count = ranks
+    return tm, _backend(tm)
+
+
+def _run_answer(backend: TokenizerManagerBackend, requests: dict[int, GenRequest]) -> list[GenResult]:
+    async def scenario():
+        await backend.generate(GenRequest("Question: q\nSkeleton:", 20, SoTTag("g1", SKELETON)))
+        async with backend.fork_branches(requests):
+            return await asyncio.gather(*(backend.generate(r) for r in requests.values()))
+
+    return asyncio.run(scenario())
+
+
+def test_spread_commits_the_prefix_on_every_rank_in_use_then_deals_the_branches(monkeypatch):
+    tm, backend = _dp_backend(monkeypatch, "spread")
+    results = _run_answer(backend, _branches(3))
+    skeleton, commits, branches = tm.inputs[0], tm.inputs[1:3], tm.inputs[3:]
+    assert skeleton.routed_dp_rank == 0
+    assert sorted(c.routed_dp_rank for c in commits) == [0, 1]
+    assert all(c.sampling_params == {"max_new_tokens": 0} for c in commits)
+    assert [b.routed_dp_rank for b in branches] == [0, 1, 0]
+    assert [r.dp_rank for r in results] == [0, 1, 0]  # each branch's metadata names its rank
+
+
+def test_keep_runs_skeleton_commit_and_branches_on_one_rank(monkeypatch):
+    tm, backend = _dp_backend(monkeypatch, "keep")
+    _run_answer(backend, _branches(3))
+    assert [o.routed_dp_rank for o in tm.inputs] == [0] * 5  # skeleton, one commit, three branches
+
+
+def test_on_one_rank_nothing_is_pinned(monkeypatch):
+    tm, backend = _dp_backend(monkeypatch, "spread", ranks=1)
+    results = _run_answer(backend, _branches(2))
+    assert [o.routed_dp_rank for o in tm.inputs] == [None] * 4
+    assert all(r.dp_rank is None for r in results)
