@@ -76,6 +76,8 @@ class Outcome:
     path: str | None = None  # a non-streamed answer's metadata.specsot.path ("sot" or "normal")
     tokens: int | None = None  # a non-streamed answer's completion tokens
     question: int | None = None  # its index in QUESTIONS
+    rule: str | None = None  # a non-streamed answer's route rule (metadata.specsot.route.rule)
+    gate_wait: float | None = None  # seconds it waited for an SoT slot (route.gate_wait_seconds)
 
 
 @dataclass
@@ -285,7 +287,9 @@ def run_one(fleet: Fleet, outcome: Outcome, body: dict, rng: random.Random) -> N
         outcome.status, outcome.latency = "completed", time.monotonic() - started
         if not outcome.stream:
             reply = json.loads(raw)
-            outcome.path = ((reply.get("metadata") or {}).get("specsot") or {}).get("path")
+            meta = (reply.get("metadata") or {}).get("specsot") or {}
+            route = meta.get("route") or {}
+            outcome.path, outcome.rule, outcome.gate_wait = meta.get("path"), route.get("rule"), route.get("gate_wait_seconds")
             outcome.tokens = (reply.get("usage") or {}).get("completion_tokens")
 
 
@@ -504,5 +508,17 @@ def _fetch(name: str) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
+def _stop_on_sigterm() -> None:
+    """SIGTERM (`kill PID`) unwinds like Ctrl-C, so the servers and the gateway this run
+    started are stopped (Python's default SIGTERM exits without unwinding)."""
+    import signal
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 if __name__ == "__main__":
+    _stop_on_sigterm()
     sys.exit(main())

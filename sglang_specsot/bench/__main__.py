@@ -4,6 +4,8 @@
     report   rebuild report.json, report.md and plots/ from a run directory's cells.jsonl
     judge    pairwise judgement of SoT answers vs plain answers by a judge model (resumable)
     serving  SGLang's own bench_serving on the same questions (see bench/serving.py)
+    scale-sim    p50/p95 and throughput over replicas, simulated from one replica's curve
+    dp-placement  an SoT answer's branches kept on one DP rank vs spread, side by side
     gpu-predict  predicted GPU latency of every route from a roofline and the runs' acceptance (not a measurement)
 """
 
@@ -131,6 +133,11 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("scale-sim", help="p50/p95 and throughput over replicas, simulated from one replica's curve")
     scale_sim.add_arguments(p)
     p.set_defaults(run=scale_sim.run_cli)
+    from sglang_specsot.bench import dp_placement
+
+    p = sub.add_parser("dp-placement", help="an SoT answer's branches kept on one DP rank vs spread, side by side")
+    dp_placement.add_arguments(p)
+    p.set_defaults(run=dp_placement.run_cli)
     return parser
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 
 from sglang_specsot.host import adapter as sgl
@@ -223,12 +224,17 @@ class _SoTChat:
         if error:
             return self._error(error)
         options = with_server_constraint(options, self.serving.tokenizer_manager.server_args)
-        backend = TokenizerManagerBackend(self.serving.tokenizer_manager, adapted, self.raw_request, self.group)
+        try:
+            backend = TokenizerManagerBackend(self.serving.tokenizer_manager, adapted, self.raw_request, self.group)
+        except ValueError as exc:  # a routed_dp_rank the server has not
+            return self._error(str(exc))
 
         async def run(on_delta=None):
+            asked = time.monotonic()
             async with sot_gate().slot(reservation):
+                admitted = dataclasses.replace(route, gate_wait=round(time.monotonic() - asked, 3))
                 answer = await run_sot(question, backend, self._render, options, group=self.group,
-                                       on_delta=on_delta, route=route)  # fmt: skip
+                                       on_delta=on_delta, route=admitted)  # fmt: skip
             _note_lengths(server_costs(self.serving.tokenizer_manager).book, answer)
             return answer
 

@@ -66,7 +66,11 @@ class HomeRanks:
         self._next = itertools.count()
 
     def place(self, ranks: int, mode: str, client_rank: int | None = None) -> Placement:
-        """A new answer's placement; a client's `routed_dp_rank` is its home and keeps it whole."""
+        """A new answer's placement; a client's `routed_dp_rank` is its home and keeps it whole.
+        ValueError for a client rank SGLang would refuse, before any generation starts."""
+        if client_rank is not None and not 0 <= client_rank < max(ranks, 1):
+            raise ValueError(f"routed_dp_rank={client_rank} out of range [0, {max(ranks, 1)}): the server runs "
+                             f"{max(ranks, 1)} data-parallel rank(s); send a rank in that range or none")  # fmt: skip
         if ranks <= 1:
             return Placement(home=None, ranks=1, spread=False)
         if client_rank is not None:

@@ -98,6 +98,9 @@ class RoutePhase:
     # The latency model's verdict where it priced the answer (mode "auto" on a server; set by
     # runner.priced_route): SoT's and the normal answer's predicted times and why.
     latency: LatencyDecision | None = None
+    # Seconds the answer waited for an SoT slot (serving/gate.py, `max_groups`) after its route
+    # chose SoT: under load, where an admitted answer's latency goes before its skeleton starts.
+    gate_wait: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +255,8 @@ def _trace(answer: SoTAnswer) -> dict:
 def route_trace(route: RoutePhase) -> dict:
     """The route's part of a trace: the router's choice and, where it ran, the latency model's."""
     decision = route.decision
-    out = {"use_sot": decision.use_sot, "rule": decision.rule, "source": decision.source, "seconds": route.seconds}
+    out = {"use_sot": decision.use_sot, "rule": decision.rule, "source": decision.source, "seconds": route.seconds,
+           "gate_wait_seconds": route.gate_wait}  # fmt: skip
     return out if route.latency is None else {**out, "latency": route.latency.info()}
 
 

@@ -44,3 +44,13 @@ def test_an_unknown_setting_names_the_value_and_the_choices(monkeypatch):
     monkeypatch.setenv(DP_BRANCHES_ENV, "scatter")
     with pytest.raises(ValueError, match=r"SGLANG_SPECSOT_DP_BRANCHES='scatter'.*\['keep', 'spread'\]"):
         dp_placement.place_answer(2)
+
+
+@pytest.mark.parametrize("ranks, rank", [(2, 2), (2, -1), (1, 1)])
+def test_a_client_rank_the_server_lacks_is_refused_before_anything_runs(ranks, rank):
+    with pytest.raises(ValueError, match=rf"routed_dp_rank={rank} out of range \[0, {max(ranks, 1)}\)"):
+        HomeRanks().place(ranks, "keep", client_rank=rank)
+
+
+def test_rank_zero_on_a_server_without_dp_is_left_to_sglang_which_ignores_it():
+    assert HomeRanks().place(1, "keep", client_rank=0).home is None
