@@ -6,8 +6,9 @@ round: "spread" as configured, "keep" by the client's own `routed_dp_rank` (the 
 taken in turn, as the server's keep does), which keeps the whole answer on that rank. With
 `--concurrency c`, c answers of one placement run at once. Each answer is appended to
 `results.jsonl` in --out as it ends (a rerun resumes), and the summary prints per concurrency
-the median latency ratio keep / spread (above 1: spread is faster) with both placements' mean
-completion tokens, so a speed-up bought by a different answer shows.
+the median latency ratio keep / spread (above 1: spread is faster) beside the latency model's
+prediction from the server's own row-cost curve (sot/placement_cost.py), with both placements'
+mean completion tokens, so a speed-up bought by a different answer shows.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from sglang_specsot.bench.scale_sim import costs_from_report
 from sglang_specsot.gateway import http
+from sglang_specsot.sot.latency import AnswerShape, RowCosts
+from sglang_specsot.sot.placement_cost import placement_cost
 
 PLACEMENTS = ("keep", "spread")
 CONFIG = {"max_points": 4, "max_running": 4, "router_min_answer_tokens": 1}
@@ -38,7 +42,9 @@ def answer(url: str, model: str, question: str, max_tokens: int, rank: int | Non
     items = (meta.get("branches") or {}).get("items") or []
     return {"seconds": round(seconds, 3), "tokens": reply["usage"]["completion_tokens"], "path": meta.get("path"),
             "ranks": sorted({i.get("dp_rank") for i in items if i.get("dp_rank") is not None}),
-            "uncached": [i["prompt_tokens"] - i["cached_tokens"] for i in items]}  # fmt: skip
+            "uncached": [i["prompt_tokens"] - i["cached_tokens"] for i in items],
+            "branch_tokens": [i["completion_tokens"] for i in items],
+            "branch_prompt": min((i["prompt_tokens"] for i in items), default=0)}  # fmt: skip
 
 
 def run_round(url: str, model: str, questions: list[str], placement: str, ranks: int, args) -> list[dict]:
@@ -67,10 +73,12 @@ def run_round(url: str, model: str, questions: list[str], placement: str, ranks:
     return rows
 
 
-def summary(rows: list[dict]) -> str:
-    """Per concurrency: median keep / spread latency ratio over questions paired by repeat."""
-    lines = ["| concurrency | answers per placement | keep / spread latency (median) | tokens keep / spread | spread ranks |",
-             "|---|---|---|---|---|"]  # fmt: skip
+def summary(rows: list[dict], costs: RowCosts | None = None, ranks: int = 2) -> str:
+    """Per concurrency: median keep / spread latency ratio over questions paired by repeat, and
+    beside it the latency model's (sot/placement_cost.py) from the server's curve, each spread
+    answer's measured branches priced with the other answers running at once."""
+    lines = ["| concurrency | answers per placement | keep / spread latency (median) | predicted (median) "
+             "| tokens keep / spread | spread ranks |", "|---|---|---|---|---|---|"]  # fmt: skip
     for c in sorted({r["concurrency"] for r in rows}):
         at = [r for r in rows if r["concurrency"] == c]
         pairs = {}
@@ -78,10 +86,19 @@ def summary(rows: list[dict]) -> str:
             pairs.setdefault((r["repeat"], r["question"]), {})[r["placement"]] = r
         ratios = [p["keep"]["seconds"] / p["spread"]["seconds"] for p in pairs.values() if len(p) == 2]
         tokens = {pl: statistics.mean(r["tokens"] for r in at if r["placement"] == pl) for pl in PLACEMENTS}
-        spread_ranks = statistics.mean(len(r["ranks"]) for r in at if r["placement"] == "spread")
-        lines.append(f"| {c} | {len(ratios)} | {statistics.median(ratios):.2f}x | {tokens['keep']:.0f} / "
+        spread = [r for r in at if r["placement"] == "spread"]
+        spread_ranks = statistics.mean(len(r["ranks"]) for r in spread)
+        predicted = [_predicted(costs, r, ranks, c - 1) for r in spread if costs and r.get("branch_tokens")]
+        model = f"{statistics.median(predicted):.2f}x" if predicted else "-"
+        lines.append(f"| {c} | {len(ratios)} | {statistics.median(ratios):.2f}x | {model} | {tokens['keep']:.0f} / "
                      f"{tokens['spread']:.0f} | {spread_ranks:.1f} |")  # fmt: skip
     return "\n".join(lines)
+
+
+def _predicted(costs: RowCosts, row: dict, ranks: int, shared: int) -> float:
+    branches = tuple(max(1, t) for t in row["branch_tokens"])
+    shape = AnswerShape(sum(branches), 0, branches, CONFIG["max_running"], branch_prompt_tokens=row["branch_prompt"])
+    return placement_cost(costs, shape, ranks, shared).ratio
 
 
 def run_cli(args) -> int:
@@ -112,7 +129,9 @@ def run_cli(args) -> int:
                     done += new
                     print(f"concurrency {concurrency}, repeat {repeat}, {placement}: "
                           f"{statistics.median(r['seconds'] for r in new):.1f} s median", flush=True)  # fmt: skip
-    table = summary(done)
+        info = http(f"{url}/server_info", timeout=60)
+        (out / "server_info.json").write_text(json.dumps({"internal_states": info.get("internal_states")}) + "\n")
+    table = summary(done, costs_from_report(info), ranks)
     (out / "summary.md").write_text(table + "\n")
     print(table)
     return 0

@@ -14,10 +14,13 @@ placements, chosen by SGLANG_SPECSOT_DP_BRANCHES:
   parallel, before any branch starts, so each branch prefills only its own point line. Each
   rank's drafter votes among the siblings on that rank.
 
-"keep" is the default because a branch row is cheap where a rank batches (the start-up probe's
-curve): spreading saves a fraction of a decode step per token and pays a second prefill of
-the whole prefix, and under load it takes rows on every rank (docs/scale-out.md, "Data
-parallel"). Plain Python: the serving backend reads the server's dp size and passes it in.
+"keep" is the default: the latency model (sot/placement_cost.py) prices spreading as saving
+what a rank's forward of n branch rows costs over one of n / u rows, which on a curve with
+cheap rows is a few percent, while with other requests running a rank carries as many rows
+either way and prefills u times the shared prompts; docs/scale-out.md ("Data parallel") has it
+measured beside the prediction.
+
+Plain Python: the serving backend reads the server's dp size and passes it in.
 """
 
 from __future__ import annotations

@@ -205,7 +205,7 @@ def decide(costs: RowCosts, load: ServerLoad, shape: AnswerShape, margin: float 
     at_once = min(points, shape.max_running, free)
     prompts = prefill(shape.skeleton_prompt_tokens) + prefill(shape.branch_prompt_tokens)
     prompts += prefill(points * BRANCH_SUFFIX_TOKENS)
-    branches = _branch_phase(lambda n: step(answers * n), shape.branch_tokens, at_once)
+    branches = branch_phase_ms(lambda n: step(answers * n), shape.branch_tokens, at_once)
     sot_ms = answers * prompts + shape.skeleton_tokens * step(answers) + branches
     decision = LatencyDecision(True, "", margin, load.running, load.waiting, load.shared, costs.source,
                                normal_ms, sot_ms, at_once, shape, costs)  # fmt: skip
@@ -213,7 +213,7 @@ def decide(costs: RowCosts, load: ServerLoad, shape: AnswerShape, margin: float 
     return replace(decision, use_sot=use_sot, reason=_reason(decision, use_sot))
 
 
-def _branch_phase(step: Callable[[int], float], lengths: tuple[int, ...], at_once: int) -> float:
+def branch_phase_ms(step: Callable[[int], float], lengths: tuple[int, ...], at_once: int) -> float:
     """The ms the branches take, at most `at_once` decoding together, longest first (as
     sot/planner.py starts them), a waiting one starting as one ends; `step(n)` prices a forward
     of n branches."""
