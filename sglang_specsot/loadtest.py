@@ -29,6 +29,7 @@ import http.client
 import json
 import os
 import random
+import statistics
 import sys
 import threading
 import time
@@ -98,6 +99,7 @@ class Report:
     # Every request as it ended (kind, question, stream, fault, status, latency, path, tokens):
     # what a difference between the kinds' latencies or lengths can be traced to.
     requests: list[dict] = field(default_factory=list)
+    by_question: dict[str, dict[str, dict]] = field(default_factory=dict)  # see by_question()
     before: dict = field(default_factory=dict)
     after: dict = field(default_factory=dict)
     rss_peak_mb: float | None = None
@@ -438,6 +440,30 @@ def _tally(report: Report, outcomes: list[Outcome]) -> None:
     for o in outcomes:
         if o.kind == "sot" and o.status == "completed" and not o.stream:
             report.sot_paths[o.path or "unknown"] = report.sot_paths.get(o.path or "unknown", 0) + 1
+    report.by_question = by_question(outcomes)
+
+
+def by_question(outcomes: list[Outcome]) -> dict[str, dict[str, dict]]:
+    """Per question, the completed non-streamed answers by what answered them: "plain" (the
+    requests sent "off" in mode auto), "sot:sot" and "sot:normal" (the "sot" requests by their
+    path): count, median latency, mean tokens, and for SoT the median wait for an SoT slot.
+    Questions' answers differ in length, so kinds compare here question by question."""
+    groups: dict[str, dict[str, list[Outcome]]] = {}
+    for o in outcomes:
+        if o.status == "completed" and not o.stream and o.question is not None:
+            name = o.kind if o.kind == "plain" else f"sot:{o.path or 'unknown'}"
+            groups.setdefault(str(o.question), {}).setdefault(name, []).append(o)
+    table: dict[str, dict[str, dict]] = {}
+    for question, kinds in sorted(groups.items(), key=lambda kv: int(kv[0])):
+        for name, done in sorted(kinds.items()):
+            row = {"n": len(done), "p50_s": round(statistics.median(o.latency for o in done), 2)}
+            tokens = [o.tokens for o in done if o.tokens is not None]
+            row["tokens"] = round(statistics.mean(tokens), 1) if tokens else None
+            waits = [o.gate_wait for o in done if o.gate_wait is not None]
+            if name == "sot:sot" and waits:
+                row["gate_wait_p50_s"] = round(statistics.median(waits), 2)
+            table.setdefault(question, {})[name] = row
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_specsot.loadtest import Outcome, Report, _tally, main, memory_trend, request_body
+from sglang_specsot.loadtest import Outcome, Report, _tally, by_question, main, memory_trend, request_body
 
 
 def _entry(t_s: int, rss: float, malloc: float | None = None) -> dict:
@@ -57,3 +57,20 @@ def test_the_tally_counts_how_the_sot_requests_were_answered():
     assert report.sot_paths == {"sot": 1, "normal": 1} and report.latency["sot"]["n"] == 3
     assert report.tokens == {"sot": 150.0, "plain": 64.0}
     assert [(r["kind"], r["path"], r["tokens"]) for r in report.requests][:2] == [("sot", "sot", 200), ("sot", "normal", 100)]
+
+
+def test_by_question_compares_the_kinds_question_by_question():
+    outcomes = [
+        Outcome("plain", False, None, "completed", 10.0, tokens=160, question=0),
+        Outcome("plain", False, None, "completed", 14.0, tokens=140, question=0),
+        Outcome("sot", False, None, "completed", 6.0, path="sot", tokens=120, question=0, gate_wait=0.5),
+        Outcome("sot", False, None, "completed", 12.0, path="normal", tokens=150, question=0),
+        Outcome("sot", True, None, "completed", 3.0, question=0),  # streamed: path unknown, left out
+        Outcome("sot", False, None, "aborted", None, question=1),  # not completed: left out
+        Outcome("plain", False, None, "completed", 2.0, tokens=9, question=4),
+    ]
+    table = by_question(outcomes)
+    assert table["0"] == {"plain": {"n": 2, "p50_s": 12.0, "tokens": 150.0},
+                          "sot:normal": {"n": 1, "p50_s": 12.0, "tokens": 150.0},
+                          "sot:sot": {"n": 1, "p50_s": 6.0, "tokens": 120.0, "gate_wait_p50_s": 0.5}}
+    assert list(table) == ["0", "4"]
