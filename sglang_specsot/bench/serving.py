@@ -5,7 +5,9 @@ assistant turn only sets the output length, which --sharegpt-output-len fixes an
 configuration starts its server alone, runs `python -m sglang.benchmark.serving` with the
 `sglang-oai-chat` backend at each concurrency, and the JSON line it appends is tagged and merged
 into serving.md; a re-run skips the (configuration, concurrency) pairs that have a result.
-SoT goes through `--extra-request-body '{"specsot": {"mode": "on"}}'`.
+SoT goes through `--extra-request-body '{"specsot": {"mode": "on"}}'`. With `--replicas N` each
+configuration runs as N servers on their own cores behind SGLang's gateway (`smg`, `--policy`),
+and bench_serving sends to the gateway.
 
 What the numbers mean for a SoT response: bench_serving counts streamed `reasoning_content`
 like content, and server-side SoT streams the skeleton first as reasoning_content, then
@@ -20,6 +22,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from sglang_specsot.bench.cells import flush_cache
@@ -53,6 +57,9 @@ def add_arguments(p) -> None:
     p.add_argument("--max-tokens", type=int, default=384)
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per bench_serving run")
+    p.add_argument("--replicas", type=int, default=1,
+                   help="run each configuration as this many servers, each on its own cores, behind SGLang's gateway (smg)")
+    p.add_argument("--policy", default="cache_aware", help="the gateway's routing policy, with --replicas > 1")
     p.add_argument("--out", default=None, help="directory (default benchmarks/serving-TARGET[-DRAFT])")
 
 
@@ -113,7 +120,6 @@ def main(args) -> int:
     from sglang_specsot.bench.e2e import check_models, pick_questions, resolve_model
     from sglang_specsot.bench.runner import COMMON, MEM_FRACTION
     from sglang_specsot.data import load_questions
-    from sglang_specsot.launch import ServerProcess
 
     names = args.configs.split(",")
     unknown = [n for n in names if n not in CONFIGS]
@@ -138,10 +144,9 @@ def main(args) -> int:
         server_name = server_name if server_name in specs else "specsot-ctx"  # no draft: context drafting
         args_ = COMMON + ["--mem-fraction-static", MEM_FRACTION, "--dtype", args.dtype] + list(specs[server_name].args)
         try:
-            env = dict(specs[server_name].env)
-            with ServerProcess(target, args_, env, log_path=out / "logs" / f"serving-{name}.log") as server:
+            with _served(target, args_, dict(specs[server_name].env), out, name, args) as (url, replicas):
                 for c in todo:
-                    _one(server.base_url, target, dataset, len(questions), c, args, body, out, name, merged)
+                    _one(url, replicas, target, dataset, len(questions), c, args, body, out, name, merged)
         except (RuntimeError, TimeoutError, OSError) as exc:
             _append(merged, {"config": name, "error": str(exc).splitlines()[0]})
             print(f"{name}: failed: {str(exc).splitlines()[0]}", flush=True)
@@ -149,6 +154,25 @@ def main(args) -> int:
     (out / "serving.md").write_text(table)
     print(table)
     return 0
+
+
+@contextmanager
+def _served(target: str, server_args: list[str], env: dict, out: Path, name: str, args) -> Iterator[tuple[str, list[str]]]:
+    """The URL bench_serving sends to and the replicas behind it: one server, or
+    `args.replicas` servers on their own cores behind the gateway, as README section 5 runs them."""
+    from sglang_specsot.gateway import core_sets, gateway
+    from sglang_specsot.launch import ServerProcess
+
+    binds = [{}] if args.replicas == 1 else [{"SGLANG_CPU_OMP_THREADS_BIND": c} for c in core_sets(args.replicas)]
+    with ExitStack() as stack:
+        servers = [stack.enter_context(ServerProcess(target, server_args, env | bind,
+                                                     log_path=out / "logs" / f"serving-{name}-{i}.log"))
+                   for i, bind in enumerate(binds)]  # fmt: skip
+        urls = [s.base_url for s in servers]
+        if args.replicas == 1:
+            yield urls[0], urls
+        else:
+            yield stack.enter_context(gateway(urls, out / "logs" / f"smg-{name}.log", policy=args.policy)), urls
 
 
 def _rows(merged: Path) -> list[dict]:
@@ -169,16 +193,18 @@ def latest(merged: Path) -> list[dict]:
     return list(rows.values())
 
 
-def _one(url, target, dataset, n, c, args, body, out: Path, name: str, merged: Path) -> None:
+def _one(url, replicas, target, dataset, n, c, args, body, out: Path, name: str, merged: Path) -> None:
     raw = out / f"raw-{name}-c{c}.jsonl"
     raw.unlink(missing_ok=True)
     cmd = bench_command(url, target, dataset, n, c, args.max_tokens, body, raw)
     print(f"{name} concurrency {c}: {' '.join(cmd[1:4])} ...", flush=True)
     try:
-        flush_cache(url, 60.0)  # each run starts cold: no prefix or drafter corpus from the last one
+        for replica in replicas:  # each run starts cold: no prefix or drafter corpus from the last one
+            flush_cache(replica, 60.0)
         subprocess.run(cmd, check=True, timeout=args.timeout, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         result = json.loads(raw.read_text().splitlines()[-1])
-        _append(merged, {"config": name, "concurrency": c, **{k: result.get(k) for k in ["completed", *FIELDS]}})
+        row = {"config": name, "concurrency": c, **{k: result.get(k) for k in ["completed", *FIELDS]}}
+        _append(merged, row | ({"replicas": len(replicas), "policy": args.policy} if len(replicas) > 1 else {}))
     except (subprocess.SubprocessError, OSError, ValueError, IndexError) as exc:
         detail = getattr(exc, "stderr", "") or ""
         _append(merged, {"config": name, "concurrency": c, "error": f"{exc} {detail[-300:]}"})
