@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from sglang_specsot.cpu.threads import keep_workers_spinning, spin_report
+from sglang_specsot.cpu.threads import keep_workers_spinning, spin_report, threads_bind_around
 from sglang_specsot.host import changes
 from sglang_specsot.speculative import device
 
@@ -76,6 +76,7 @@ def _row_costs_report() -> Callable:
 # Host change name -> the factory of what it installs (lazy: it may import torch or SGLang).
 HOST_CHANGE_HOOKS: dict[str, Callable[[], Callable]] = {
     "omp-spin-on-cpu": lambda: keep_workers_spinning,
+    "cpu-threads-bind-without-amx": lambda: threads_bind_around,
     "draft-backend-factory-specsot-cpu": _draft_backend_factory,
     "cpu-tree-speculative-sampling-target-only": _sampling_op("tree_speculative_sampling_target_only"),
     "cpu-top-k-renorm-prob": _sampling_op("top_k_renorm_prob"),

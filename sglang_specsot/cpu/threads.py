@@ -24,8 +24,11 @@ as it is.
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
+
+logger = logging.getLogger(__name__)
 
 SPIN_ENV = "GOMP_SPINCOUNT"
 WAIT_POLICY_ENV = "OMP_WAIT_POLICY"
@@ -56,3 +59,65 @@ def _source(env: MutableMapping[str, str]) -> str:
     if env.get(MARKER_ENV) == "1":
         return SET_BY_US
     return SET_BY_USER if SPIN_ENV in env or WAIT_POLICY_ENV in env else NOT_SET
+
+
+# -- SGLANG_CPU_OMP_THREADS_BIND where SGLang does not bind ----------------------------------
+
+BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """The CPUs of a Linux cpulist ("0-3,8", as SGLANG_CPU_OMP_THREADS_BIND gives one rank);
+    ValueError naming the text."""
+    cpus: list[int] = []
+    try:
+        for part in text.replace(" ", "").split(","):
+            first, _, last = part.partition("-")
+            cpus.extend(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise ValueError(f"{BIND_ENV}: {text!r} is not a list of cores such as '0-3,8'") from None
+    if not cpus:
+        raise ValueError(f"{BIND_ENV}: {text!r} names no core")
+    return sorted(set(cpus))
+
+
+def bind_process(cpus: list[int]) -> list[int]:
+    """Pin every thread of this process to `cpus` (of those it may use) and size torch's
+    intra-op pool to them; the CPUs bound. Threads started later inherit the affinity."""
+    import torch
+
+    allowed = sorted(set(cpus) & os.sched_getaffinity(0))
+    if not allowed:
+        raise ValueError(f"{BIND_ENV}: cores {cpus} are not among this process's {sorted(os.sched_getaffinity(0))}")
+    for task in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(task), allowed)
+        except (ProcessLookupError, PermissionError):
+            pass  # a thread that ended meanwhile
+    torch.set_num_threads(len(allowed))
+    return allowed
+
+
+def threads_bind_around(original, *args, sglang_binds: Callable[[], bool] | None = None, **kwargs):
+    """AROUND hook on SGLang's `_init_cpu_threads_env` (distributed/bootstrap.py:277).
+
+    SGLang binds a CPU scheduler's OpenMP threads to its rank's SGLANG_CPU_OMP_THREADS_BIND
+    cores only on AMX or arm64 CPUs, through sgl-kernel; elsewhere it logs a warning and every
+    scheduler keeps all cores, so two replicas or DP ranks on one machine, each with a pool as
+    wide as the machine and spinning workers (GOMP_SPINCOUNT), take turns on every core. Where
+    the user set the variable and SGLang did not bind, the scheduler's threads are pinned to its
+    rank's cores here and torch's pool sized to them."""
+    result = original(*args, **kwargs)
+    cpulist = kwargs.get("local_omp_cpuid")
+    binds = sglang_binds if sglang_binds is not None else _sglang_binds_cpu_threads
+    if os.environ.get(BIND_ENV) and cpulist and not binds():
+        bound = bind_process(parse_cpulist(str(cpulist)))
+        logger.info("%s: this scheduler's threads pinned to cores %s, torch's pool at %d thread(s) "
+                    "(SGLang binds only on AMX or arm64 CPUs)", BIND_ENV, bound, len(bound))  # fmt: skip
+    return result
+
+
+def _sglang_binds_cpu_threads() -> bool:
+    from sglang_specsot.host import adapter
+
+    return adapter.sglang_binds_cpu_threads()

@@ -373,6 +373,14 @@ def request_token_room(tokenizer_manager) -> int:
     return tokenizer_manager.context_len - getattr(tokenizer_manager, "num_reserved_tokens", 0)
 
 
+def sglang_binds_cpu_threads() -> bool:
+    """Whether SGLang pins a CPU scheduler's OpenMP threads to its SGLANG_CPU_OMP_THREADS_BIND
+    cores itself: on AMX or arm64 CPUs only (distributed/bootstrap.py:283)."""
+    from sglang.srt.distributed import bootstrap
+
+    return bool(bootstrap._is_cpu_amx_available or bootstrap._is_cpu_arm64)
+
+
 def dp_size(tokenizer_manager) -> int:
     """The data-parallel ranks `routed_dp_rank` may name: the ranks the tokenizer manager checks
     it against (tokenizer_manager.py:915-923, `elastic_worker_count`), else --dp-size."""

@@ -195,6 +195,29 @@ register_host_change(
 )
 
 
+register_host_change(
+    HostChange(
+        name="cpu-threads-bind-without-amx",
+        target="sglang.srt.distributed.bootstrap._init_cpu_threads_env",
+        hook_type="around",
+        hook=None,  # cpu/threads.py: threads_bind_around
+        why=(
+            "SGLang reads a CPU rank's cores from SGLANG_CPU_OMP_THREADS_BIND "
+            "(utils/numa_utils.py:459-497) but binds its threads to them only on AMX or arm64 "
+            "CPUs, through sgl-kernel's init_cpu_threads_env (distributed/bootstrap.py:283-285); "
+            "on other x86 CPUs it logs a warning and each scheduler keeps every core. Two "
+            "replicas or two --dp-size ranks on one machine then each run a pool as wide as the "
+            "machine, their spinning workers taking turns on every core: two SmolLM2 replicas "
+            "bound to cores 0 and 1 on a 2-core EPYC decoded about 5 tokens/s each under load. "
+            "Where the user set the variable and SGLang did not bind, the hook pins the "
+            "scheduler's threads to its rank's cores and sizes torch's pool to them."
+        ),
+        patch="cpu-threads-bind-without-amx.diff",
+        when=_cpu_only,
+    )
+)
+
+
 # --- Attention entries: the `specsot_cpu` backend (sglang_specsot/cpu/attention.py) ------------
 
 
