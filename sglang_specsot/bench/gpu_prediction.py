@@ -287,7 +287,7 @@ def prediction_table(root: Path, gpu: GpuSpec = H100_SXM) -> str:
     for target, draft in PAIRS:
         cost = CostModel(roofline_cost(target, gpu, CONTEXT), roofline_cost(draft, gpu, CONTEXT))
         lines.append(_row(f"{target.name} + {draft.name}", median_ms(cost, shapes, p_extend)))
-    lines += ["", f"sensitivity to the fixed per-forward overhead (median latency, speed-up over plain):", "",
+    lines += ["", "sensitivity to the fixed per-forward overhead (median latency, speed-up over plain):", "",
               "| target + draft, overhead | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]  # fmt: skip
     for target, draft in PAIRS:
         for overhead in OVERHEADS_MS:

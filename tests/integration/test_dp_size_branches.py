@@ -48,6 +48,13 @@ def _branches(reply: dict) -> list[dict]:
     return items
 
 
+def test_each_rank_runs_on_its_own_core(server):
+    # SGLang binds only on AMX or arm64 CPUs; elsewhere the plugin does (cpu/threads.py).
+    log = server.log_path.read_text(errors="replace")
+    if "init_cpu_threads_env and shared memory based AllReduce is disabled" in log:
+        assert "pinned to cores [0]" in log and "pinned to cores [1]" in log, log[-2000:]
+
+
 def test_spread_runs_the_branches_on_both_ranks_each_from_its_committed_prefix(server):
     items = _branches(_sot(server))
     assert {item["dp_rank"] for item in items} == {0, 1}, items

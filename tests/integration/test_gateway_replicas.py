@@ -47,6 +47,14 @@ def replicas(smollm2_path, tmp_path_factory):
         yield servers
 
 
+def test_each_replica_runs_on_its_own_core(replicas):
+    # SGLang binds only on AMX or arm64 CPUs; elsewhere the plugin does (cpu/threads.py).
+    for core, server in zip((0, 1), replicas):
+        log = server.log_path.read_text(errors="replace")
+        if "init_cpu_threads_env and shared memory based AllReduce is disabled" in log:
+            assert f"pinned to cores [{core}]" in log, log[-2000:]
+
+
 @pytest.fixture(scope="module", params=["round_robin", "cache_aware"])
 def through(request, replicas, tmp_path_factory):
     log = tmp_path_factory.mktemp(f"smg-{request.param}") / "smg.log"
