@@ -148,7 +148,8 @@ def _start(stack: ExitStack, args) -> str:
                           stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1]  # fmt: skip
     env = {"SGLANG_CPU_OMP_THREADS_BIND": "|".join(core_sets(args.dp_size)), "SGLANG_SPECSOT_DP_BRANCHES": "spread"}
     server_args = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-tokens", "16384",
-                   "--mem-fraction-static", "0.3", "--sleep-on-idle", "--dp-size", str(args.dp_size)]  # fmt: skip
+                   "--mem-fraction-static", "0.3", "--sleep-on-idle", "--enable-custom-logit-processor",
+                   "--dp-size", str(args.dp_size)]  # fmt: skip
     process = stack.enter_context(ServerProcess(path, server_args, env=env, log_path=Path(args.out) / "server.log"))
     return process.base_url
 
