@@ -62,8 +62,12 @@ def gateway(workers: list[str], log: Path, policy: str = "round_robin") -> Itera
         wait_until_answers(f"http://127.0.0.1:{port}/readiness", f"the gateway (log: {log})")
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()  # only the process this block started
-        proc.wait(timeout=10)
+        proc.terminate()  # only the process this block started; it drains open requests first
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
 
 
 def core_sets(replicas: int, cores: int | None = None) -> list[str]:
