@@ -158,7 +158,7 @@ def add_arguments(p) -> None:
     p.add_argument("--target", default="qwen2.5-coder-0.5b", help="model to fetch and serve (without --url)")
     p.add_argument("--url", help="a running server launched with --dp-size and SGLANG_SPECSOT_DP_BRANCHES=spread")
     p.add_argument("--dp-size", type=int, default=2)
-    p.add_argument("--questions", default="router_holdout")
+    p.add_argument("--questions", default=str(Path(__file__).resolve().parents[1] / "data" / "router_holdout.jsonl"))
     p.add_argument("--suitable", type=int, default=4, help="the first N SoT-suitable questions")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--concurrency-levels", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2])
