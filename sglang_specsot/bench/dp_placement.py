@@ -20,6 +20,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from sglang_specsot.bench.cells import flush_cache
 from sglang_specsot.bench.scale_sim import costs_from_report
 from sglang_specsot.gateway import http
 from sglang_specsot.sot.latency import AnswerShape, RowCosts
@@ -49,7 +50,7 @@ def answer(url: str, model: str, question: str, max_tokens: int, rank: int | Non
 
 def run_round(url: str, model: str, questions: list[str], placement: str, ranks: int, args) -> list[dict]:
     """Every question once in `placement`, `args.concurrency` at a time, the cache flushed first."""
-    http(f"{url}/flush_cache", {}, timeout=60)
+    flush_cache(url, 60.0)
     rows: list[dict] = []
     pending = list(enumerate(questions))
     lock = threading.Lock()
