@@ -14,11 +14,11 @@ placements, chosen by SGLANG_SPECSOT_DP_BRANCHES:
   parallel, before any branch starts, so each branch prefills only its own point line. Each
   rank's drafter votes among the siblings on that rank.
 
-"keep" is the default: the latency model (sot/placement_cost.py) prices spreading as saving
-what a rank's forward of n branch rows costs over one of n / u rows, which on a curve with
-cheap rows is a few percent, while with other requests running a rank carries as many rows
-either way and prefills u times the shared prompts; docs/scale-out.md ("Data parallel") has it
-measured beside the prediction.
+"keep" is the default, by measurement and the latency model (sot/placement_cost.py): with
+cheap rows spreading saves little of a step (the model: a few percent alone, a loss with others
+running), while it adds a second rank's prefill of the shared prompt and a second scheduler's
+fixed cost per step; measured on a 2-core CPU, keeping took 0.85x spread's time alone and 0.86x
+with two answers at once (docs/scale-out.md, "Data parallel").
 
 Plain Python: the serving backend reads the server's dp size and passes it in.
 """
