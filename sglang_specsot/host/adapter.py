@@ -375,10 +375,11 @@ def request_token_room(tokenizer_manager) -> int:
 
 def sglang_binds_cpu_threads() -> bool:
     """Whether SGLang pins a CPU scheduler's OpenMP threads to its SGLANG_CPU_OMP_THREADS_BIND
-    cores itself: on AMX or arm64 CPUs only (distributed/bootstrap.py:283)."""
-    from sglang.srt.distributed import bootstrap
+    cores itself: on AMX or arm64 CPUs only, by the same two checks (distributed/bootstrap.py:53-54,
+    :283)."""
+    from sglang.srt.utils import cpu_has_amx_support, is_host_cpu_arm64
 
-    return bool(bootstrap._is_cpu_amx_available or bootstrap._is_cpu_arm64)
+    return bool(cpu_has_amx_support() or is_host_cpu_arm64())
 
 
 def dp_size(tokenizer_manager) -> int:
