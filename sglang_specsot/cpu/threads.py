@@ -89,11 +89,17 @@ def bind_process(cpus: list[int]) -> list[int]:
     allowed = sorted(set(cpus) & os.sched_getaffinity(0))
     if not allowed:
         raise ValueError(f"{BIND_ENV}: cores {cpus} are not among this process's {sorted(os.sched_getaffinity(0))}")
-    for task in os.listdir("/proc/self/task"):
-        try:
-            os.sched_setaffinity(int(task), allowed)
-        except (ProcessLookupError, PermissionError):
-            pass  # a thread that ended meanwhile
+    pinned: set[str] = set()
+    for _ in range(8):  # until a pass finds no thread started by one not yet pinned
+        tasks = set(os.listdir("/proc/self/task")) - pinned
+        if not tasks:
+            break
+        for task in tasks:
+            try:
+                os.sched_setaffinity(int(task), allowed)
+            except (ProcessLookupError, PermissionError):
+                pass  # a thread that ended meanwhile
+        pinned |= tasks
     torch.set_num_threads(len(allowed))
     return allowed
 
