@@ -111,9 +111,9 @@ class Report:
     healthy_after: bool = False
     idle_after: bool = False
     failures: list[str] = field(default_factory=list)
-    # With --replicas N > 1, behind the gateway: every replica's own figures (url, cores,
-    # before, after, rss_peak_mb, memory_timeline, memory_trend, row_costs, healthy_after,
-    # idle_after); the fields above are then the first replica's.
+    # With --replicas N > 1, behind the gateway: every replica's own figures (url, before, after,
+    # rss_peak_mb, memory_timeline, memory_trend, row_costs, healthy_after, idle_after); the
+    # fields above are then the first replica's.
     replicas: list[dict] = field(default_factory=list)
 
     @property
@@ -384,7 +384,8 @@ def run_load(fleet: Fleet, args) -> Report:
     names = ("clients", "duration", "sot_mode", "sot_share", "stream_share", "fault_share", "seed")
     settings = {k: getattr(args, k) for k in names}
     settings.update(plain_max_tokens=PLAIN_MAX_TOKENS, sot_max_tokens=SOT_MAX_TOKENS, sot_config=SOT_CONFIG)
-    settings.update(replicas=len(fleet.replicas), policy=getattr(args, "policy", None) if len(fleet.replicas) > 1 else None)
+    several = len(fleet.replicas) > 1
+    settings.update(replicas=len(fleet.replicas), policy=getattr(args, "policy", None) if several else None)
     # oneDNN caches one primitive per new matmul shape (1,024 by default): most of the native
     # heap's growth under load, so a memory reading means little without it.
     settings["onednn_primitive_cache_capacity"] = os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "default")
@@ -487,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--url {args.url}: the load test sends only to this machine (loopback: {sorted(LOOPBACK)}); "
                      "run it on the server's host")  # fmt: skip
     if args.url and args.replicas != 1:
-        parser.error("--replicas starts servers here; with --url, point at a gateway and leave --replicas at 1")
+        parser.error("--replicas starts its servers and gateway here; --url names one running server instead")
     if args.url:
         report = run_load(Fleet(args.url, [Server(args.url, None)]), args)
     else:
