@@ -85,3 +85,26 @@ def core_sets(replicas: int, cores: int | None = None) -> list[str]:
         sets.append(str(first) if first == last else f"{first}-{last}")
         first = last + 1
     return sets
+
+
+@contextmanager
+def served(model_path: str, server_args: list[str], env: dict[str, str], replicas: int, policy: str,
+           logs: Path | None = None, name: str = "server") -> Iterator[tuple[str, list]]:
+    """The URL clients send to and the `ServerProcess`es behind it: one server, or `replicas`
+    servers each on its own cores (SGLANG_CPU_OMP_THREADS_BIND) behind the gateway, as README
+    section 5 runs them. Logs go to `logs/NAME-I.log` and `logs/smg-NAME.log` (default: /tmp)."""
+    from contextlib import ExitStack
+
+    from sglang_specsot.launch import ServerProcess
+
+    binds = [{}] if replicas == 1 else [{"SGLANG_CPU_OMP_THREADS_BIND": c} for c in core_sets(replicas)]
+    with ExitStack() as stack:
+        processes = [stack.enter_context(ServerProcess(model_path, server_args, env | bind,
+                                                       log_path=logs / f"{name}-{i}.log" if logs else None))
+                     for i, bind in enumerate(binds)]  # fmt: skip
+        urls = [p.base_url for p in processes]
+        if replicas == 1:
+            yield urls[0], processes
+        else:
+            log = (logs / f"smg-{name}.log") if logs else processes[0].log_path.with_name(f"smg-{processes[0].port}.log")
+            yield stack.enter_context(gateway(urls, log, policy=policy)), processes

@@ -502,27 +502,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _with_own_server(args) -> Report:
-    from contextlib import ExitStack
-
-    from sglang_specsot.gateway import core_sets, gateway
-    from sglang_specsot.launch import ServerProcess
+    from sglang_specsot.gateway import served
 
     path = _fetch(args.model)
     # SGLang's strict idle memory check: a leaked KV slot or request row found once the load
     # is over kills the scheduler, and the server then fails the health check here.
     strict = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}
-    # Several replicas: each on its own cores (SGLang's CPU binding), as README section 5 runs them.
-    binds = [{}] if args.replicas == 1 else [{"SGLANG_CPU_OMP_THREADS_BIND": c} for c in core_sets(args.replicas)]
-    with ExitStack() as stack:
-        processes = [stack.enter_context(ServerProcess(path, SERVER_ARGS, env=strict | bind)) for bind in binds]
+    with served(path, SERVER_ARGS, strict, args.replicas, args.policy) as (url, processes):
         for process in processes:
             print(f"server on {process.base_url}, log {process.log_path}", flush=True)
-        servers = [Server(p.base_url, p.proc.pid) for p in processes]
-        url = servers[0].url
         if args.replicas > 1:
-            log = processes[0].log_path.with_name(f"smg-{processes[0].port}.log")
-            url = stack.enter_context(gateway([s.url for s in servers], log, policy=args.policy))
-            print(f"gateway ({args.policy}) on {url}, log {log}", flush=True)
+            print(f"gateway ({args.policy}) on {url}", flush=True)
+        servers = [Server(p.base_url, p.proc.pid) for p in processes]
         model = servers[0].get("/v1/models")["data"][0]["id"]
         return run_load(Fleet(url, servers, model), args)
 

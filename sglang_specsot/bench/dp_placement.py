@@ -139,19 +139,16 @@ def run_cli(args) -> int:
 
 
 def _start(stack: ExitStack, args) -> str:
-    import subprocess
-    import sys
-
+    from sglang_specsot.bench.e2e import resolve_model
     from sglang_specsot.gateway import core_sets
     from sglang_specsot.launch import ServerProcess
 
-    path = subprocess.run([sys.executable, "-m", "sglang_specsot.models", "fetch", args.target], check=True,
-                          stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1]  # fmt: skip
+    path = resolve_model(args.target, "target")
     env = {"SGLANG_CPU_OMP_THREADS_BIND": "|".join(core_sets(args.dp_size)), "SGLANG_SPECSOT_DP_BRANCHES": "spread"}
     server_args = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-tokens", "16384",
                    "--mem-fraction-static", "0.3", "--sleep-on-idle", "--enable-custom-logit-processor",
                    "--dp-size", str(args.dp_size)]  # fmt: skip
-    process = stack.enter_context(ServerProcess(path, server_args, env=env, log_path=Path(args.out) / "server.log"))
+    process = stack.enter_context(ServerProcess(path, server_args, env, log_path=Path(args.out) / "server.log"))
     return process.base_url
 
 

@@ -22,13 +22,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from sglang_specsot.bench.cells import flush_cache
 from sglang_specsot.bench.provenance import record_invocation
 from sglang_specsot.bench.configs import servers
+from sglang_specsot.gateway import served
 
 # name: (server, extra request body)
 CONFIGS = {
@@ -144,7 +143,9 @@ def main(args) -> int:
         server_name = server_name if server_name in specs else "specsot-ctx"  # no draft: context drafting
         args_ = COMMON + ["--mem-fraction-static", MEM_FRACTION, "--dtype", args.dtype] + list(specs[server_name].args)
         try:
-            with _served(target, args_, dict(specs[server_name].env), out, name, args) as (url, replicas):
+            env = dict(specs[server_name].env)
+            with served(target, args_, env, args.replicas, args.policy, out / "logs", f"serving-{name}") as (url, processes):
+                replicas = [p.base_url for p in processes]
                 for c in todo:
                     _one(url, replicas, target, dataset, len(questions), c, args, body, out, name, merged)
         except (RuntimeError, TimeoutError, OSError) as exc:
@@ -154,25 +155,6 @@ def main(args) -> int:
     (out / "serving.md").write_text(table)
     print(table)
     return 0
-
-
-@contextmanager
-def _served(target: str, server_args: list[str], env: dict, out: Path, name: str, args) -> Iterator[tuple[str, list[str]]]:
-    """The URL bench_serving sends to and the replicas behind it: one server, or
-    `args.replicas` servers on their own cores behind the gateway, as README section 5 runs them."""
-    from sglang_specsot.gateway import core_sets, gateway
-    from sglang_specsot.launch import ServerProcess
-
-    binds = [{}] if args.replicas == 1 else [{"SGLANG_CPU_OMP_THREADS_BIND": c} for c in core_sets(args.replicas)]
-    with ExitStack() as stack:
-        servers = [stack.enter_context(ServerProcess(target, server_args, env | bind,
-                                                     log_path=out / "logs" / f"serving-{name}-{i}.log"))
-                   for i, bind in enumerate(binds)]  # fmt: skip
-        urls = [s.base_url for s in servers]
-        if args.replicas == 1:
-            yield urls[0], urls
-        else:
-            yield stack.enter_context(gateway(urls, out / "logs" / f"smg-{name}.log", policy=args.policy)), urls
 
 
 def _rows(merged: Path) -> list[dict]:

@@ -69,37 +69,3 @@ def test_each_invocation_is_recorded_with_its_command_commit_and_machine(tmp_pat
     assert first["machine"]["cores"] >= 1 and first["machine"]["cpu"] and len(first["commit"]) >= 7
     assert "servers" not in first and lines[1]["servers"] == "all servers up"
 
-
-def test_replicas_run_on_their_own_cores_behind_the_gateway(tmp_path, monkeypatch):
-    from contextlib import contextmanager
-    from types import SimpleNamespace
-
-    from sglang_specsot.bench import serving
-
-    started, routed = [], []
-
-    class FakeServer:
-        def __init__(self, target, args, env, log_path):
-            self.base_url = f"http://127.0.0.1:{31000 + len(started)}"
-            started.append(env)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return None
-
-    @contextmanager
-    def fake_gateway(workers, log, policy):
-        routed.append((workers, policy))
-        yield "http://127.0.0.1:30000"
-
-    monkeypatch.setattr("sglang_specsot.launch.ServerProcess", FakeServer)
-    monkeypatch.setattr("sglang_specsot.gateway.gateway", fake_gateway)
-    monkeypatch.setattr("os.cpu_count", lambda: 2)
-    args = SimpleNamespace(replicas=2, policy="round_robin")
-    with serving._served("/m", [], {"A": "1"}, tmp_path, "SoT", args) as (url, replicas):
-        assert url == "http://127.0.0.1:30000"  # bench_serving sends to the gateway
-        assert replicas == ["http://127.0.0.1:31000", "http://127.0.0.1:31001"]  # each flushed before a run
-    assert started == [{"A": "1", "SGLANG_CPU_OMP_THREADS_BIND": "0"}, {"A": "1", "SGLANG_CPU_OMP_THREADS_BIND": "1"}]
-    assert routed == [(replicas, "round_robin")]
