@@ -15,7 +15,7 @@ from sglang.srt.layers.quantization.unquant import UnquantizedEmbeddingMethod, U
 from sglang_specsot.cpu import draft_int8
 from sglang_specsot.cpu.draft_int8 import (
     DRAFT_INT8_ENV, dense_layers, draft_int8_mode, int8_linear, pack_w8a8, plan_from_times, plan_ranges,
-    quantize_draft, quantize_rows, w8a8_available, w8a8_error, w8a8_linear, w8a8_reduce_range,
+    quantize_draft, quantize_rows, w8a8_available, w8a8_linear, w8a8_reduce_range,
 )  # fmt: skip
 
 needs_fbgemm = pytest.mark.skipif(not w8a8_available(), reason="torch has no fbgemm engine here")

@@ -15,7 +15,7 @@ from transformers import AutoTokenizer
 from sglang_specsot.serving.skeleton_constraint import constraint_for, skeleton_processor_for
 from sglang_specsot.sot import SoTConfig, parse_skeleton
 from sglang_specsot.sot.runner import SoTOptions
-from sglang_specsot.sot.skeleton_format import Piece, SkeletonFormat, classify_piece
+from sglang_specsot.sot.skeleton_format import Piece, classify_piece
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.verify_processors import apply_verify_processors, node_output_ids
 
