@@ -28,6 +28,7 @@ from sglang_specsot.speculative.draft_tree import pad_tree
 from sglang_specsot.speculative.drafters import Drafter, Proposal
 from sglang_specsot.speculative.drafters.context import ContextDrafting
 from sglang_specsot.speculative.inputs import SoTDraftInput, SoTVerifyInput
+from sglang_specsot.speculative.malloc_trim import MallocTrim
 from sglang_specsot.speculative.memory import PythonTrace, memory_report
 from sglang_specsot.speculative.policy.config import ADAPTIVE, FIXED, adaptive_config
 from sglang_specsot.speculative.policy.step_policy import StepPolicy
@@ -82,6 +83,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self.verifier = self._eager_or_twin()  # on CUDA, graphs replace it once captured (init_cuda_graphs)
         self._price_at_tiers()
         self._trace = PythonTrace.from_env()  # SGLANG_SPECSOT_TRACEMALLOC: a leak hunt's tracing
+        self.trimmer = MallocTrim.from_env()  # SGLANG_SPECSOT_MALLOC_TRIM_S: kept heap memory returned
         self._loop_logged = False
 
     def _drafter(self, server_args, gpu_id: int, nccl_port: int, target_worker) -> Drafter:
@@ -177,7 +179,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             "budget_mode": FIXED if self.adaptive is None else ADAPTIVE,
             **self.policy.report(),
             **self.drafter.report(),
-            "memory": memory_report(self.context.context, self._trace),
+            "memory": {**memory_report(self.context.context, self._trace), "trim": self.trimmer.report()},
             "omp_spin": self.device_support.thread_report(),
             "verify_graphs": self.verifier.info(),
             "device_step_times": self.telemetry.info(),
@@ -211,6 +213,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             logger.info("SPECSOT worker driven by the %s scheduler loop", loop)
         for rid in self.requests.finished_at_prefill():
             self._forget(rid)
+        self.trimmer.tick()
 
     def _forward_prefill(self, batch, on_publish, pp_proxy_tensors):
         result = self.target_worker.forward_batch_generation(

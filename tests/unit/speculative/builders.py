@@ -17,6 +17,7 @@ from sglang_specsot.speculative.drafters.context import ContextDrafting
 from sglang_specsot.speculative.drafters.model import ModelCosts, ModelDrafting
 from sglang_specsot.speculative.drafters.model_extend import DeferredExtend
 from sglang_specsot.speculative.extend_backlog import ExtendBacklog
+from sglang_specsot.speculative.malloc_trim import MallocTrim
 from sglang_specsot.speculative.policy.acceptance import AcceptanceStats, FirstDraftCalibration
 from sglang_specsot.speculative.policy.config import AdaptiveConfig
 from sglang_specsot.speculative.policy.planning import StepPlan
@@ -73,6 +74,7 @@ def _worker(config, model: CostModel, requests: RequestBook, drafter, step_log) 
     worker.planners = {worker.policy.name: worker.policy, **drafter.policies()}
     worker.device_support, worker._trace, worker._loop_logged = device.NO_DEVICE_SUPPORT, None, True
     worker.verifier = EagerVerify(WINDOW, "a unit test's worker")
+    worker.trimmer = MallocTrim(0.0)  # steps of a unit test never trim the test process's heap
     return worker
 
 
