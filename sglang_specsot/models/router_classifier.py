@@ -3,15 +3,17 @@
 Routing is the hard rules first (code, math, translation, extraction, writing, ...: SoT must
 never touch them), then this classifier, in place of the soft rules that decide without one.
 Its head (`sot/router_head.py`, shipped as sglang_specsot/data/router_classifier.json) is
-trained and chosen here, by one command, on the project's own labelled sets only:
+trained and chosen here, by one command:
 
     python -m sglang_specsot.models.router_classifier train
 
-It cross-validates a small grid (L2 strength x threshold) over 5 category-stratified folds,
-keeps the most accurate setting whose cross-validated precision is at least MIN_PRECISION (a
-wrong SoT costs more than a missed one), refits it on all the training questions and writes
-the head with its provenance. Vicuna-80 and router_holdout2 are never read here: they are the
-checks (`python -m sglang_specsot.sot.router eval vicuna80`).
+It trains on the Skeleton-of-Thought authors' labels of LIMA's questions (third_party/, labelled
+by others than us) and the project's own three hand-written sets; it cross-validates a small grid
+(L2 strength x threshold) over 5 folds stratified by set and category, keeps the most accurate
+setting whose cross-validated precision is at least MIN_PRECISION (a wrong SoT costs more than a
+missed one), refits it on all the training questions and writes the head with its provenance.
+The checks are never read here: the SoT authors' WizardLM labels (the independent one), Vicuna-80
+and router_holdout2 (`python -m sglang_specsot.sot.router eval sot_wizardlm`).
 """
 
 from __future__ import annotations
@@ -36,12 +38,15 @@ from sglang_specsot.sot.router_head import HEAD_PATH, LinearHead, Suitability, l
 
 logger = logging.getLogger(__name__)
 
-TRAIN_SETS = ("router_train", "router_traps", "router_holdout")
-NEVER_TRAINED_ON = ("vicuna80", "router_holdout2")
+TRAIN_SETS = ("sot_lima", "router_train", "router_traps", "router_holdout")
+NEVER_TRAINED_ON = ("sot_wizardlm", "vicuna80", "router_holdout2")
 FOLDS = 5
-L2_GRID = (0.01, 0.03, 0.1, 0.3)
-THRESHOLD_GRID = (0.4, 0.5, 0.6)
-MIN_PRECISION = 0.95
+L2_GRID = (0.01, 0.03, 0.1, 0.3, 1.0)
+THRESHOLD_GRID = (0.3, 0.4, 0.5, 0.6, 0.7)
+# Two labellers' notions of "suits SoT" differ at the edges, so cross-validated precision on
+# their union cannot reach what one author's own sets reached (0.96); 0.85 leaves room above
+# the 0.80 the independent check must show.
+MIN_PRECISION = 0.85
 
 
 @dataclass
@@ -155,8 +160,12 @@ def select(points: Sequence[GridPoint]) -> GridPoint:
     return max(eligible, key=lambda p: (p.agreement.accuracy, p.agreement.precision))
 
 
-def train(out: Path = HEAD_PATH, embedder: SentenceEmbedder | None = None) -> tuple[LinearHead, list[GridPoint]]:
-    data = load_training_set()
+def train(out: Path = HEAD_PATH, embedder: SentenceEmbedder | None = None,
+          sets: Sequence[str] = TRAIN_SETS) -> tuple[LinearHead, list[GridPoint]]:  # fmt: skip
+    checked = sorted(set(sets) & set(NEVER_TRAINED_ON))
+    if checked:
+        raise ValueError(f"{checked} are check sets, never trained on; train on other sets (default {list(TRAIN_SETS)})")
+    data = load_training_set(sets)
     vectors = (embedder or SentenceEmbedder()).encode(data.questions).numpy().astype(np.float64)
     grid = []
     for l2 in L2_GRID:
@@ -166,14 +175,15 @@ def train(out: Path = HEAD_PATH, embedder: SentenceEmbedder | None = None) -> tu
     chosen = select(grid)
     head = fit_head(vectors, data.labels, chosen.l2, chosen.threshold)
     provenance = {
-        "trained_on": list(TRAIN_SETS), "never_trained_on": list(NEVER_TRAINED_ON),
+        "trained_on": list(sets), "never_trained_on": list(NEVER_TRAINED_ON),
         "questions": len(data.questions), "sot_suitable": int(data.labels.sum()),
         "embedding_wheel": f"{WHEEL.pin} sha256={WHEEL_SHA256}",
         "selection": f"{FOLDS}-fold CV (folds: position within set and category mod {FOLDS}) over "
                      f"l2 {list(L2_GRID)} x threshold {list(THRESHOLD_GRID)}, routing as shipped "
                      f"(hard rules, then the classifier); the most accurate with precision >= {MIN_PRECISION}",
         "cross_validated": chosen.row(),
-        "command": "python -m sglang_specsot.models.router_classifier train",
+        "command": "python -m sglang_specsot.models.router_classifier train"
+                   + ("" if tuple(sets) == TRAIN_SETS else " --sets " + " ".join(sets)),
     }  # fmt: skip
     head = LinearHead(head.weights, head.bias, head.threshold, head.embedding, provenance)
     out.write_text(head.to_json() + "\n")
@@ -185,8 +195,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     cmd = sub.add_parser("train", help="cross-validate, choose, refit and write the router head")
     cmd.add_argument("--out", type=Path, default=HEAD_PATH)
+    cmd.add_argument("--sets", nargs="+", default=list(TRAIN_SETS),
+                     help="labelled sets to train on: names or .jsonl paths (default: %(default)s)")
     args = parser.parse_args(argv)
-    head, grid = train(args.out)
+    head, grid = train(args.out, sets=args.sets)
     # The command's report (hence stdout, not logging): the grid, then the chosen point.
     for point in grid:
         sys.stdout.write(json.dumps(point.row()) + "\n")

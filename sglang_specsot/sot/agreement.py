@@ -52,6 +52,10 @@ def measure_agreement(pairs: Iterable[tuple[bool, bool]]) -> RouterAgreement:
 # The package's question sets, found by file path: sot/ may not import sglang_specsot.data
 # (the purity test allows only pure packages), and reading a file needs no import.
 _DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+# Sets labelled by the Skeleton-of-Thought authors, whose question texts are non-commercial:
+# they live in a checkout's third_party/ (provenance and licences in its README), not in the wheel.
+EXTERNAL_DIR = _DATA_DIR.parent.parent / "third_party" / "sot-router-labels"
+EXTERNAL_SETS = {"sot_lima": "lima.jsonl", "sot_wizardlm": "wizardlm.jsonl"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +67,24 @@ class LabelledQuestion:
 
 
 def labelled_set_path(name_or_path: str | Path) -> Path:
-    """A named set shipped in sglang_specsot/data (e.g. "vicuna80"), or a .jsonl file path."""
+    """A named set shipped in sglang_specsot/data (e.g. "vicuna80"), one of the SoT authors'
+    sets in a checkout's third_party/ ("sot_lima", "sot_wizardlm"), or a .jsonl file path."""
     path = Path(name_or_path)
     if path.is_file():
         return path
+    if str(name_or_path) in EXTERNAL_SETS:
+        external = EXTERNAL_DIR / EXTERNAL_SETS[str(name_or_path)]
+        if not external.is_file():
+            raise ValueError(
+                f"question set {str(name_or_path)!r} is not installed: it lives in a checkout of "
+                f"sglang-specsot at third_party/sot-router-labels/ (its question texts are licensed "
+                f"non-commercial, so the wheel leaves it out); run from a checkout or pass the file's path"
+            )
+        return external
     named = _DATA_DIR / f"{name_or_path}.jsonl"
     if named.is_file():
         return named
-    names = sorted(p.stem for p in _DATA_DIR.glob("*.jsonl"))
+    names = sorted([p.stem for p in _DATA_DIR.glob("*.jsonl")] + list(EXTERNAL_SETS))
     raise ValueError(
         f"no question set {str(name_or_path)!r}: give the path of a .jsonl file with "
         f'{{"question": str, "sot_suitable": bool}} lines, or one of the names {names}'
