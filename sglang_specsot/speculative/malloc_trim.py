@@ -15,10 +15,11 @@ Invariant: at most one trim per `interval_s` of the scheduler's steps, none wher
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import os
 import time
+
+from sglang_specsot.speculative.memory import libc_function
 
 TRIM_ENV = "SGLANG_SPECSOT_MALLOC_TRIM_S"
 DEFAULT_INTERVAL_S = 30.0
@@ -28,14 +29,7 @@ _MB = 2**20
 @functools.cache
 def _malloc_trim():
     """glibc's malloc_trim, or None where there is none."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        function = libc.malloc_trim
-    except (OSError, AttributeError):
-        return None
-    function.restype = ctypes.c_int
-    function.argtypes = [ctypes.c_size_t]
-    return function
+    return libc_function("malloc_trim", ctypes.c_int, [ctypes.c_size_t])
 
 
 def rss_mb() -> float | None:

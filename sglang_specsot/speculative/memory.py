@@ -35,17 +35,20 @@ class _MallInfo2(ctypes.Structure):
         "fordblks", "keepcost")]  # fmt: skip
 
 
+def libc_function(name: str, restype, argtypes: list):
+    """The C library's function `name`, typed, or None where the library lacks it."""
+    try:
+        function = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
+    except (OSError, AttributeError):
+        return None
+    function.restype, function.argtypes = restype, argtypes
+    return function
+
+
 @functools.cache
 def _mallinfo2():
     """glibc's mallinfo2, or None where there is none (musl, macOS, glibc < 2.33)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        function = libc.mallinfo2
-    except (OSError, AttributeError):
-        return None
-    function.restype = _MallInfo2
-    function.argtypes = []
-    return function
+    return libc_function("mallinfo2", _MallInfo2, [])
 
 
 def malloc_report() -> dict | None:
