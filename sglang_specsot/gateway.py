@@ -14,7 +14,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from sglang_specsot.launch import free_port
@@ -93,9 +93,7 @@ def served(model_path: str, server_args: list[str], env: dict[str, str], replica
     """The URL clients send to and the `ServerProcess`es behind it: one server, or `replicas`
     servers each on its own cores (SGLANG_CPU_OMP_THREADS_BIND) behind the gateway, as README
     section 5 runs them. Logs go to `logs/NAME-I.log` and `logs/smg-NAME.log` (default: /tmp)."""
-    from contextlib import ExitStack
-
-    from sglang_specsot.launch import ServerProcess
+    from sglang_specsot.launch import ServerProcess  # looked up at call time: tests stand in for it
 
     binds = [{}] if replicas == 1 else [{"SGLANG_CPU_OMP_THREADS_BIND": c} for c in core_sets(replicas)]
     with ExitStack() as stack:
