@@ -23,6 +23,10 @@ WORST_COVERAGE, MAX_BRANCH_LOOPS = 0.6, 0.05
 SPEC_ONLY = ("NGRAM", "SPECSOT-ctx", "STANDALONE", "SPECSOT")
 SOT_ALONE = {"SpecSoT-server": "SoT-server", "SpecSoT-frontend": "SoT-frontend"}
 ROUTER = "SpecSoT-router"
+SOT_CONFIGS = ("SoT-server", "SpecSoT-server", "SoT-frontend", "SpecSoT-frontend")
+# A SoT answer as long as the question needs: its completion tokens over the normal answer's,
+# per question, a median within this range and none above the most.
+TOKENS_RATIO_RANGE, TOKENS_RATIO_MOST = (0.7, 1.3), 1.6
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +54,9 @@ def check(rows: list[Row]) -> list[Goal]:
         goals.extend(_quality(name, row))
         goals.append(_judge(f"{name} judge (calibrated)", row.judge_calibrated if row else ""))
         goals.append(_judge(f"{name} judge (both orders agree)", row.judge if row else ""))
+    for name in SOT_CONFIGS:
+        if name in suitable:
+            goals.extend(_length(name, suitable[name]))
     router = by.get((ROUTER, "unsuitable"))
     goals.append(_at_least(f"{ROUTER} vs plain on unsuitable questions", router.speedup if router else None, 1.0))
     return goals
@@ -139,6 +146,19 @@ def _quality(name: str, row: Row | None) -> list[Goal]:
         Goal(f"{name} skeletons with code or repeated points", flawed, "0", None if flawed is None else flawed == 0),
         Goal(f"{name} points ending mid-sentence or on an empty lead-in", cut, "0",
              None if cut is None else cut == 0),
+    ]  # fmt: skip
+
+
+def _length(name: str, row: Row) -> list[Goal]:
+    """Whether the answers are about as long as the normal ones: speed bought by writing less
+    is no speed-up, and writing more costs time where rows are dear."""
+    low, high = TOKENS_RATIO_RANGE
+    median, most = row.tokens_ratio_median, row.tokens_ratio_max
+    return [
+        Goal(f"{name} tokens / normal answer's, median", median, f"{low:g}-{high:g}",
+             None if median is None else low <= median <= high),
+        Goal(f"{name} tokens / normal answer's, largest", most, f"<= {TOKENS_RATIO_MOST:g}",
+             None if most is None else most <= TOKENS_RATIO_MOST),
     ]  # fmt: skip
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from sglang_specsot.bench.configs import BASELINE, GREEDY_PAIRS
 from sglang_specsot.bench.endings import endings
@@ -52,6 +52,10 @@ class Row:
     asks_addressed: float | None
     judge: str = ""  # "wins/ties/losses" of this answer against the plain one (both orders agree)
     judge_calibrated: str = ""  # the same from log-probabilities, position bias cancelled
+    # Completion tokens over the normal answer's to the same question (every generated token:
+    # skeleton, branches, retries), the median and the largest over the questions.
+    tokens_ratio_median: float | None = None
+    tokens_ratio_max: float | None = None
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -74,6 +78,16 @@ def speedups(cells: dict[tuple[int, str], CellResult], config: str) -> dict[int,
     return out
 
 
+def token_ratios(cells: dict[tuple[int, str], CellResult], config: str) -> dict[int, float]:
+    """Per question: this configuration's completion tokens / plain decoding's, both successful."""
+    out = {}
+    for (qid, name), cell in cells.items():
+        base = cells.get((qid, BASELINE))
+        if name == config and cell.status == OK and base and base.status == OK and base.output_tokens > 0:
+            out[qid] = cell.output_tokens / base.output_tokens
+    return out
+
+
 def summarize(cells: dict[tuple[int, str], CellResult], quality: list[Quality], judged: dict | None = None,
               configs: list[str] | None = None, calibrated: dict | None = None) -> list[Row]:  # fmt: skip
     """A Row for every configuration x subset that has cells."""
@@ -81,12 +95,15 @@ def summarize(cells: dict[tuple[int, str], CellResult], quality: list[Quality], 
     names = configs or list(dict.fromkeys(name for _, name in sorted(cells, key=lambda k: k[1] != BASELINE)))
     rows = []
     for name in names:
-        ups = speedups(cells, name)
+        ups, lengths = speedups(cells, name), token_ratios(cells, name)
         for subset, keep in SUBSETS.items():
             mine = [c for (_, n), c in cells.items() if n == name and keep(c)]
             if mine:
                 verdicts = ((judged or {}).get(name, {}), (calibrated or {}).get(name, {}))
-                rows.append(_row(name, subset, mine, ups, quality_by, *verdicts))
+                ratios = [lengths[c.question_id] for c in mine if c.question_id in lengths]
+                row = _row(name, subset, mine, ups, quality_by, *verdicts)
+                rows.append(replace(row, tokens_ratio_median=statistics.median(ratios) if ratios else None,
+                                    tokens_ratio_max=max(ratios, default=None)))  # fmt: skip
     return rows
 
 
@@ -164,9 +181,11 @@ def per_question(cells: dict[tuple[int, str], CellResult], quality: list[Quality
     out = []
     for key, cell in sorted(cells.items()):
         up = ups.setdefault(cell.config, speedups(cells, cell.config)).get(cell.question_id)
+        base = cells.get((cell.question_id, BASELINE))
+        ratio = cell.output_tokens / base.output_tokens if base and base.output_tokens and cell.status == OK else None
         row = {"question_id": cell.question_id, "config": cell.config, "status": cell.status,
                "reason": cell.reason, "suitable": cell.suitable, "latency": cell.latency, "speedup": up,
-               "tokens": cell.output_tokens, "tokens_per_s": cell.tokens_per_s, "path": cell.path,
+               "tokens": cell.output_tokens, "tokens_ratio": ratio, "tokens_per_s": cell.tokens_per_s, "path": cell.path,
                "skeleton_s": cell.skeleton_seconds, "longest_branch_s": cell.longest_branch,
                "points": cell.points, "accept_length": cell.accept_length, "hit_cap": cell.hit_cap,
                "looped": cell.looped, "fallback": cell.fallback, "empty_points": cell.empty_points,
@@ -185,6 +204,7 @@ def per_question(cells: dict[tuple[int, str], CellResult], quality: list[Quality
 
 COLUMNS = [("config", "config"), ("subset", "subset"), ("ok", "ok"), ("failed", "failed"),
            ("speedup", "speed-up vs plain"), ("latency", "median s"), ("tokens", "out tok"),
+           ("tokens_ratio_median", "tokens / normal (median)"), ("tokens_ratio_max", "(max)"),
            ("tokens_per_s", "tok/s"), ("skeleton_s", "skeleton s"), ("longest_branch_s", "longest branch s"),
            ("points", "points"), ("accept_length", "accept"), ("sot_share", "SoT path"),
            ("fallback", "fallback"),           ("hit_cap", "hit cap"), ("looped", "looped"), ("branch_loops", "branch loops"),
@@ -215,7 +235,8 @@ def markdown(rows: list[Row]) -> str:
 
 
 QUESTION_COLUMNS = [("question_id", "q"), ("config", "config"), ("status", "status"), ("latency", "s"),
-                    ("speedup", "speed-up"), ("tokens", "out tok"), ("path", "path"),
+                    ("speedup", "speed-up"), ("tokens", "out tok"), ("tokens_ratio", "tokens / normal"),
+                    ("path", "path"),
                     ("predicted_ratio", "predicted SoT/normal"), ("points", "points"),
                     ("skeleton_s", "skeleton s"), ("longest_branch_s", "longest branch s"),
                     ("accept_length", "accept"), ("hit_cap", "hit cap"), ("looped", "looped"),

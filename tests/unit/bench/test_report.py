@@ -124,3 +124,21 @@ def test_points_that_end_cut_are_counted_per_configuration_and_per_question():
     goals = {g.name: g for g in check(list(rows.values()))}
     goal = goals["SpecSoT-server points ending mid-sentence or on an empty lead-in"]
     assert (goal.value, goal.met) == (2, False)
+
+
+def test_answer_length_is_each_questions_tokens_over_the_normal_answers_with_a_goal():
+    from sglang_specsot.bench.goals import check
+    from sglang_specsot.bench.report import token_ratios
+
+    cells = cells_of(
+        cell(1, "plain", output_tokens=100), cell(2, "plain", output_tokens=20), cell(3, "plain", output_tokens=300),
+        sot_cell(1, "SoT-server", 5.0), sot_cell(2, "SoT-server", 5.0),  # 40 tokens each
+        sot_cell(3, "SoT-server", 5.0, status=FAILED),
+    )  # fmt: skip
+    assert token_ratios(cells, "SoT-server") == {1: 0.4, 2: 2.0}  # a failed cell has no ratio
+    row = next(r for r in summarize(cells, []) if (r.config, r.subset) == ("SoT-server", "all"))
+    assert (row.tokens_ratio_median, row.tokens_ratio_max) == (pytest.approx(1.2), 2.0)
+    assert [r["tokens_ratio"] for r in per_question(cells, []) if r["config"] == "SoT-server"] == [0.4, 2.0, None]
+    goals = {g.name: g.met for g in check(summarize(cells, []))}
+    assert goals["SoT-server tokens / normal answer's, median"] is True  # 1.2 lies in 0.7-1.3
+    assert goals["SoT-server tokens / normal answer's, largest"] is False  # 2.0 > 1.6
