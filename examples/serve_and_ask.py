@@ -23,9 +23,10 @@ ALGORITHM_ARGS = {
     "NGRAM": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "6"],
     "SPECSOT": ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens", "6"],
 }
-# Small-model settings: a short skeleton, short branches, three running at once.
+# Small-model settings: a short skeleton, three branches running at once; each point aims at
+# its share of the expected answer length within the cap (sot/budget.py).
 SOT_FIELD = {"mode": "auto", "config": {"skeleton_max_tokens": 64, "max_points": 5, "max_running": 3,
-                                        "default_branch_tokens": 96, "router_min_answer_tokens": 1}}  # fmt: skip
+                                        "router_min_answer_tokens": 1}}  # fmt: skip
 
 
 def fetch(name: str) -> str:

@@ -23,9 +23,8 @@ QUESTION_ID = 0
 SERVER_ARGS = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--dtype", "float32",
                "--max-total-tokens", "8192", "--sleep-on-idle", "--mem-fraction-static", "0.3"]  # fmt: skip
 SPECSOT_ARGS = ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens", "6"]
-MAX_NEW_TOKENS = 256  # the normal answer's cap; SoT budgets come from CONFIG
-CONFIG = SoTConfig(skeleton_max_tokens=64, max_points=5, max_running=3, default_branch_tokens=64,
-                   router_min_answer_tokens=1)  # fmt: skip
+MAX_NEW_TOKENS = 256  # the whole answer's cap; each point aims at its share of it (sot/budget.py)
+CONFIG = SoTConfig(skeleton_max_tokens=64, max_points=5, max_running=3, router_min_answer_tokens=1)
 TEMPERATURE = 0.0  # greedy: the run is deterministic
 
 

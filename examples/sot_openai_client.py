@@ -27,7 +27,7 @@ SERVER_ARGS = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--dtype
                "--max-total-tokens", "8192", "--sleep-on-idle", "--mem-fraction-static", "0.3"]  # fmt: skip
 MAX_TOKENS = 256
 SPECSOT = {"mode": "auto", "config": {"skeleton_max_tokens": 64, "max_points": 5, "max_running": 3,
-                                      "default_branch_tokens": 64, "router_min_answer_tokens": 1}}  # fmt: skip
+                                      "router_min_answer_tokens": 1}}  # fmt: skip
 
 
 def fetch(name: str) -> str:

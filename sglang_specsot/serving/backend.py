@@ -10,6 +10,7 @@ from dataclasses import replace
 from sglang_specsot.host import adapter as sgl
 from sglang_specsot.serving.dp_placement import place_answer
 from sglang_specsot.serving.priority import branch_priority
+from sglang_specsot.sot.finish import AimWatch
 from sglang_specsot.sot.loops import LoopWatch
 from sglang_specsot.sot.phases import GenerationAborted, SoTPhaseError
 from sglang_specsot.sot.runner import GenRequest, GenResult, shared_prefix
@@ -42,21 +43,28 @@ class TokenizerManagerBackend:
 
     async def generate(self, request: GenRequest, on_text: Callable[[str], None] | None = None) -> GenResult:
         watch = LoopWatch() if request.stop_on_loop else None
-        obj = self._input(request, stream=on_text is not None or watch is not None)
+        aim = AimWatch(request.end_after) if request.end_after else None
+        obj = self._input(request, stream=on_text is not None or watch is not None or aim is not None)
         incremental = sgl.incremental_streaming_output(self.tokenizer_manager)
-        text, last, looped = "", None, False
+        text, last, ended, keep = "", None, "", None
         async for out in self.tokenizer_manager.generate_request(obj, self.raw_request):
             piece = out["text"] if incremental and obj.stream else out["text"][len(text) :]
             text += piece
             last = out
+            if ended:  # tokens decoded before the abort took hold: not part of the answer
+                continue
             if on_text is not None and piece:
                 on_text(piece)
-            if watch is not None and not looped and watch.feed(piece):
+            if watch is not None and watch.feed(piece):
+                ended = "loop"
+            elif aim is not None:
+                keep = aim.feed(piece, out["meta_info"].get("completion_tokens", 0))
+                ended = "aim" if keep is not None else ""
+            if ended:
                 # End it in the scheduler; the stream still delivers the tokens already
                 # decoded, then the abort, which here is our own ending, not an error.
-                looped = True
                 self.tokenizer_manager.abort_request(obj.rid)
-        result = GenResult.from_meta(text, last["meta_info"], "loop") if looped else _result(text, last["meta_info"])
+        result = _ended(text, last["meta_info"], ended, keep)
         return replace(result, dp_rank=obj.routed_dp_rank) if request.tag.role != PLAIN else result
 
     @contextlib.asynccontextmanager
@@ -142,6 +150,16 @@ class TokenizerManagerBackend:
 
 
 _SPECIAL_TOKENS = 8  # BOS and the like the tokenizer may add to a prompt
+
+
+def _ended(text: str, meta: dict, ended: str, keep: int | None) -> GenResult:
+    """The result of a generation we may have ended ourselves: at a loop (all its text; the
+    merge cuts the loop) or at the sentence that ended past its aim (the text up to it)."""
+    if ended == "loop":
+        return GenResult.from_meta(text, meta, "loop")
+    if ended == "aim":
+        return GenResult.from_meta(text[:keep], meta, "aim")
+    return _result(text, meta)
 
 
 def _result(text: str, meta: dict) -> GenResult:

@@ -1,6 +1,12 @@
-"""Split an answer's completion-token cap between the skeleton and the branches.
+"""How long a SoT answer's parts may be: the length it aims at, and the cap it must fit in.
 
-A client's `max_tokens` caps the whole answer (what OpenAI clients expect), not each
+The aim: a SoT answer about as long as the normal answer would be. The expected normal length
+(the server's recent normal answers, else `EXPECTED_ANSWER_TOKENS`), less the skeleton, is
+shared evenly by the points (`point_target`); each branch is asked for that length, ends at
+its first sentence end past it (sot.finish), and gets `predicted_length_slack` times it as its
+budget, the bound for a point that never ends a sentence.
+
+The cap: a client's `max_tokens` caps the whole answer (what OpenAI clients expect), not each
 generation. The skeleton gets its configured budget, less what `min_points` branches of
 `min_branch_tokens` need; the branches share what the skeleton left. When that cannot hold
 `min_points` branches, the answer is given normally within what is left.
@@ -16,6 +22,33 @@ from sglang_specsot.sot.planner import BranchPlan
 # The shortest skeleton that can hold two short points ("1. Cost\n2. Speed"); a cap that
 # leaves less is no SoT answer.
 MIN_SKELETON_TOKENS = 16
+# Until a server has seen normal answers of its own: the median length of the 1.5B's greedy
+# normal answers to the suitable questions of router_train at a 384-token cap (the tuning set;
+# docs/benchmarks.md#answer-length). Never the held-out questions the reports score on.
+EXPECTED_ANSWER_TOKENS = 319
+# A point of one sentence is about this long: a shorter target would leave points empty.
+MIN_POINT_TOKENS = 24
+# A branch past its aim ends at its next sentence end (sot.finish), half a sentence later on
+# average: the 1.5B's sentences are ~19 tokens (median, tuning answers). The aim leaves it.
+HALF_SENTENCE_TOKENS = 10
+
+
+def expected_tokens(expected: int | None, cap: int | None) -> int:
+    """The normal answer's expected length within the cap (`expected` None: the prior)."""
+    value = EXPECTED_ANSWER_TOKENS if expected is None else expected
+    return value if cap is None else min(cap, value)
+
+
+def point_target(expected: int, skeleton_tokens: int, points: int) -> int:
+    """The tokens after which each of `points` points may end (at its next sentence) for the
+    SoT answer to be about `expected` tokens long: what the skeleton leaves, shared evenly,
+    less the half sentence a point runs on past its aim; at least MIN_POINT_TOKENS.
+
+    Shared evenly because nothing known before the branches run says one point needs more than
+    another; the skeleton counts because its titles are part of the answer a reader gets."""
+    if points < 1:
+        raise ValueError(f"points={points} must be at least 1: a plan has points to share the length")
+    return max(MIN_POINT_TOKENS, (expected - skeleton_tokens) // points - HALF_SENTENCE_TOKENS)
 
 
 def min_sot_tokens(config: SoTConfig) -> int:
@@ -53,7 +86,7 @@ def fit_plan(plan: BranchPlan, budget: int | None, config: SoTConfig) -> BranchP
     branches = [replace(b, max_new_tokens=min(b.max_new_tokens, level)) for b in kept]
     branches.sort(key=lambda b: (-b.max_new_tokens, b.index))
     dropped = tuple(b.point for b in cut) + plan.dropped_points
-    return BranchPlan(tuple(branches), plan.max_running, dropped)
+    return replace(plan, branches=tuple(branches), dropped_points=dropped)
 
 
 def _level(budgets: list[int], total: int) -> int:

@@ -26,12 +26,15 @@ class SoTConfig:
     # branches costs a whole branch duration while an extra row costs almost nothing: run them
     # all (the server bounds it by its max_running limit, 8 by default).
     max_running: int = 8
-    default_branch_tokens: int = 128  # budget of a point without a predicted length
+    # A point's budget where no length is aimed at (a plan made without an expected answer
+    # length); the runner always aims (sot/budget.py), so there max_branch_tokens bounds points.
+    default_branch_tokens: int = 128
     min_branch_tokens: int = 32
     max_branch_tokens: int = 384
-    # Predicted lengths are the model's guess; cutting a branch mid-sentence costs more
-    # quality than a few extra tokens cost time, so budgets get some headroom.
-    predicted_length_slack: float = 1.25
+    # A point's aimed length (the skeleton's "(n)" prediction, else its share of the expected
+    # answer) is a guess the branch keeps only roughly; cutting it mid-sentence costs more
+    # quality than a few extra tokens cost time, so budgets get this much headroom over it.
+    predicted_length_slack: float = 1.5
 
     # Point expansion: SoT pre-fills "i. point" in the assistant turn, but small models
     # then write near-empty expansions, so it is opt-in.

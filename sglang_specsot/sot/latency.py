@@ -36,9 +36,16 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
-from sglang_specsot.sot.budget import fit_plan, skeleton_budget
+from sglang_specsot.sot.budget import (
+    EXPECTED_ANSWER_TOKENS,
+    HALF_SENTENCE_TOKENS,
+    expected_tokens,
+    fit_plan,
+    point_target,
+    skeleton_budget,
+)
 from sglang_specsot.sot.config import SoTConfig
-from sglang_specsot.sot.planner import Branch, BranchPlan
+from sglang_specsot.sot.planner import Branch, BranchPlan, branch_budget
 
 # SoT is chosen only where its predicted time is at most (1 - MARGIN) of the normal answer's:
 # the lengths it prices are expectations, so a near tie goes to the answer that reads best.
@@ -243,10 +250,9 @@ def _finite(value: object) -> bool:
 
 # -- expected lengths ---------------------------------------------------------------------------
 
-# Until a server has seen answers of its own, the lengths of the 16 held-out questions' answers
-# with the 1.5B at a 384-token cap (benchmarks/e2e-holdout1-sot-*/b035232/report.json): normal
-# answers' median 317 tokens; 15 of 16 skeletons had 5 points; branches wrote to their budgets.
-PRIOR_NORMAL_TOKENS = 317
+# Until a server has seen answers of its own: the normal answer's prior length (sot.budget),
+# and five points, what most skeletons of the 1.5B have.
+PRIOR_NORMAL_TOKENS = EXPECTED_ANSWER_TOKENS
 PRIOR_POINTS = 5
 PRIOR_SKELETON_TOKENS = 8 * PRIOR_POINTS  # "1. Keep a regular bedtime\n": about 8 tokens a point
 
@@ -266,6 +272,10 @@ class LengthBook:
     def observe_normal(self, completion_tokens: int) -> None:
         self._push(self._normal, completion_tokens)
 
+    def normal(self) -> int | None:
+        """The median normal answer's completion tokens seen here; None before the first."""
+        return int(statistics.median_low(self._normal)) if self._normal else None
+
     def observe_sot(self, skeleton_tokens: int, branch_tokens: list[int]) -> None:
         self._push(self._skeleton, skeleton_tokens)
         self._push(self._points, len(branch_tokens))
@@ -281,19 +291,22 @@ class LengthBook:
               branch_prompt_tokens: int = 0) -> AnswerShape:  # fmt: skip
         """The expected shape of an answer capped at `cap` completion tokens (None: uncapped):
         the normal answer within the cap; the skeleton within its budget; the points' branches
-        within the budgets sot/budget.py would give them, each at most its recent median.
+        within the budgets the runner would give them (each point aimed at its share of the
+        normal answer's length, sot/budget.py), each at most its recent median, else where a
+        point ends: half a sentence past its aim.
         `branch_prompt_tokens` counts the branches' shared prompt without the skeleton's points,
         which the shape adds as the skeleton expected."""
-        normal = _median(self._normal, PRIOR_NORMAL_TOKENS)
+        normal = expected_tokens(self.normal(), cap)
         skeleton = min(_median(self._skeleton, PRIOR_SKELETON_TOKENS), skeleton_budget(config, cap))
         points = self.points(config)
+        aim = point_target(normal, skeleton, points)
         left = None if cap is None else max(0, cap - skeleton)
-        branches = (Branch(i, str(i), config.default_branch_tokens, None) for i in range(points))
+        branches = (Branch(i, str(i), branch_budget(aim, config), None) for i in range(points))
         plan = fit_plan(BranchPlan(tuple(branches), config.max_running), left, config)
         budgets = [b.max_new_tokens for b in plan.branches] if plan is not None else [config.min_branch_tokens]
-        typical = _median(self._branch, max(budgets))
+        typical = _median(self._branch, aim + HALF_SENTENCE_TOKENS)  # a point ends past its aim
         return AnswerShape(
-            normal if cap is None else min(cap, normal), skeleton, tuple(min(b, typical) for b in budgets),
+            normal, skeleton, tuple(min(b, typical) for b in budgets),
             config.max_running, prompt_tokens, skeleton_prompt_tokens,
             branch_prompt_tokens + skeleton if branch_prompt_tokens else 0,
         )  # fmt: skip

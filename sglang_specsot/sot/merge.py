@@ -89,11 +89,15 @@ def drop_cut_sentence(text: str) -> str:
     text = text.strip()
     if text.count(_FENCE) % 2:  # cut inside a code block: the block goes
         text = text[: text.rfind(_FENCE)].rstrip()
-    ends = [m.end() for m in _SENTENCE_END.finditer(text)
-            if not _ABBREVIATION.search(text[max(0, m.start() - 8) : m.start() + 1])]  # fmt: skip
+    ends = [m.end() for m in _SENTENCE_END.finditer(text) if not is_abbreviation(text[: m.start() + 1])]
     if not ends:
         return _last_clause(text)
     return drop_lead_in(_BARE_MARKER.sub("", text[: ends[-1]].rstrip()))  # "...:\n1." keeps no bare "1."
+
+
+def is_abbreviation(text: str) -> bool:
+    """Whether `text` ends in an abbreviation's period ("e.g."), which ends no sentence."""
+    return bool(_ABBREVIATION.search(text[-8:]))
 
 
 def _last_clause(text: str) -> str:

@@ -31,6 +31,10 @@ class GenRequest:
     # End the generation once its text loops (sot.loops.LoopWatch); a backend that cannot
     # watch its text as it decodes leaves the loop to the merge, which cuts it.
     stop_on_loop: bool = False
+    # Once this many tokens are generated, end at the first complete sentence (sot.finish):
+    # a point held near its aimed length without being cut. None: run to EOS or the budget.
+    # A backend that cannot watch its text as it decodes leaves it to the budget.
+    end_after: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +44,7 @@ class GenResult:
     text: str  # generated text only (no prompt, no pre-fill)
     prompt_tokens: int
     completion_tokens: int
-    finish_reason: str  # "stop" | "length" | "abort" | "loop" (ended by stop_on_loop)
+    finish_reason: str  # "stop" | "length" | "abort" | "loop" (stop_on_loop) | "aim" (end_after)
     # Verify forwards the generation took (SGLang's `spec_verify_ct`); 0 on a server that does
     # not speculate. completion_tokens / verify_steps is SGLang's `spec_accept_length`.
     verify_steps: int = 0
@@ -60,7 +64,8 @@ class GenResult:
 
 def ended_by(result: GenResult) -> str:
     """Why a generation ended: "loop" when its text ends repeating itself (whatever stopped
-    it), else "budget" (its token cap), "stop" or "abort"."""
+    it), else "budget" (its token cap), "stop", "aim" (a sentence ended past `end_after`) or
+    "abort"."""
     if find_loop(result.text) is not None:
         return "loop"
     return {"length": "budget"}.get(result.finish_reason, result.finish_reason)
@@ -134,7 +139,7 @@ class BranchResult:
 
     @property
     def ended(self) -> str:
-        """Why the branch ended: "loop" (its tail repeats), "budget", "stop" or "abort"."""
+        """Why the branch ended: "loop" (its tail repeats), "budget", "stop", "aim" or "abort"."""
         return ended_by(self.result)
 
 

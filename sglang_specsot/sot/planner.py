@@ -29,6 +29,9 @@ class BranchPlan:
     branches: tuple[Branch, ...]  # start order: largest budget first, ties by skeleton order
     max_running: int
     dropped_points: tuple[str, ...] = ()  # points past the branch cap, never expanded
+    # The length each point is asked to take (sot.budget.point_target); None: the prompt asks
+    # for its default length and budgets come from predictions or default_branch_tokens.
+    point_tokens: int | None = None
 
     @property
     def points(self) -> tuple[str, ...]:
@@ -43,8 +46,9 @@ class BranchPlan:
         return BranchScheduler(self)
 
 
-def plan_branches(parse: SkeletonParse, config: SoTConfig = DEFAULT_CONFIG) -> BranchPlan:
-    """Cap the points, budget each from its predicted length, and order longest first."""
+def plan_branches(parse: SkeletonParse, config: SoTConfig = DEFAULT_CONFIG, point_tokens: int | None = None) -> BranchPlan:
+    """Cap the points, budget each from its predicted length (else from `point_tokens`, the
+    length each point is aimed at), and order longest first."""
     if parse.outcome != PLAN:
         raise ValueError(
             f"plan_branches needs a parse with outcome 'plan', got {parse.outcome!r} "
@@ -52,21 +56,28 @@ def plan_branches(parse: SkeletonParse, config: SoTConfig = DEFAULT_CONFIG) -> B
         )
     kept, dropped = parse.points[: config.branch_cap], parse.points[config.branch_cap :]
     branches = [
-        Branch(i, p.text, _budget(p.predicted_tokens, config), p.predicted_tokens)
+        Branch(i, p.text, branch_budget(_aim(p.predicted_tokens, point_tokens), config), p.predicted_tokens)
         for i, p in enumerate(kept)
     ]
     # Longest-processing-time first: the longest branch bounds the answer's latency, so it
     # must not be the one left waiting for a free slot.
     branches.sort(key=lambda b: (-b.max_new_tokens, b.index))
-    plan = BranchPlan(tuple(branches), config.max_running, tuple(p.text for p in dropped))
+    plan = BranchPlan(tuple(branches), config.max_running, tuple(p.text for p in dropped), point_tokens)
     logger.debug("planned %d branches, %d dropped", len(branches), len(dropped))
     return plan
 
 
-def _budget(predicted: int | None, config: SoTConfig) -> int:
-    if predicted is None:
+def _aim(predicted: int | None, point_tokens: int | None) -> int | None:
+    return predicted if predicted is not None else point_tokens
+
+
+def branch_budget(aim: int | None, config: SoTConfig) -> int:
+    """A branch's max_new_tokens for a point aimed at `aim` tokens (the skeleton's prediction
+    or the answer's point target): headroom over the aim (`predicted_length_slack`), so the
+    branch ends its last sentence before the budget does; `default_branch_tokens` without one."""
+    if aim is None:
         return config.default_branch_tokens
-    wanted = round(predicted * config.predicted_length_slack)
+    wanted = round(aim * config.predicted_length_slack)
     return max(config.min_branch_tokens, min(config.max_branch_tokens, wanted))
 
 

@@ -45,6 +45,12 @@ _EXPAND_SYSTEM = (
 _SKELETON_INSTRUCTIONS = "The answer will be written under these instructions; plan it for them:\n{instructions}"
 _EXPAND_INSTRUCTIONS = "The user's instructions, which your part follows too:\n{instructions}"
 _EXPAND_REMINDER = "Follow the user's instructions: {instructions}\n"
+# What a point aimed at up to n tokens is asked for (sot.budget.point_target): small models
+# keep to a count of sentences better than to a count of words, but not exactly. The 1.5B's
+# sentences are about 19 tokens (median, tuning answers) and its branches write one or two
+# more than asked (often restating the title first), so each sentence asked is ~30 tokens.
+_LENGTHS = ((60, "one or two sentences"), (90, "two or three sentences"), (130, "three or four sentences"))
+_LONGEST, _DEFAULT_LENGTH = "four to six sentences", "two to four sentences"
 _ROUTE_SYSTEM = "You decide how a question should be answered. You reply with one word."
 _ROUTE_USER = (
     "Question: {question}\n\n"
@@ -114,8 +120,12 @@ def expansion_prompt(
     instructions: str | None = None,
     system_role: bool = True,
     lead_in: bool = False,
+    point_tokens: int | None = None,
 ) -> ChatPrompt:
     """Ask to write only point `index` (0-based) as a short paragraph, seeing the whole skeleton.
+
+    `point_tokens` is the length the point is aimed at (sot.budget.point_target), asked for as
+    a number of sentences (`length_phrase`); None asks for two to four.
 
     `instructions` is the client's system prompt, if any: each point is written under it.
     `lead_in` pre-fills the point's title and a colon ("Use time management apps:"), so the
@@ -137,7 +147,7 @@ def expansion_prompt(
     user = (
         f"Question: {question}\n\nThe answer follows this skeleton:\n"
         f"{format_skeleton(points)}\n\n"
-        "You write one of these points: one short paragraph of two to four sentences, prose "
+        f"You write one of these points: one short paragraph of {length_phrase(point_tokens)}, prose "
         "without a list, with the facts, examples or steps a complete answer gives for it. "
         "Start with the content itself: do not repeat the point's title, the question or the "
         "skeleton, do not number your text, and stop before any other point.\n"
@@ -151,6 +161,13 @@ def expansion_prompt(
     if instructions:
         system += "\n\n" + _EXPAND_INSTRUCTIONS.format(instructions=instructions)
     return ChatPrompt(_with_system(system, [("user", user)], system_role), prefix)
+
+
+def length_phrase(point_tokens: int | None) -> str:
+    """The sentences a point aimed at `point_tokens` tokens is asked for ("two or three sentences")."""
+    if point_tokens is None:
+        return _DEFAULT_LENGTH
+    return next((phrase for most, phrase in _LENGTHS if point_tokens <= most), _LONGEST)
 
 
 def route_prompt(question: str, *, system_role: bool = True) -> ChatPrompt:

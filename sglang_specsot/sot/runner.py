@@ -20,11 +20,18 @@ from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from sglang_specsot.sot.asks import cover_asks, derived_parse
-from sglang_specsot.sot.budget import fit_plan, min_sot_tokens, remaining, skeleton_budget
+from sglang_specsot.sot.budget import (
+    expected_tokens,
+    fit_plan,
+    min_sot_tokens,
+    point_target,
+    remaining,
+    skeleton_budget,
+)
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
 from sglang_specsot.sot.latency import LatencyDecision
 from sglang_specsot.sot.merge import MergedPoint, clean_expansion, drop_cut_sentence, format_point, merge_answer
-from sglang_specsot.sot.planner import BranchPlan, plan_branches
+from sglang_specsot.sot.planner import Branch, BranchPlan, plan_branches
 from sglang_specsot.sot.prompts import expansion_prompt, format_skeleton, normal_messages, skeleton_prompt
 from sglang_specsot.sot.router import QuestionClassifier, RouteDecision, hard_route, route_question, system_route
 from sglang_specsot.sot.skeleton import parse_skeleton
@@ -76,6 +83,9 @@ class SoTOptions:
     # and in mode "auto" the hard rules read it too (a system prompt that asks for code,
     # JSON or brevity keeps the answer normal, whatever the question).
     system_prompt: str | None = None
+    # The normal answer's expected completion tokens (the server's recent normal answers to
+    # suitable questions), which a SoT answer aims to match (sot.budget); None: the prior.
+    expected_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -95,6 +105,9 @@ class SoTOptions:
             raise ValueError(
                 f"classifier must be a callable question -> Suitability or None, got {self.classifier!r}"
             )
+        expected = self.expected_tokens
+        if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool) or expected < 1):
+            raise ValueError(f"expected_tokens={expected!r} must be a positive integer (tokens) or None for the prior")
         system = self.system_prompt
         if system is not None and not (isinstance(system, str) and system.strip()):
             raise ValueError(f"system_prompt must be non-empty text or None, got {system!r}")
@@ -202,7 +215,7 @@ def branch_requests(
     for branch in plan.branches:
         chat = expansion_prompt(
             question, points, branch.index, prefill_header=options.config.prefill_point_header,
-            instructions=options.system_prompt,
+            instructions=options.system_prompt, point_tokens=plan.point_tokens,
         )  # fmt: skip
         requests[branch.index] = GenRequest(
             chat.render(render),
@@ -210,8 +223,15 @@ def branch_requests(
             SoTTag(group, BRANCH, branch.index, n),
             chat.assistant_prefix,
             stop_on_loop=True,
+            end_after=_end_after(branch, plan),
         )
     return requests
+
+
+def _end_after(branch: Branch, plan: BranchPlan) -> int | None:
+    """Where a branch may end at its next sentence: its aimed length, within its budget."""
+    aim = branch.predicted_tokens or plan.point_tokens
+    return None if aim is None else min(aim, branch.max_new_tokens)
 
 
 # A retried branch needs room to write a sentence or two; with less left it keeps its title.
@@ -219,7 +239,7 @@ RETRY_MIN_TOKENS = 16
 
 
 def retry_request(
-    question: str, points: Sequence[str], render: Render, options: SoTOptions, first: GenRequest, result: GenResult
+    question: str, plan: BranchPlan, render: Render, options: SoTOptions, first: GenRequest, result: GenResult
 ) -> GenRequest | None:
     """A second request for a branch that stopped after writing only its point's title, or
     None when the first answer stands.
@@ -229,7 +249,7 @@ def retry_request(
     title and a colon pre-filled, they write the point's content, where a pre-filled header
     "3. Use ..." gets nothing. The retry gets what is left of the branch's budget, so the
     answer stays within its cap."""
-    index = first.tag.point
+    index, points = first.tag.point, plan.points
     if not options.config.retry_empty_points or result.finish_reason != "stop" or ended_by(result) != "stop":
         return None
     if merged_point(points, index, result.text).expansion:
@@ -237,8 +257,11 @@ def retry_request(
     left = first.max_new_tokens - result.completion_tokens
     if left < RETRY_MIN_TOKENS:
         return None
-    chat = expansion_prompt(question, points, index, instructions=options.system_prompt, lead_in=True)
-    return GenRequest(chat.render(render), left, first.tag, chat.assistant_prefix, stop_on_loop=first.stop_on_loop)
+    chat = expansion_prompt(question, points, index, instructions=options.system_prompt, lead_in=True,
+                            point_tokens=plan.point_tokens)  # fmt: skip
+    end_after = None if first.end_after is None else max(1, min(left, first.end_after - result.completion_tokens))
+    return GenRequest(chat.render(render), left, first.tag, chat.assistant_prefix, stop_on_loop=first.stop_on_loop,
+                      end_after=end_after)  # fmt: skip
 
 
 def shared_prefix(prompts: Iterable[str]) -> str:
@@ -330,25 +353,29 @@ async def run_sot(
         return assemble_answer(group, NORMAL, route.decision.reason, route, started, normal=normal)
     skeleton = await _skeleton(question, backend, render, options, group, emit)
     left = remaining(options.max_new_tokens, skeleton.result.completion_tokens)
-    plan, reason = _fitted_plan(skeleton, left, options.config)
+    plan, reason = _fitted_plan(skeleton, left, options)
     if plan is None:
         normal = await _normal(question, backend, render, options, group, to_answer, left)
         return assemble_answer(group, NORMAL, reason, route, started, skeleton=skeleton, normal=normal)
     requests = branch_requests(question, plan, render, options, group)
     releaser = PointReleaser(plan.points, to_answer)
-    retry = lambda request, result: retry_request(question, plan.points, render, options, request, result)  # noqa: E731
+    retry = lambda request, result: retry_request(question, plan, render, options, request, result)  # noqa: E731
     branches = await run_branches(backend, plan, requests, releaser.finish, retry)
     merge = merge_phase(branches)
     assert merge.merged.text == releaser.released, "streamed points differ from the merged answer"
     return assemble_answer(group, SOT, route.decision.reason, route, started, skeleton, branches, merge)
 
 
-def _fitted_plan(skeleton: SkeletonPhase, left: int | None, config: SoTConfig) -> tuple[BranchPlan | None, str]:
-    """The branch plan within what the cap `left` after the skeleton, or (None, why not)."""
-    parse = skeleton.parse
+def _fitted_plan(skeleton: SkeletonPhase, left: int | None, options: SoTOptions) -> tuple[BranchPlan | None, str]:
+    """The branch plan, each point aimed at its share of the expected answer length, within
+    what the cap `left` after the skeleton; or (None, why not)."""
+    parse, config = skeleton.parse, options.config
     if not parse.is_plan:
         return None, f"skeleton {parse.outcome}: {parse.reason}"
-    plan = fit_plan(plan_branches(parse, config), left, config)
+    expected = expected_tokens(options.expected_tokens, options.max_new_tokens)
+    points = min(len(parse.points), config.branch_cap)
+    target = point_target(expected, skeleton.result.completion_tokens, points)
+    plan = fit_plan(plan_branches(parse, config, target), left, config)
     if plan is None:
         return None, f"the {left} tokens the cap left after the skeleton cannot hold {config.min_points} branches"
     return plan, ""

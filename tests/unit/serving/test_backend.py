@@ -84,6 +84,27 @@ def test_without_the_watch_a_loop_is_left_to_the_merge_and_nothing_streams():
     assert tm.aborted == [] and tm.streamed == [False] and result.text == CLAUSE * 12
 
 
+POINT = ("A planner shows the whole week at a glance. It keeps deadlines in sight, so nothing is "
+         "forgotten. Reviewing it each morning sets the day's priorities. It also helps")  # fmt: skip
+
+
+def test_a_branch_past_its_aim_ends_at_its_next_sentence_and_keeps_the_text_up_to_it():
+    tm = _TokenizerManager(POINT)  # four characters a token
+    request = GenRequest("prompt", 64, SoTTag("g1", BRANCH, 0, 2), end_after=13)
+    result = asyncio.run(_backend(tm).generate(request))
+    # 13 tokens are reached at 54 characters, inside the second sentence: it is the last.
+    assert result.text == "A planner shows the whole week at a glance. It keeps deadlines in sight, so nothing is forgotten."
+    assert result.finish_reason == "aim" and tm.aborted == ["specsot-g1-branch-1"] and tm.streamed == [True]
+    assert result.completion_tokens > len(result.text) // 4  # the tokens decoded before the abort count
+
+
+def test_a_branch_that_ends_before_its_aim_is_left_alone():
+    text = "A planner shows the whole week."
+    tm = _TokenizerManager(text)
+    result = asyncio.run(_backend(tm).generate(GenRequest("prompt", 64, SoTTag("g1", BRANCH, 0, 2), end_after=40)))
+    assert tm.aborted == [] and result.text == text and result.finish_reason == "stop"
+
+
 def test_an_abort_the_backend_did_not_ask_for_is_an_abort_not_bad_input():
     tm = _TokenizerManager("Some text that is long enough to take several steps to stream out.")
     tm.aborted.append("someone else")  # /abort_request or a disconnect: no status code

@@ -1,12 +1,23 @@
-"""Splitting an answer's token cap between the skeleton and the branches (sot.budget)."""
+"""The length a SoT answer aims at, and splitting its token cap between the skeleton and the branches (sot.budget)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from sglang_specsot.sot import SoTConfig
-from sglang_specsot.sot.budget import fit_plan, min_sot_tokens, remaining, skeleton_budget
+from sglang_specsot.sot.budget import (
+    EXPECTED_ANSWER_TOKENS,
+    HALF_SENTENCE_TOKENS,
+    MIN_POINT_TOKENS,
+    expected_tokens,
+    fit_plan,
+    min_sot_tokens,
+    point_target,
+    remaining,
+    skeleton_budget,
+)
 from sglang_specsot.sot.planner import Branch, BranchPlan
 
 CONFIG = SoTConfig()
@@ -57,3 +68,24 @@ def test_a_fitted_plan_never_exceeds_its_budget(budgets, budget):
     assert fitted.total_budget <= budget
     assert all(b.max_new_tokens >= CONFIG.min_branch_tokens for b in fitted.branches)
     assert len(fitted.branches) + len(fitted.dropped_points) == len(budgets)
+
+
+def test_the_answer_aims_at_the_normal_answers_length_within_the_cap():
+    assert expected_tokens(None, None) == EXPECTED_ANSWER_TOKENS  # the prior, until one is seen
+    assert expected_tokens(250, None) == 250 and expected_tokens(250, 120) == 120
+
+
+def test_points_share_what_the_skeleton_leaves_evenly_and_never_below_a_sentence():
+    # 52 each, less the half sentence a point runs on past its aim before it ends one.
+    assert point_target(300, 40, 5) == 52 - HALF_SENTENCE_TOKENS
+    assert point_target(300, 40, 4) == 65 - HALF_SENTENCE_TOKENS  # fewer points: each one longer
+    assert point_target(120, 40, 10) == MIN_POINT_TOKENS  # 8 each would leave the points empty
+    with pytest.raises(ValueError, match="points=0"):
+        point_target(300, 40, 0)
+
+
+@given(st.integers(40, 2000), st.integers(0, 160), st.integers(2, 10))
+def test_the_aimed_points_and_the_skeleton_add_up_to_the_expected_length(expected, skeleton, points):
+    ends = point_target(expected, skeleton, points) + HALF_SENTENCE_TOKENS  # where points end, on average
+    if ends > MIN_POINT_TOKENS + HALF_SENTENCE_TOKENS:
+        assert expected - points < skeleton + points * ends <= expected

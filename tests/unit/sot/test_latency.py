@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from sglang_specsot.sot import SoTConfig
+from sglang_specsot.sot.budget import EXPECTED_ANSWER_TOKENS
 from sglang_specsot.sot.latency import (
     MARGIN,
+    PRIOR_SKELETON_TOKENS,
     AnswerShape,
     LengthBook,
     RowCosts,
@@ -134,14 +136,19 @@ def test_bad_inputs_are_refused_naming_the_value_and_the_fix(make, named):
 def test_the_length_book_starts_from_priors_and_follows_what_it_sees():
     book, config = LengthBook(window=3), SoTConfig()
     prior = book.shape(config, None)
-    assert len(prior.branch_tokens) == 5 and set(prior.branch_tokens) == {config.default_branch_tokens}
+    # Five points share what the prior normal length leaves after the prior skeleton.
+    aim = (EXPECTED_ANSWER_TOKENS - PRIOR_SKELETON_TOKENS) // 5
+    assert prior.normal_tokens == EXPECTED_ANSWER_TOKENS and book.normal() is None
+    assert prior.branch_tokens == (aim,) * 5
     assert book.shape(config, 100).normal_tokens == 100  # the cap bounds the normal answer
     for tokens in (60, 70, 80, 90):
         book.observe_normal(tokens)
     book.observe_sot(24, [40, 50, 45])
     seen = book.shape(config, None)
-    assert seen.normal_tokens == 80 and seen.skeleton_tokens == 24  # the last 3: 70, 80, 90
-    assert seen.branch_tokens == (45, 45, 45)
+    assert seen.normal_tokens == 80 == book.normal() and seen.skeleton_tokens == 24  # the last 3: 70, 80, 90
+    # Three points aimed at (80 - 24) // 3 = 18 tokens, raised to a sentence (24); their budget,
+    # 24 with the slack's headroom, is below the 45 the branches wrote.
+    assert seen.branch_tokens == (round(24 * config.predicted_length_slack),) * 3
     assert book.info()["seen"] == {"normal": 3, "sot": 1}
 
 

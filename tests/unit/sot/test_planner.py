@@ -40,6 +40,14 @@ def test_budgets_are_clamped_and_get_slack():
     assert plan.total_budget == 40 + 200 + 150 + config.default_branch_tokens
 
 
+def test_an_aimed_length_budgets_the_points_without_a_prediction_and_goes_with_the_plan():
+    config = SoTConfig(predicted_length_slack=1.5)
+    plan = plan_branches(_parse(("a", None), ("b", 100), ("c", None)), config, point_tokens=60)
+    assert {b.point: b.max_new_tokens for b in plan.branches} == {"a": 90, "b": 150, "c": 90}
+    assert plan.point_tokens == 60  # the branches' prompts ask for it
+    assert plan_branches(_parse(("a", None), ("b", None)), config).point_tokens is None
+
+
 def test_ties_break_by_skeleton_order():
     plan = plan_branches(_parse(("a", 100), ("b", 200), ("c", 100), ("d", 200)))
     assert [b.point for b in plan.branches] == ["b", "d", "a", "c"]

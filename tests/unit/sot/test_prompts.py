@@ -11,6 +11,7 @@ from sglang_specsot.sot import (
     parse_skeleton,
     skeleton_prompt,
 )
+from sglang_specsot.sot.prompts import length_phrase
 
 QUESTION = "How can I improve my time management skills?"
 POINTS = ["Set clear goals", "Prioritize tasks", "Take breaks"]
@@ -104,3 +105,16 @@ def test_the_clients_system_prompt_goes_into_every_sot_prompt_after_the_shared_p
     assert user == f"{head}\nFollow the user's instructions: {system}\n{last}"
     folded = expansion_prompt(QUESTION, POINTS, 1, instructions=system, system_role=False)
     assert folded.messages[0]["role"] == "user" and system in folded.messages[0]["content"]
+
+
+@pytest.mark.parametrize("tokens, phrase", [
+    (None, "two to four sentences"), (24, "one or two sentences"), (60, "one or two sentences"),
+    (61, "two or three sentences"), (90, "two or three sentences"), (130, "three or four sentences"),
+    (131, "four to six sentences"),
+])  # fmt: skip
+def test_a_points_aimed_length_is_asked_as_sentences_in_the_shared_part(tokens, phrase):
+    assert length_phrase(tokens) == phrase
+    first, second = (expansion_prompt("Q?", ["A", "B"], i, point_tokens=tokens).turns[-1][1] for i in (0, 1))
+    assert f"one short paragraph of {phrase}," in first
+    shared = first[: first.rfind("\n")]
+    assert phrase in shared and second.startswith(shared)  # the radix cache shares it

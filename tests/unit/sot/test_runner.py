@@ -12,6 +12,8 @@ import pytest
 
 from sglang_specsot.sot import SoTConfig, merge_answer
 from sglang_specsot.sot.merge import format_point
+from sglang_specsot.sot.budget import EXPECTED_ANSWER_TOKENS, HALF_SENTENCE_TOKENS
+from sglang_specsot.sot.prompts import length_phrase
 from sglang_specsot.sot.runner import (
     ANSWER_CHANNEL,
     BRANCH,
@@ -289,10 +291,31 @@ def test_a_cap_drops_later_points_before_starving_every_branch():
     fake = FakeBackend(skeleton, endless=True)
     answer = run(run_sot(QUESTION, fake, render, SoTOptions(mode="on", max_new_tokens=200)))
     # 200 - the skeleton's 21 words leave 179: five branches of at least min_branch_tokens (32).
+    # Ten points would share those 179 as 17 each, raised to a sentence (24) and budgeted 36
+    # with the slack; five share the 179 as 35 each.
     assert answer.skeleton.result.completion_tokens == 21
     assert answer.branches.plan.points == ("Point one", "Point 2", "Point 3", "Point 4", "Point 5")
     assert answer.branches.plan.dropped_points[:2] == ("Point 6", "Point 7")
+    assert answer.branches.plan.point_tokens == 24
     assert {r.max_new_tokens for r in fake.of_role(BRANCH)} == {35}
+    assert {r.end_after for r in fake.of_role(BRANCH)} == {24}  # the aim, within the budget
+
+
+@pytest.mark.parametrize("expected, cap", [(None, None), (150, None), (600, None), (600, 300)])
+def test_the_points_aim_at_their_share_of_the_expected_answer_and_are_asked_for_it(expected, cap):
+    fake = FakeBackend()
+    answer = run(run_sot(QUESTION, fake, render, SoTOptions(mode="on", max_new_tokens=cap, expected_tokens=expected)))
+    plan, skeleton = answer.branches.plan, answer.skeleton.result.completion_tokens
+    share = (min(cap or 10**6, expected or EXPECTED_ANSWER_TOKENS) - skeleton) // len(plan.branches)
+    aim = share - HALF_SENTENCE_TOKENS  # a point ends at its first sentence end past its aim
+    assert plan.point_tokens == aim
+    budgets = [r.max_new_tokens for r in fake.of_role(BRANCH)]
+    if cap is None:  # headroom over the aim, so a branch ends its own last sentence
+        assert set(budgets) == {round(aim * SoTConfig().predicted_length_slack)}
+    else:  # the cap first
+        assert skeleton + sum(budgets) <= cap and min(budgets) >= aim
+    assert all(f"one short paragraph of {length_phrase(aim)}," in r.prompt for r in fake.of_role(BRANCH))
+    assert {r.end_after for r in fake.of_role(BRANCH)} == {aim}
 
 
 class OvershootingSkeleton(FakeBackend):
@@ -356,8 +379,8 @@ def test_empty_and_duplicate_points_are_dropped():
 
 def test_a_branch_that_never_ends_stops_at_its_budget():
     fake = FakeBackend(endless=True)
-    answer = run(run_sot(QUESTION, fake, render, options(default_branch_tokens=48, min_branch_tokens=16)))
-    assert {r.max_new_tokens for r in fake.of_role(BRANCH)} == {48}
+    answer = run(run_sot(QUESTION, fake, render, options(max_branch_tokens=48, default_branch_tokens=48, min_branch_tokens=16)))
+    assert {r.max_new_tokens for r in fake.of_role(BRANCH)} == {48}  # the aim's budget, capped at 48
     assert {b.result.completion_tokens for b in answer.branches.results} == {48}
     assert answer.finish_reason == "length"
     assert run(run_sot(QUESTION, FakeBackend(), render, options())).finish_reason == "stop"
@@ -411,7 +434,8 @@ def test_cancelling_the_answer_mid_branch_leaves_no_branch_running():
     "kwargs",
     [{"mode": "sometimes"}, {"max_new_tokens": 0}, {"max_new_tokens": True},
      {"skeleton_logit_processor": ""}, {"config": {"max_points": 3}},
-     {"system_prompt": ""}, {"system_prompt": "  "}, {"system_prompt": 3}],  # fmt: skip
+     {"system_prompt": ""}, {"system_prompt": "  "}, {"system_prompt": 3},
+     {"expected_tokens": 0}, {"expected_tokens": True}, {"expected_tokens": 250.0}],  # fmt: skip
 )
 def test_bad_options_are_value_errors(kwargs):
     with pytest.raises(ValueError):
@@ -663,7 +687,7 @@ class TitleOnly(FakeBackend):
 
 def test_a_branch_that_writes_only_its_title_is_asked_once_more_with_the_title_led_in():
     fake = TitleOnly()
-    answer = run(run_sot(QUESTION, fake, render, options(default_branch_tokens=40)))
+    answer = run(run_sot(QUESTION, fake, render, options(max_branch_tokens=40, default_branch_tokens=40)))
     assert answer.answer.split("\n")[1] == "2. Avoid distractions. Silence the phone and close the mail."
     first, second = [r for r in fake.of_role(BRANCH) if r.tag.point == 1]
     assert second.tag == first.tag and second.prefill == "Avoid distractions:"
@@ -682,7 +706,7 @@ def test_a_branch_that_writes_only_its_title_is_asked_once_more_with_the_title_l
     ({"again": " Avoid distractions."}, {}),  # empty again: asked twice at most
     ({"finish": "length"}, {}),  # cut by its budget: nothing is left to ask with
     ({}, {"retry_empty_points": False}),
-    ({}, {"default_branch_tokens": 19, "min_branch_tokens": 8}),  # 15 tokens left: too few for content
+    ({}, {"max_branch_tokens": 19, "default_branch_tokens": 19, "min_branch_tokens": 8}),  # 15 left: too few
 ])  # fmt: skip
 def test_a_title_only_branch_keeps_its_title_when_asking_again_cannot_help(kwargs, config):
     fake = TitleOnly(**kwargs)
