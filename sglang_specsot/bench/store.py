@@ -18,7 +18,7 @@ class Branch:
     end: float
     tokens: int
     finish_reason: str
-    ended: str = ""  # the trace's why: "stop", "budget", "loop" or "abort" ("": not recorded)
+    ended: str = ""  # the trace's why: "stop", "aim", "budget", "loop" or "abort" ("": not recorded)
 
 
 @dataclass(frozen=True, slots=True)
