@@ -70,21 +70,26 @@ def _geomean(values: list[float]) -> float | None:
 
 def speedups(cells: dict[tuple[int, str], CellResult], config: str) -> dict[int, float]:
     """Per question: plain decoding's latency / this configuration's, both successful."""
-    out = {}
-    for (qid, name), cell in cells.items():
-        base = cells.get((qid, BASELINE))
-        if name == config and cell.status == OK and base and base.status == OK and cell.latency > 0:
-            out[qid] = base.latency / cell.latency
-    return out
+    return _against_plain(cells, config, lambda cell, base: base.latency / cell.latency if cell.latency > 0 else None)
 
 
 def token_ratios(cells: dict[tuple[int, str], CellResult], config: str) -> dict[int, float]:
     """Per question: this configuration's completion tokens / plain decoding's, both successful."""
+    ratio = lambda cell, base: cell.output_tokens / base.output_tokens if base.output_tokens > 0 else None  # noqa: E731
+    return _against_plain(cells, config, ratio)
+
+
+def _against_plain(cells: dict[tuple[int, str], CellResult], config: str,
+                   compare: Callable[[CellResult, CellResult], float | None]) -> dict[int, float]:  # fmt: skip
+    """Per question where this configuration's cell and plain's both succeeded: `compare(cell,
+    plain's cell)`, where it gives a value."""
     out = {}
     for (qid, name), cell in cells.items():
         base = cells.get((qid, BASELINE))
-        if name == config and cell.status == OK and base and base.status == OK and base.output_tokens > 0:
-            out[qid] = cell.output_tokens / base.output_tokens
+        if name == config and cell.status == OK and base and base.status == OK:
+            value = compare(cell, base)
+            if value is not None:
+                out[qid] = value
     return out
 
 
