@@ -183,11 +183,11 @@ def greedy_equality(cells: dict[tuple[int, str], CellResult]) -> dict[str, dict]
 def per_question(cells: dict[tuple[int, str], CellResult], quality: list[Quality]) -> list[dict]:
     quality_by = {(q.question_id, q.config): asdict(q) for q in quality}
     ups: dict[str, dict[int, float]] = {}
+    lengths: dict[str, dict[int, float]] = {}
     out = []
     for key, cell in sorted(cells.items()):
         up = ups.setdefault(cell.config, speedups(cells, cell.config)).get(cell.question_id)
-        base = cells.get((cell.question_id, BASELINE))
-        ratio = cell.output_tokens / base.output_tokens if base and base.output_tokens and cell.status == OK else None
+        ratio = lengths.setdefault(cell.config, token_ratios(cells, cell.config)).get(cell.question_id)
         row = {"question_id": cell.question_id, "config": cell.config, "status": cell.status,
                "reason": cell.reason, "suitable": cell.suitable, "latency": cell.latency, "speedup": up,
                "tokens": cell.output_tokens, "tokens_ratio": ratio, "tokens_per_s": cell.tokens_per_s, "path": cell.path,

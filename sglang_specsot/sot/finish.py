@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import re
 
-from sglang_specsot.sot.merge import is_abbreviation
+from sglang_specsot.sot.merge import SENTENCE_TERMINAL, is_abbreviation
 
 # A sentence end confirmed by what follows it: . ! ? or an ellipsis, then closing quotes,
 # brackets or emphasis, then whitespace. "3.14" and "e.g." are no end; nor is a list
 # marker ("2. ") at the start of a line.
-_END = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]*_]*(?=\s)")
+_END = re.compile(SENTENCE_TERMINAL + r"(?=\s)")
 _MARKER_LINE = re.compile(r"(?:^|\n)[ \t]*(?:\d{1,3}|[a-zA-Z])[.)]$")
 
 

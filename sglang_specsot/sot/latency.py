@@ -37,7 +37,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 from sglang_specsot.sot.budget import (
-    EXPECTED_ANSWER_TOKENS,
     HALF_SENTENCE_TOKENS,
     expected_tokens,
     fit_plan,
@@ -250,9 +249,8 @@ def _finite(value: object) -> bool:
 
 # -- expected lengths ---------------------------------------------------------------------------
 
-# Until a server has seen answers of its own: the normal answer's prior length (sot.budget),
-# and five points, what most skeletons of the 1.5B have.
-PRIOR_NORMAL_TOKENS = EXPECTED_ANSWER_TOKENS
+# Until a server has seen answers of its own: five points, what most skeletons of the 1.5B
+# have (the normal answer's prior length is sot.budget's).
 PRIOR_POINTS = 5
 PRIOR_SKELETON_TOKENS = 8 * PRIOR_POINTS  # "1. Keep a regular bedtime\n": about 8 tokens a point
 
@@ -317,7 +315,7 @@ class LengthBook:
 
     def info(self) -> dict:
         return {"seen": {"normal": len(self._normal), "sot": len(self._skeleton)},
-                "median_normal_tokens": _median(self._normal, PRIOR_NORMAL_TOKENS),
+                "median_normal_tokens": expected_tokens(self.normal(), None),
                 "median_skeleton_tokens": _median(self._skeleton, PRIOR_SKELETON_TOKENS),
                 "median_points": _median(self._points, PRIOR_POINTS)}  # fmt: skip
 

@@ -68,7 +68,8 @@ def merge_answer(points: Sequence[str], expansions: Mapping[int, str]) -> Merged
 # A sentence ends at . ! ? (closing quotes, brackets or emphasis may follow) before a space,
 # and a line at its break (a list item or heading needs no period). A closing bracket alone
 # ends nothing: "For example, the National Institutes of Health (NIH)" is cut.
-_SENTENCE_END = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]*_]*(?=\s|$)|\n")
+SENTENCE_TERMINAL = r"[.!?\u2026][\"'\u201d\u2019)\]*_]*"  # an end mark and its closers
+_SENTENCE_END = re.compile(SENTENCE_TERMINAL + r"(?=\s|$)|\n")
 _ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|vs|cf|approx|incl)\.)$", re.IGNORECASE)
 _BARE_MARKER = re.compile(r"\n\s*(?:\d{1,2}[.)]|[-*])$")  # a list item cut right after its marker
 _CLAUSE_END = re.compile(r"[,;](?=\s)")

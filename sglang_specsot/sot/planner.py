@@ -56,7 +56,7 @@ def plan_branches(parse: SkeletonParse, config: SoTConfig = DEFAULT_CONFIG, poin
         )
     kept, dropped = parse.points[: config.branch_cap], parse.points[config.branch_cap :]
     branches = [
-        Branch(i, p.text, branch_budget(_aim(p.predicted_tokens, point_tokens), config), p.predicted_tokens)
+        Branch(i, p.text, branch_budget(point_aim(p.predicted_tokens, point_tokens), config), p.predicted_tokens)
         for i, p in enumerate(kept)
     ]
     # Longest-processing-time first: the longest branch bounds the answer's latency, so it
@@ -67,7 +67,9 @@ def plan_branches(parse: SkeletonParse, config: SoTConfig = DEFAULT_CONFIG, poin
     return plan
 
 
-def _aim(predicted: int | None, point_tokens: int | None) -> int | None:
+def point_aim(predicted: int | None, point_tokens: int | None) -> int | None:
+    """The tokens a point is aimed at: the skeleton's prediction for it, else the answer's
+    point target; None with neither."""
     return predicted if predicted is not None else point_tokens
 
 

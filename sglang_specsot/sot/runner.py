@@ -31,7 +31,7 @@ from sglang_specsot.sot.budget import (
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
 from sglang_specsot.sot.latency import LatencyDecision
 from sglang_specsot.sot.merge import MergedPoint, clean_expansion, drop_cut_sentence, format_point, merge_answer
-from sglang_specsot.sot.planner import Branch, BranchPlan, plan_branches
+from sglang_specsot.sot.planner import Branch, BranchPlan, plan_branches, point_aim
 from sglang_specsot.sot.prompts import expansion_prompt, format_skeleton, normal_messages, skeleton_prompt
 from sglang_specsot.sot.router import QuestionClassifier, RouteDecision, hard_route, route_question, system_route
 from sglang_specsot.sot.skeleton import parse_skeleton
@@ -230,7 +230,7 @@ def branch_requests(
 
 def _end_after(branch: Branch, plan: BranchPlan) -> int | None:
     """Where a branch may end at its next sentence: its aimed length, within its budget."""
-    aim = branch.predicted_tokens or plan.point_tokens
+    aim = point_aim(branch.predicted_tokens, plan.point_tokens)
     return None if aim is None else min(aim, branch.max_new_tokens)
 
 
