@@ -1,0 +1,46 @@
+"""Offline scoring of a head: greedy chain decoding replayed over held-out answers.
+
+Under greedy verification a draft is kept while it equals the target's argmax, so the target's
+own answer, teacher-forced, decides every verify step: `teacher.chain_hits` gives how many
+drafts the target keeps from each base position, and `teacher.walk` steps through the answer
+as decoding would (one verify per base, then on past what it kept). The accept length is
+tokens per verify step, the bonus token included, as SGLang reports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from sglang_specsot.models.eagle3.head import Eagle3Head
+from sglang_specsot.models.eagle3.teacher import chain_hits, step_inputs, teacher, walk
+
+
+@dataclass(frozen=True)
+class ChainScore:
+    accept_length: float  # tokens per verify step, bonus included
+    tokens: int
+    verifies: int
+    step_acc: tuple[float, ...]  # per draft step: share of base positions drafted right, given the earlier steps were
+
+
+def score(head: Eagle3Head, seqs: list[dict], embed: torch.Tensor, head_rows: torch.Tensor, steps: int) -> ChainScore:
+    if not seqs:
+        raise ValueError("no held-out sequences to score the head on")
+    tokens = verifies = 0
+    alive = [0] * (steps + 1)
+    target_ids = head.target_ids()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for seq in seqs:
+            t = teacher(seq, head_rows, head.t2d)
+            logits = [x[0] for x in head.unroll(seq["aux"].float()[None], lambda ids: embed[ids].float(),
+                                                step_inputs(seq, steps), steps)]  # fmt: skip
+            hits = chain_hits(logits, t, target_ids)
+            n, v = walk(hits, seq["start"], seq["ids"].numel())
+            tokens, verifies = tokens + n, verifies + v
+            bases = hits[seq["start"] - 1 : seq["ids"].numel() - 2]
+            for k in range(steps + 1):
+                alive[k] += int((bases >= k).sum())
+    acc = tuple(round(alive[k + 1] / alive[k], 4) if alive[k] else 0.0 for k in range(steps))
+    return ChainScore(round(tokens / max(1, verifies), 4), tokens, verifies, acc)

@@ -1,0 +1,129 @@
+"""`python -m sglang_specsot.models train-eagle3 TARGET`: answers, features, vocabulary,
+training, held-out score, export. Every stage keeps its output in the work directory and is
+skipped when done, so the command is rerun to resume after a stop at any point."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from sglang_specsot.models.eagle3.answers import write_answers
+from sglang_specsot.models.eagle3.evaluate import score
+from sglang_specsot.models.eagle3.export import export_head
+from sglang_specsot.models.eagle3.features import load_features, write_features
+from sglang_specsot.models.eagle3.head import HeadShape
+from sglang_specsot.models.eagle3.store import read_rows
+from sglang_specsot.models.eagle3.train import TargetParts, TrainConfig, init_head, train
+
+logger = logging.getLogger(__name__)
+
+PROMPTS = Path(__file__).resolve().parents[2] / "data" / "eagle3_prompts.jsonl"
+
+
+@dataclass(frozen=True)
+class Plan:
+    target: str  # the target's checkpoint directory
+    work: Path
+    out: Path
+    prompts: Path = PROMPTS
+    limit: int | None = None  # the first N prompts only (a quick look)
+    max_tokens: int = 384
+    concurrency: int = 48
+    draft_vocab: int = 16384
+    train: TrainConfig = TrainConfig()
+
+
+def target_config(target: str) -> dict:
+    path = Path(target, "config.json")
+    if not path.exists():
+        raise ValueError(f"{target} has no config.json; TARGET is a fetched model's name or a checkpoint directory")
+    return json.loads(path.read_text())
+
+
+def target_parts(target: str, vocab: torch.Tensor, layers: int) -> TargetParts:
+    """The target's embedding, LM head rows of `vocab`, final norm and last MLP, read from
+    its safetensors (the whole model is not loaded)."""
+    from safetensors import safe_open
+
+    tensors = {}
+    for f in sorted(Path(target).glob("*.safetensors")):
+        with safe_open(str(f), "pt") as st:
+            for key in st.keys():
+                tensors[key] = (f, key)
+
+    def get(key: str) -> torch.Tensor:
+        f, k = tensors[key]
+        with safe_open(str(f), "pt") as st:
+            return st.get_tensor(k)
+
+    embed = get("model.embed_tokens.weight")
+    lm_head = get("lm_head.weight") if "lm_head.weight" in tensors else embed
+    last = f"model.layers.{layers - 1}.mlp"
+    mlp = {name: get(f"{last}.{name}.weight") for name in ("gate_proj", "up_proj", "down_proj")}
+    return TargetParts(embed, lm_head[vocab].clone(), get("model.norm.weight"), mlp)
+
+
+def draft_vocabulary(answers: list[dict], size: int, vocab_size: int, always: list[int]) -> torch.Tensor:
+    """The `size` target ids most frequent in the training answers (SpecForge's rule), with
+    the end-of-turn ids always in; ties go to the lower id, so the choice is deterministic."""
+    if size > vocab_size:
+        raise ValueError(f"--draft-vocab {size} is larger than the target's vocabulary ({vocab_size})")
+    counts = Counter(t for row in answers if row["split"] == "train" for t in row["answer_ids"])
+    ranked = [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    chosen = list(dict.fromkeys([t for t in always if t < vocab_size] + ranked))[:size]
+    rest = (t for t in range(vocab_size) if t not in set(chosen))
+    while len(chosen) < size:  # fewer distinct tokens than rows: fill with the lowest unused ids
+        chosen.append(next(rest))
+    return torch.tensor(sorted(chosen), dtype=torch.long)
+
+
+def end_ids(config: dict, target: str) -> list[int]:
+    ids = config.get("eos_token_id")
+    gen = Path(target, "generation_config.json")
+    if gen.exists():
+        ids = json.loads(gen.read_text()).get("eos_token_id", ids)
+    return [int(i) for i in (ids if isinstance(ids, list) else [ids] if ids is not None else [])]
+
+
+def run(plan: Plan, progress=None) -> Path:
+    config = target_config(plan.target)
+    prompts = read_rows(plan.prompts)[: plan.limit]
+    if not prompts:
+        raise ValueError(f"{plan.prompts} holds no prompts")
+    plan.work.mkdir(parents=True, exist_ok=True)
+    answers_path = write_answers(plan.target, prompts, plan.work / "answers.jsonl", plan.max_tokens,
+                                 plan.concurrency, plan.work / "server.log")  # fmt: skip
+    order = {(p["id"], p["prompt"]): i for i, p in enumerate(prompts)}
+    latest = {(r["id"], r["prompt"]): r for r in read_rows(answers_path) if (r["id"], r["prompt"]) in order}
+    answers = sorted(latest.values(), key=lambda r: order[(r["id"], r["prompt"])])
+    shape = HeadShape.from_target(config, plan.draft_vocab)
+    paths = write_features(plan.target, answers, plan.work / "features", shape.aux_layer_ids)
+    vocab = draft_vocabulary(answers, plan.draft_vocab, shape.vocab_size, end_ids(config, plan.target))
+    parts = target_parts(plan.target, vocab, int(config["num_hidden_layers"]))
+    head = init_head(shape, vocab, parts, plan.train.seed)
+    train_seqs, held = load_features(paths, "train"), load_features(paths, "heldout")
+    logger.info("training on %d sequences (%d tokens); %d held out", len(train_seqs),
+                sum(int(s["ids"].numel()) for s in train_seqs), len(held))  # fmt: skip
+    train(head, train_seqs, parts, plan.train, plan.work, progress)
+    result = score(head, held, parts.embed, parts.head_rows, plan.train.steps)
+    covered = _coverage(held, head.t2d)
+    logger.info("held out: accept length %.3f (chain of %d), step accuracy %s, draft vocabulary covers %.4f",
+                result.accept_length, plan.train.steps, result.step_acc, covered)  # fmt: skip
+    provenance = {
+        "target": str(plan.target), "prompts": str(plan.prompts), "prompt_count": len(prompts),
+        "answers": {"max_tokens": plan.max_tokens, "greedy": True, "count": len(answers)},
+        "train": asdict(plan.train), "draft_vocab": plan.draft_vocab,
+        "train_tokens": sum(int(s["ids"].numel()) for s in train_seqs),
+        "heldout": {**asdict(result), "sequences": len(held), "vocab_coverage": covered},
+    }  # fmt: skip
+    return export_head(head, plan.target, plan.out, provenance)
+
+
+def _coverage(seqs: list[dict], t2d: torch.Tensor) -> float:
+    ids = torch.cat([s["ids"][s["start"] :].long() for s in seqs]) if seqs else torch.zeros(0, dtype=torch.long)
+    return round(float(t2d[ids].float().mean()), 4) if ids.numel() else 0.0
