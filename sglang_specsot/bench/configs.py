@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sglang_specsot.speculative.draft_kind import DraftKind, config_of, draft_kind
+
 NORMAL, SERVER_SOT, FRONTEND = "normal", "server_sot", "frontend"  # how a cell asks
 ALL, SUITABLE, UNSUITABLE = "all", "suitable", "unsuitable"  # which questions a cell runs on
 BASELINE = "plain"
@@ -63,11 +65,20 @@ class CellConfig:
 SPECSOT_ADAPTIVE = ("--speculative-adaptive",)
 
 
+def baseline_algorithm(draft: str | None) -> str:
+    """SGLang's own algorithm for a draft: EAGLE3 (or EAGLE) for a head, by its config's
+    architectures as SPECSOT reads them; STANDALONE for a draft model or a registry name."""
+    if not draft or config_of(draft) is None:
+        return "STANDALONE"
+    return {DraftKind.EAGLE3: "EAGLE3", DraftKind.EAGLE: "EAGLE"}.get(draft_kind(draft), "STANDALONE")
+
+
 def servers(
     draft_path: str | None, ngram_tokens: int = 6, steps: int = 4, token_map: str | None = None
 ) -> dict[str, ServerSpec]:  # fmt: skip
-    """Plain, NGRAM, SPECSOT from the SoT context alone and, with a draft, STANDALONE and
-    SPECSOT with the draft (the same chain; SPECSOT's window holds 3 context nodes more).
+    """Plain, NGRAM, SPECSOT from the SoT context alone and, with a draft, SGLang's own
+    algorithm for it (STANDALONE, or EAGLE3 for an EAGLE-3 head; the server is named after it)
+    and SPECSOT with the draft (the same chain; SPECSOT's window holds 3 context nodes more).
     `token_map`: SPECSOT's draft LM head keeps only its tokens (--speculative-token-map)."""
     out = [
         ServerSpec("plain", (), DELAY_SAMPLE),
@@ -78,16 +89,18 @@ def servers(
     if draft_path:
         chain = ("--speculative-draft-model-path", draft_path, "--speculative-num-steps", str(steps),
                  "--speculative-eagle-topk", "1")  # fmt: skip
-        out.append(ServerSpec("standalone", ("--speculative-algorithm", "STANDALONE", *chain,
-                                             "--speculative-num-draft-tokens", str(steps + 1))))  # fmt: skip
+        algorithm = baseline_algorithm(draft_path)
+        out.append(ServerSpec(algorithm.lower(), ("--speculative-algorithm", algorithm, *chain,
+                                                  "--speculative-num-draft-tokens", str(steps + 1))))  # fmt: skip
         hot = ("--speculative-token-map", token_map) if token_map else ()
         out.append(ServerSpec("specsot", ("--speculative-algorithm", "SPECSOT", *chain, *hot,
                                           "--speculative-num-draft-tokens", str(steps + 4), *SPECSOT_ADAPTIVE)))  # fmt: skip
     return {s.name: s for s in out}
 
 
-def matrix(has_draft: bool) -> list[CellConfig]:
-    """Every configuration, baseline first. SpecSoT runs on the draft server when there is one."""
+def matrix(has_draft: bool, baseline: str = "STANDALONE") -> list[CellConfig]:
+    """Every configuration, baseline first. SpecSoT runs on the draft server when there is one;
+    `baseline` names SGLang's own algorithm for the draft (`baseline_algorithm`)."""
     spec = "specsot" if has_draft else "specsot-ctx"
     cells = [
         CellConfig(BASELINE, "plain", NORMAL),
@@ -98,7 +111,7 @@ def matrix(has_draft: bool) -> list[CellConfig]:
         CellConfig("SPECSOT-ctx", "specsot-ctx", NORMAL),
     ]
     if has_draft:
-        cells += [CellConfig("STANDALONE", "standalone", NORMAL), CellConfig("SPECSOT", "specsot", NORMAL)]
+        cells += [CellConfig(baseline, baseline.lower(), NORMAL), CellConfig("SPECSOT", "specsot", NORMAL)]
     cells += [
         CellConfig("SoT-server", "plain", SERVER_SOT, "on"),
         # Mode "auto" on the same server: the router, then the latency model on the server's
@@ -110,6 +123,9 @@ def matrix(has_draft: bool) -> list[CellConfig]:
         CellConfig("SoT-server-skeleton", "plain", SERVER_SOT, "on", sot_config=(("derive_skeleton", False),)),
         CellConfig("SoT-frontend", "plain", FRONTEND, "on"),
         CellConfig("SoT+NGRAM", "ngram", SERVER_SOT, "on"),
+        # SoT's branches over SGLang's own drafting with the same draft: what SPECSOT's merge of
+        # the draft with the SoT context adds on the same branches.
+        *([CellConfig(f"SoT+{baseline}", baseline.lower(), SERVER_SOT, "on")] if has_draft else []),
         CellConfig("SpecSoT-server", spec, SERVER_SOT, "on"),
         CellConfig("SpecSoT-frontend", spec, FRONTEND, "on"),
         CellConfig("SpecSoT-router", spec, SERVER_SOT, "auto", UNSUITABLE),

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from sglang_specsot.bench.cells import Question, Settings
-from sglang_specsot.bench.configs import matrix, select, servers
+from sglang_specsot.bench.configs import baseline_algorithm, matrix, select, servers
 from sglang_specsot.bench.runner import RunPlan
 from sglang_specsot.bench.store import CELLS_FILE, RUN_FILE, check_run_settings, load
 from sglang_specsot.costs.memory import available_bytes, weight_file_bytes
@@ -80,7 +80,7 @@ def plan_from_args(args) -> RunPlan:
 
     questions = pick_questions(load_questions(args.questions), args.limit, args.suitable, args.unsuitable)
     check_models(args.target, args.draft)
-    configs = select(matrix(bool(args.draft)), args.configs.split(",") if args.configs else None)
+    configs = select(matrix(bool(args.draft), baseline_algorithm(args.draft)), args.configs.split(",") if args.configs else None)
     sot_config = json.loads(args.sot_config) if args.sot_config else None
     if sot_config is not None:
         from sglang_specsot.sot import SoTConfig

@@ -20,7 +20,7 @@ VS_PLAIN, VS_SPEC, VS_SOT, MIN_COVERAGE = 3.0, 1.5, 1.5, 0.9
 # The quality bar: no question's answer below this coverage, loop-ended branches
 # under this share, no skeleton with code or a repeated point, and no point that ends cut.
 WORST_COVERAGE, MAX_BRANCH_LOOPS = 0.6, 0.05
-SPEC_ONLY = ("NGRAM", "SPECSOT-ctx", "STANDALONE", "SPECSOT")
+SPEC_ONLY = ("NGRAM", "SPECSOT-ctx", "STANDALONE", "EAGLE3", "EAGLE", "SPECSOT")
 SOT_ALONE = {"SpecSoT-server": "SoT-server", "SpecSoT-frontend": "SoT-frontend"}
 ROUTER = "SpecSoT-router"
 SOT_CONFIGS = ("SoT-server", "SpecSoT-server", "SoT-frontend", "SpecSoT-frontend")

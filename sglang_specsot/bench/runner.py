@@ -37,7 +37,7 @@ COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-
 MEM_FRACTION = "0.9"
 START_RETRIES, RETRY_PAUSE = 1, 30
 STATE_FILE = "server_state.jsonl"  # each SPECSOT server's /server_info "specsot" part, as it stopped
-SERVER_ORDER = ("plain", "specsot", "specsot-ctx", "ngram", "standalone")
+SERVER_ORDER = ("plain", "specsot", "specsot-ctx", "ngram", "standalone", "eagle3", "eagle")
 # `warm_up`: asked of every fresh server, untimed, its answers thrown away. No question set
 # holds this text or a negative id.
 WARM_UP_QUESTION = Question(-1, "What are some tips for keeping houseplants healthy?", True)

@@ -64,3 +64,23 @@ def test_select_keeps_the_baseline_and_names_unknown_configurations():
     assert [c.name for c in chosen] == [BASELINE, "SpecSoT-server"]
     with pytest.raises(ValueError, match="STANDALONE.*known here"):
         select(matrix(False), ["STANDALONE"])
+
+
+def test_an_eagle3_head_is_compared_with_sglangs_eagle3(tmp_path):
+    import json
+
+    from sglang_specsot.bench.configs import baseline_algorithm
+
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle3"]}))
+    assert baseline_algorithm(str(head)) == "EAGLE3"
+    assert baseline_algorithm("qwen2.5-coder-0.5b") == baseline_algorithm(None) == "STANDALONE"
+    specs = servers(str(head), steps=4)
+    assert "standalone" not in specs and specs["eagle3"].algorithm == "EAGLE3"
+    assert str(head) in specs["eagle3"].args and str(head) in specs["specsot"].args
+    cells = {c.name: c for c in matrix(True, "EAGLE3")}
+    assert cells["EAGLE3"].server == "eagle3" and "STANDALONE" not in cells
+    sot = cells["SoT+EAGLE3"]  # SoT's branches over SGLang's own drafting with the same head
+    assert (sot.server, sot.kind, sot.mode) == ("eagle3", SERVER_SOT, "on")
+    assert {c.server for c in cells.values()} <= set(specs)
