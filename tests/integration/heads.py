@@ -35,3 +35,21 @@ def eagle3_head_dir(target: str, out: Path, **extra) -> str:
     aux = {"eagle_aux_hidden_state_layer_ids": [1, layers // 2, layers - 4]}
     fields = {"eagle_config": aux, "draft_vocab_size": config["vocab_size"], **extra}
     return head_dir(target, out, "LlamaForCausalLMEagle3", **fields)
+
+
+def exported_eagle3_head(target: str, out: Path, draft_vocab: int = 4096) -> str:
+    """An untrained EAGLE-3 head for `target` as `train-eagle3` writes one (its weights in
+    safetensors, a reduced draft vocabulary, the target's tokenizer), so SGLang loads it with
+    its real loader: the export's names, dtypes and vocabulary maps go through the server."""
+    import torch
+
+    from sglang_specsot.models.eagle3.export import export_head
+    from sglang_specsot.models.eagle3.head import HeadShape
+    from sglang_specsot.models.eagle3.pipeline import target_config, target_parts
+    from sglang_specsot.models.eagle3.train import init_head
+
+    config = target_config(target)
+    vocab = torch.arange(draft_vocab)  # the lowest ids: a stand-in for the most frequent ones
+    parts = target_parts(target, vocab, int(config["num_hidden_layers"]))
+    head = init_head(HeadShape.from_target(config, draft_vocab), vocab, parts, seed=0)
+    return str(export_head(head, target, out, {"untrained": True}))

@@ -1,5 +1,6 @@
-"""SPECSOT drafting with an EAGLE-3 head on this CPU: SmolLM2-135M (float32) and a randomly
-initialised one-layer head reading three of its layers, SGLang's EAGLE V2 draft worker under
+"""SPECSOT drafting with an EAGLE-3 head on this CPU: SmolLM2-135M (float32) and an untrained
+one-layer head reading three of its layers, exported as `train-eagle3` writes one (4,096 draft
+ids) and loaded by SGLang's own loader, SGLang's EAGLE V2 draft worker under
 SPECSOT's worker, the SoT context filling the rest of each verify window.
 
 Proves: greedy output token-identical to plain decoding on 36 prompts at batch sizes 1..8, the
@@ -32,7 +33,7 @@ from tests.integration.conftest import (
     leak_checked_server,
     scheduler_loop_line,
 )
-from tests.integration.heads import eagle3_head_dir, head_dir
+from tests.integration.heads import eagle3_head_dir, exported_eagle3_head, head_dir
 from tests.integration.parity import POINTS, mismatches, run_batches
 from tests.stats import goodness_of_fit
 
@@ -49,11 +50,12 @@ DUMMY = ["--speculative-draft-load-format", "dummy"]
 
 @pytest.fixture(scope="module")
 def head(smollm2_path, tmp_path_factory) -> str:
-    return eagle3_head_dir(smollm2_path, tmp_path_factory.mktemp("eagle3") / "head")
+    """A head as `train-eagle3` exports one (untrained, 4,096 draft ids), loaded for real."""
+    return exported_eagle3_head(smollm2_path, tmp_path_factory.mktemp("eagle3") / "head")
 
 
-def _head_args(head: str) -> list[str]:
-    return COMMON + ["--speculative-algorithm", "SPECSOT", "--speculative-draft-model-path", head] + DUMMY
+def _head_args(head: str, load: list[str] = ()) -> list[str]:
+    return COMMON + ["--speculative-algorithm", "SPECSOT", "--speculative-draft-model-path", head, *load]
 
 
 @pytest.fixture(scope="module", params=["overlap", "no-overlap"], ids=lambda m: f"eagle3-{m}-full_layout-static_shape")
@@ -163,7 +165,7 @@ def test_eagle3_head_leaves_the_context_its_accepted_drafts(smollm2_path, head, 
 def test_eagle3_head_of_another_hidden_size_is_refused_at_launch(smollm2_path, tmp_path):
     # A head trained for a wider target (12 heads of 64, as SGLang validates a config first).
     bad = eagle3_head_dir(smollm2_path, tmp_path / "head", hidden_size=768, num_attention_heads=12, num_key_value_heads=4)
-    server = ServerProcess(smollm2_path, _head_args(bad), log_path=tmp_path / "server.log", startup_timeout=300)
+    server = ServerProcess(smollm2_path, _head_args(bad, DUMMY), log_path=tmp_path / "server.log", startup_timeout=300)
     with pytest.raises(RuntimeError, match="exited"):
         server.start()
     log = server.log_path.read_text()
@@ -176,7 +178,7 @@ def test_an_eagle2_head_drafts_through_the_same_path(smollm2_path, smollm2_parit
     """An EAGLE(-2) head (the target's last hidden state, no aux layers) is served the same way."""
     head = head_dir(smollm2_path, tmp_path / "eagle2", "LlamaForCausalLMEagle")
     prompts, ids = smollm2_parity
-    args = _head_args(head) + CHAIN
+    args = _head_args(head, DUMMY) + CHAIN
     with ServerProcess(smollm2_path, args, log_path=tmp_path / "server.log", env=FIXED_WINDOW_ENV) as server:
         results = run_batches(server, prompts[:15], MAX_NEW)  # batches of 1 to 5
         kind = server.get("/server_info")["internal_states"][0]["specsot"]["draft_kind"]
