@@ -1,4 +1,4 @@
-"""Speculative decoding on this CPU, side by side: plain, NGRAM, STANDALONE and SPECSOT.
+"""Speculative decoding on this CPU, side by side: plain, NGRAM, STANDALONE (or EAGLE3) and SPECSOT.
 
 All servers run at once (idle ones sleep) and are measured in alternating rounds on the same
 prompts, so machine drift hits every configuration alike. Each server's cache is flushed
@@ -11,7 +11,8 @@ branches from its Vicuna answer. Two prompt sets:
              program sends)
 Configurations: plain decoding, NGRAM and SPECSOT-ctx (SoT-context drafting, no second model);
 with --draft also STANDALONE and SPECSOT with that draft model, both with a --steps chain
-(SPECSOT adds up to 3 SoT-context nodes to it). With --adaptive, each SPECSOT config also
+(SPECSOT adds up to 3 SoT-context nodes to it); where --draft is an EAGLE-3 head (e.g. one
+`python -m sglang_specsot.models train-eagle3` wrote), SGLang's EAGLE3 takes STANDALONE's place. With --adaptive, each SPECSOT config also
 runs with --speculative-adaptive ("+ad"); SPECSOT sizes its drafts from its measured cost
 model without the flag too, so "+ad" runs the same policy unless a config file is given.
 With --fixed, each also runs drafting its whole window every step ("-fixed",
@@ -41,6 +42,7 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from sglang_specsot.bench.cells import flush_cache
+from sglang_specsot.bench.configs import baseline_algorithm
 from sglang_specsot.cpu.draft_int8 import DRAFT_INT8_ENV
 from sglang_specsot.data import load_questions
 from sglang_specsot.launch import ServerProcess
@@ -80,8 +82,9 @@ def configs(
     if draft_path:
         shape = ["--speculative-draft-model-path", draft_path, "--speculative-num-steps", str(steps),
                  "--speculative-eagle-topk", str(topk)]  # fmt: skip
-        out["STANDALONE"] = ["--speculative-algorithm", "STANDALONE", *shape,
-                             "--speculative-num-draft-tokens", str(model_tree)]  # fmt: skip
+        algorithm = baseline_algorithm(draft_path)  # STANDALONE, or EAGLE3 for an EAGLE-3 head
+        out[algorithm] = ["--speculative-algorithm", algorithm, *shape,
+                          "--speculative-num-draft-tokens", str(model_tree)]  # fmt: skip
         out["SPECSOT"] = ["--speculative-algorithm", "SPECSOT", *shape,
                           "--speculative-num-draft-tokens", str(model_tree + 3)]  # fmt: skip
     if token_map and draft_path:
@@ -214,7 +217,7 @@ def main() -> None:
     parser.add_argument("--workloads", default="vicuna,branches", help="comma-separated: vicuna, branches")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--num-draft-tokens", type=int, default=6, help="verify window of NGRAM and SPECSOT-ctx")
-    parser.add_argument("--steps", type=int, default=4, help="draft-model steps (STANDALONE, SPECSOT)")
+    parser.add_argument("--steps", type=int, default=4, help="draft-model steps (STANDALONE or EAGLE3, SPECSOT)")
     parser.add_argument("--topk", type=int, default=1, help="draft-model top-k: 1 = a chain, more = a tree")
     parser.add_argument("--model-tree", type=int, default=None,
                         help="draft-model tree nodes incl. the root (default 1 + steps x topk)")

@@ -90,7 +90,7 @@ def _add_train_eagle3(sub) -> None:
     cmd.add_argument("--limit", type=int, help="use only the first N prompts")
     cmd.add_argument("--max-tokens", type=int, default=384, help="answer length cap")
     cmd.add_argument("--concurrency", type=int, default=48, help="answers generated at once (rows are cheap in a batch)")
-    cmd.add_argument("--draft-vocab", type=int, default=16384, help="target ids the head can propose")
+    cmd.add_argument("--draft-vocab", type=int, default=8192, help="target ids the head can propose (the most frequent in the answers)")
     cmd.add_argument("--steps", type=int, default=d.steps, help="training-time-test depth (draft chain length)")
     cmd.add_argument("--epochs", type=int, default=d.epochs)
     cmd.add_argument("--lr", type=float, default=d.lr)

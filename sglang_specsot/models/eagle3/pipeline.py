@@ -34,7 +34,7 @@ class Plan:
     limit: int | None = None  # the first N prompts only (a quick look)
     max_tokens: int = 384
     concurrency: int = 48
-    draft_vocab: int = 16384
+    draft_vocab: int = 8192
     train: TrainConfig = TrainConfig()
 
 

@@ -11,7 +11,7 @@ class Bar:
     def __init__(self) -> None:
         self._bar = None
         self._tokens = 0
-        self._began = time.monotonic()
+        self._began = 0.0  # the first update's start: the earlier stages do not count
 
     def __enter__(self) -> Bar:
         return self
@@ -25,6 +25,7 @@ class Bar:
 
         if self._bar is None:
             self._bar = tqdm(total=total, initial=done - 1, desc="train-eagle3", unit="update", file=sys.stderr)
+            self._began = time.monotonic() - row["seconds"]
         self._tokens += row["tokens"]
         rate = self._tokens / max(1e-9, time.monotonic() - self._began)
         acc = row["acc"][0]
