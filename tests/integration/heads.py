@@ -37,19 +37,24 @@ def eagle3_head_dir(target: str, out: Path, **extra) -> str:
     return head_dir(target, out, "LlamaForCausalLMEagle3", **fields)
 
 
-def exported_eagle3_head(target: str, out: Path, draft_vocab: int = 4096) -> str:
-    """An untrained EAGLE-3 head for `target` as `train-eagle3` writes one (its weights in
-    safetensors, a reduced draft vocabulary, the target's tokenizer), so SGLang loads it with
-    its real loader: the export's names, dtypes and vocabulary maps go through the server."""
-    import torch
 
-    from sglang_specsot.models.eagle3.export import export_head
-    from sglang_specsot.models.eagle3.head import HeadShape
-    from sglang_specsot.models.eagle3.pipeline import target_config, target_parts
-    from sglang_specsot.models.eagle3.train import init_head
+def trained_eagle3_head(target: str, work: Path) -> tuple[str, dict]:
+    """A head trained by the user's command, `train-eagle3`, on `target`'s answers to four
+    prompts (one held out), 16 tokens each, one epoch: every stage runs (a plain server for the
+    answers, the captured layers, training, the held-out score, the export). Returns the head's
+    directory and its provenance."""
+    import json
+    import subprocess
+    import sys
 
-    config = target_config(target)
-    vocab = torch.arange(draft_vocab)  # the lowest ids: a stand-in for the most frequent ones
-    parts = target_parts(target, vocab, int(config["num_hidden_layers"]))
-    head = init_head(HeadShape.from_target(config, draft_vocab), vocab, parts, seed=0)
-    return str(export_head(head, target, out, {"untrained": True}))
+    prompts = work / "prompts.jsonl"
+    rows = ["Explain what a list is in Python.", "How do I open a file?", "What is a loop?", "What is a function?"]
+    prompts.write_text("".join(json.dumps({"id": i, "split": "heldout" if i == 3 else "train", "prompt": p}) + "\n"
+                               for i, p in enumerate(rows)))  # fmt: skip
+    cmd = [sys.executable, "-m", "sglang_specsot.models", "train-eagle3", target, "--work", str(work / "work"),
+           "--out", str(work / "head"), "--prompts", str(prompts), "--max-tokens", "16", "--epochs", "1",
+           "--accumulate", "2", "--draft-vocab", "4096", "--concurrency", "4"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    head = out.stdout.strip().splitlines()[-1]
+    return head, json.loads(Path(head, "provenance.json").read_text())

@@ -1,6 +1,6 @@
-"""SPECSOT drafting with an EAGLE-3 head on this CPU: SmolLM2-135M (float32) and an untrained
-one-layer head reading three of its layers, exported as `train-eagle3` writes one (4,096 draft
-ids) and loaded by SGLang's own loader, SGLang's EAGLE V2 draft worker under
+"""SPECSOT drafting with an EAGLE-3 head on this CPU: SmolLM2-135M (float32) and a one-layer
+head reading three of its layers, written by `train-eagle3` (four prompts, one epoch: barely
+trained, 4,096 draft ids) and loaded by SGLang's own loader, SGLang's EAGLE V2 draft worker under
 SPECSOT's worker, the SoT context filling the rest of each verify window.
 
 Proves: greedy output token-identical to plain decoding on 36 prompts at batch sizes 1..8, the
@@ -14,7 +14,9 @@ refused at launch, the flag and the fix named.
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer
@@ -33,7 +35,7 @@ from tests.integration.conftest import (
     leak_checked_server,
     scheduler_loop_line,
 )
-from tests.integration.heads import eagle3_head_dir, exported_eagle3_head, head_dir
+from tests.integration.heads import eagle3_head_dir, head_dir, trained_eagle3_head
 from tests.integration.parity import POINTS, mismatches, run_batches
 from tests.stats import goodness_of_fit
 
@@ -49,9 +51,26 @@ DUMMY = ["--speculative-draft-load-format", "dummy"]
 
 
 @pytest.fixture(scope="module")
-def head(smollm2_path, tmp_path_factory) -> str:
-    """A head as `train-eagle3` exports one (untrained, 4,096 draft ids), loaded for real."""
-    return exported_eagle3_head(smollm2_path, tmp_path_factory.mktemp("eagle3") / "head")
+def trained(smollm2_path, tmp_path_factory) -> tuple[str, dict]:
+    return trained_eagle3_head(smollm2_path, tmp_path_factory.mktemp("eagle3"))
+
+
+@pytest.fixture(scope="module")
+def head(trained) -> str:
+    """A head `train-eagle3` wrote (barely trained, 4,096 draft ids), loaded by SGLang for real."""
+    return trained[0]
+
+
+def test_train_eagle3_writes_a_head_sglang_loads(trained, smollm2_path):
+    """The user's command end to end on a small target; the servers below load what it wrote."""
+    head, provenance = trained
+    files = {p.name for p in Path(head).iterdir()}
+    assert {"config.json", "model.safetensors", "provenance.json", "tokenizer.json"} <= files
+    config = json.loads(Path(head, "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"] and config["draft_vocab_size"] == 4096
+    assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 14, 26]  # SmolLM2: 30 layers
+    assert provenance["answers"]["count"] == 4 and provenance["heldout"]["sequences"] == 1
+    assert provenance["heldout"]["verifies"] > 0 and provenance["heldout"]["accept_length"] >= 1.0
 
 
 def _head_args(head: str, load: list[str] = ()) -> list[str]:
