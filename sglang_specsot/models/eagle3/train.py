@@ -121,6 +121,9 @@ def train(head: Eagle3Head, seqs: list[dict], parts: TargetParts, cfg: TrainConf
         if saved["config"] != asdict(cfg):
             raise ValueError(f"{ckpt} was written with {saved['config']}, not {asdict(cfg)}; "
                              "rerun with the same settings, or remove the work directory to start over")
+        if not torch.equal(saved["head"]["d2t"], head.d2t):
+            raise ValueError(f"{ckpt} trains another draft vocabulary (a different --draft-vocab, or other "
+                             "answers); rerun with the same settings, or remove the work directory to start over")
         head.load_state_dict(saved["head"])
         opt.load_state_dict(saved["optimizer"])
         state = saved["state"]

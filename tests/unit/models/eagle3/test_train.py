@@ -103,6 +103,9 @@ def test_training_learns_and_resumes_to_the_same_weights(tmp_path):
 
     with pytest.raises(ValueError, match="same settings"):
         train(init_head(shape, vocab, p, cfg.seed), seqs, p, TrainConfig(steps=3, epochs=3), tmp_path / "b")
+    other = torch.cat([vocab[:-1], torch.tensor([V - 1])])  # another draft vocabulary, same size
+    with pytest.raises(ValueError, match="another draft vocabulary"):
+        train(init_head(shape, other, parts(other), cfg.seed), seqs, p, cfg, tmp_path / "b")
 
 
 def test_score_and_export(tmp_path):
