@@ -79,18 +79,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_train_eagle3(sub) -> None:
+    from dataclasses import fields
+
+    from sglang_specsot.models.eagle3.pipeline import Plan
     from sglang_specsot.models.eagle3.train import TrainConfig
 
-    d = TrainConfig()
+    d, plan = TrainConfig(), {f.name: f.default for f in fields(Plan)}
     cmd = sub.add_parser("train-eagle3", help="train an EAGLE-3 head for a target on its own answers (resumable)")
     cmd.add_argument("target", help=f"a fetched model ({', '.join(MODELS)}) or a checkpoint directory")
     cmd.add_argument("--work", type=Path, help="where stages keep their output (default: <cache>/eagle3-work/NAME)")
     cmd.add_argument("--out", type=Path, help="the head's directory (default: <cache>/eagle3/NAME)")
     cmd.add_argument("--prompts", type=Path, help="a JSON-lines prompt set with id, split, prompt (default: the shipped one)")
     cmd.add_argument("--limit", type=int, help="use only the first N prompts")
-    cmd.add_argument("--max-tokens", type=int, default=384, help="answer length cap")
-    cmd.add_argument("--concurrency", type=int, default=48, help="answers generated at once (rows are cheap in a batch)")
-    cmd.add_argument("--draft-vocab", type=int, default=8192, help="target ids the head can propose (the most frequent in the answers)")
+    cmd.add_argument("--max-tokens", type=int, default=plan["max_tokens"], help="answer length cap")
+    cmd.add_argument("--concurrency", type=int, default=plan["concurrency"], help="answers generated at once (rows are cheap in a batch)")
+    cmd.add_argument("--draft-vocab", type=int, default=plan["draft_vocab"], help="target ids the head can propose (the most frequent in the answers)")
     cmd.add_argument("--steps", type=int, default=d.steps, help="training-time-test depth (draft chain length)")
     cmd.add_argument("--epochs", type=int, default=d.epochs)
     cmd.add_argument("--lr", type=float, default=d.lr)
@@ -104,6 +107,8 @@ def _cmd_train_eagle3(args: argparse.Namespace) -> int:
     from sglang_specsot.models.eagle3.progress import Bar
     from sglang_specsot.models.eagle3.train import TrainConfig
 
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit {args.limit} must be at least 1")
     if args.target in MODELS:
         target = fetched_path(args.target)
         if target is None:
@@ -116,8 +121,6 @@ def _cmd_train_eagle3(args: argparse.Namespace) -> int:
                 out=args.out or models_root() / "eagle3" / name, prompts=args.prompts or PROMPTS,
                 limit=args.limit, max_tokens=args.max_tokens, concurrency=args.concurrency,
                 draft_vocab=args.draft_vocab, train=cfg)  # fmt: skip
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit {args.limit} must be at least 1")
     with Bar() as bar:
         print(run(plan, bar.update))
     return 0

@@ -4,7 +4,7 @@ A head learns to predict what its target writes, so the training text is the tar
 output (EAGLE-3's recipe regenerates its data with the target). The answers come from a plain
 SGLang server on this machine (batched, so far faster than one-at-a-time generation), as
 token ids: `/generate` returns the ids the target chose, which re-tokenizing the text need not
-give back. Rows are appended as they finish; a rerun skips the ids already written.
+give back. Rows are appended as they finish; a rerun skips the prompts (id and text) already answered.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def prompt_ids(tokenizer, prompt: str) -> list[int]:
     """The chat-templated prompt, ending where the assistant's answer starts."""
     messages = [{"role": "user", "content": prompt}]
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)  # a BatchEncoding in transformers 5
 
 
 def generate(server, ids: list[int], max_tokens: int) -> dict:

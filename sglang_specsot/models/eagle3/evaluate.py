@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from sglang_specsot.models.eagle3.head import Eagle3Head
-from sglang_specsot.models.eagle3.teacher import chain_hits, step_inputs, teacher, walk
+from sglang_specsot.models.eagle3.teacher import chain_hits, unrolled, walk
 
 
 @dataclass(frozen=True)
@@ -31,11 +31,9 @@ def score(head: Eagle3Head, seqs: list[dict], embed: torch.Tensor, head_rows: to
     tokens = verifies = 0
     alive = [0] * (steps + 1)
     target_ids = head.target_ids()
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.no_grad():
         for seq in seqs:
-            t = teacher(seq, head_rows, head.t2d)
-            logits = [x[0] for x in head.unroll(seq["aux"].float()[None], lambda ids: embed[ids].float(),
-                                                step_inputs(seq, steps), steps)]  # fmt: skip
+            t, logits = unrolled(head, seq, embed, head_rows, steps)
             hits = chain_hits(logits, t, target_ids)
             n, v = walk(hits, seq["start"], seq["ids"].numel())
             tokens, verifies = tokens + n, verifies + v

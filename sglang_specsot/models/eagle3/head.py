@@ -15,7 +15,7 @@ Step k at position i stands for the k-th draft after base position i: its query 
 position i + k and attends to step 0's keys at positions <= i (the head's KV cache of the
 accepted text) and to its own earlier steps' keys at position i (the chain drafted so far).
 That is SpecForge's cache layout (specforge/modeling/draft/llama3_eagle.py, sdpa path);
-`tests/unit/models/test_eagle3_head.py` checks it against step-by-step drafting.
+`tests/unit/models/eagle3/test_head.py` checks it against step-by-step drafting.
 """
 
 from __future__ import annotations

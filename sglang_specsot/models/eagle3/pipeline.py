@@ -107,8 +107,8 @@ def run(plan: Plan, progress=None) -> Path:
     parts = target_parts(plan.target, vocab, int(config["num_hidden_layers"]))
     head = init_head(shape, vocab, parts, plan.train.seed)
     train_seqs, held = load_features(paths, "train"), load_features(paths, "heldout")
-    logger.info("training on %d sequences (%d tokens); %d held out", len(train_seqs),
-                sum(int(s["ids"].numel()) for s in train_seqs), len(held))  # fmt: skip
+    train_tokens = sum(int(s["ids"].numel()) for s in train_seqs)
+    logger.info("training on %d sequences (%d tokens); %d held out", len(train_seqs), train_tokens, len(held))
     train(head, train_seqs, parts, plan.train, plan.work, progress)
     result = score(head, held, parts.embed, parts.head_rows, plan.train.steps)
     covered = _coverage(held, head.t2d)
@@ -118,12 +118,13 @@ def run(plan: Plan, progress=None) -> Path:
         "target": str(plan.target), "prompts": str(plan.prompts), "prompt_count": len(prompts),
         "answers": {"max_tokens": plan.max_tokens, "greedy": True, "count": len(answers)},
         "train": asdict(plan.train), "draft_vocab": plan.draft_vocab,
-        "train_tokens": sum(int(s["ids"].numel()) for s in train_seqs),
+        "train_tokens": train_tokens,
         "heldout": {**asdict(result), "sequences": len(held), "vocab_coverage": covered},
     }  # fmt: skip
     return export_head(head, plan.target, plan.out, provenance)
 
 
 def _coverage(seqs: list[dict], t2d: torch.Tensor) -> float:
-    ids = torch.cat([s["ids"][s["start"] :].long() for s in seqs]) if seqs else torch.zeros(0, dtype=torch.long)
-    return round(float(t2d[ids].float().mean()), 4) if ids.numel() else 0.0
+    """The share of the answers' tokens the head can propose (`score` has refused no answers)."""
+    ids = torch.cat([s["ids"][s["start"] :].long() for s in seqs])
+    return round(float(t2d[ids].float().mean()), 4)

@@ -37,6 +37,15 @@ def teacher(seq: dict, draft_head_rows: torch.Tensor, t2d: torch.Tensor) -> Teac
         return Teacher(torch.softmax(logits, -1), greedy, answer & t2d[greedy])
 
 
+def unrolled(head, seq: dict, embed: torch.Tensor, head_rows: torch.Tensor, steps: int) -> tuple[Teacher, list[torch.Tensor]]:
+    """One sequence through the head's training-time test (bf16 autocast): its teacher, and
+    per step the [T, V_draft] logits. `embed` is the target's embedding table."""
+    t = teacher(seq, head_rows, head.t2d)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = head.unroll(seq["aux"].float()[None], lambda ids: embed[ids].float(), step_inputs(seq, steps), steps)
+    return t, [x[0] for x in logits]
+
+
 def step_inputs(seq: dict, steps: int) -> torch.Tensor:
     """[1, T + steps - 1]: column c holds token c + 1 (zero past the end, never scored)."""
     ids = seq["ids"].long()

@@ -19,7 +19,7 @@ import torch
 
 from sglang_specsot.models.eagle3.head import Eagle3Head, HeadShape
 from sglang_specsot.models.eagle3.store import save_atomic
-from sglang_specsot.models.eagle3.teacher import STEP_DECAY, step_inputs, step_loss, teacher
+from sglang_specsot.models.eagle3.teacher import STEP_DECAY, step_loss, unrolled
 
 logger = logging.getLogger(__name__)
 
@@ -89,14 +89,11 @@ def lr_at(update: int, total: int, cfg: TrainConfig) -> float:
 
 def sequence_loss(head: Eagle3Head, seq: dict, parts: TargetParts, steps: int) -> tuple[torch.Tensor, list, list]:
     """The weighted loss of one sequence, and per step (positions counted, drafted right)."""
-    t = teacher(seq, parts.head_rows, head.t2d)
-    embed = lambda ids: parts.embed[ids].float()  # noqa: E731
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        logits = head.unroll(seq["aux"].float()[None], embed, step_inputs(seq, steps), steps)
+    t, logits = unrolled(head, seq, parts.embed, parts.head_rows, steps)
     target_ids = head.target_ids()
     total, counted, right = 0.0, [], []
     for k, out in enumerate(logits):
-        loss, n, r = step_loss(out[0], t, k, target_ids)
+        loss, n, r = step_loss(out, t, k, target_ids)
         total = total + (STEP_DECAY**k) * loss / max(1, n)
         counted.append(n)
         right.append(r)
@@ -110,7 +107,6 @@ def _order(n: int, seed: int, epoch: int) -> list[int]:
 def train(head: Eagle3Head, seqs: list[dict], parts: TargetParts, cfg: TrainConfig, work: Path,
           progress=None) -> Eagle3Head:  # fmt: skip
     """Train in place; resumes from `work/checkpoint.pt` when its config matches `cfg`."""
-    torch.manual_seed(cfg.seed)
     opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     per_epoch = math.ceil(len(seqs) / cfg.accumulate)
     total = per_epoch * cfg.epochs
@@ -166,7 +162,3 @@ def _update(head, opt, batch: list[dict], parts: TargetParts, cfg: TrainConfig, 
 def _save(path: Path, head, opt, state: dict, cfg: TrainConfig) -> None:
     save_atomic({"head": head.state_dict(), "optimizer": opt.state_dict(), "state": state, "config": asdict(cfg)}, path)
 
-
-def load_checkpoint_log(work: Path) -> list[dict]:
-    path = work / CHECKPOINT
-    return torch.load(path, weights_only=False)["state"]["log"] if path.exists() else []
