@@ -87,15 +87,6 @@ def _record_batch(server, tokenizer, prompts: list[str]) -> list[dict]:
 # -- replay -----------------------------------------------------------------------------------
 
 
-def accepted(tree: DraftTree, truth: list[int]) -> int:
-    """Draft tokens greedy verify accepts: the longest root path equal to a prefix of `truth`."""
-    children: dict[tuple[int, int], int] = {(p, t): i for i, (p, t) in enumerate(zip(tree.parents, tree.tokens)) if i}
-    node, n = 0, 0
-    while n < len(truth) and (node, truth[n]) in children:
-        node, n = children[(node, truth[n])], n + 1
-    return n
-
-
 def replay_batch(drafter, batch: list[dict], tag: str, group: str | None, timings: list[float]) -> list[float]:
     """Decode one recorded batch in lockstep; returns each request's accept length."""
     rids = [f"{tag}-{i}" for i in range(len(batch))]
@@ -114,7 +105,7 @@ def replay_batch(drafter, batch: list[dict], tag: str, group: str | None, timing
             timings.append(time.perf_counter() - t0)
         for rid in live:
             out = rows[rid]["output_ids"]
-            k = accepted(trees[rid], out[pos[rid] :]) + 1  # plus the bonus token
+            k = trees[rid].accepted(out[pos[rid] :]) + 1  # plus the bonus token
             k = min(k, len(out) - pos[rid])  # the server stops at max_new_tokens / EOS
             drafter.append(rid, out[pos[rid] : pos[rid] + k])
             pos[rid] += k

@@ -99,6 +99,10 @@ def _add_train_eagle3(sub) -> None:
     cmd.add_argument("--lr", type=float, default=d.lr)
     cmd.add_argument("--accumulate", type=int, default=d.accumulate, help="sequences per update")
     cmd.add_argument("--seed", type=int, default=d.seed)
+    cmd.add_argument("--score-on", action="append", default=[], metavar="QUESTIONS",
+                     help="also score the head (and the context drafter) on the target's answers to this question set "
+                          "(a name or a .jsonl path with 'question' rows); repeatable, and a rerun after training "
+                          "only adds the scores")  # fmt: skip
     cmd.set_defaults(run=_cmd_train_eagle3)
 
 
@@ -120,7 +124,7 @@ def _cmd_train_eagle3(args: argparse.Namespace) -> int:
     plan = Plan(target=str(target), work=args.work or models_root().parent / "eagle3-work" / name,
                 out=args.out or models_root() / "eagle3" / name, prompts=args.prompts or PROMPTS,
                 limit=args.limit, max_tokens=args.max_tokens, concurrency=args.concurrency,
-                draft_vocab=args.draft_vocab, train=cfg)  # fmt: skip
+                draft_vocab=args.draft_vocab, train=cfg, score_on=tuple(args.score_on))  # fmt: skip
     with Bar() as bar:
         print(run(plan, bar.update))
     return 0

@@ -50,6 +50,15 @@ class DraftTree:
             out.append(self.tokens[node])
         return out
 
+    def accepted(self, truth: list[int]) -> int:
+        """Drafts greedy verify keeps: the longest root path equal to a prefix of `truth`
+        (the target's own next tokens)."""
+        children = {(p, t): i for i, (p, t) in enumerate(zip(self.parents, self.tokens)) if i}
+        node, n = 0, 0
+        while n < len(truth) and (node, truth[n]) in children:
+            node, n = children[(node, truth[n])], n + 1
+        return n
+
     def leaf_paths(self) -> list[list[int]]:
         """Token paths from below the root to each leaf, in node order."""
         has_child = set(self.parents[1:])

@@ -5,6 +5,9 @@ own answer, teacher-forced, decides every verify step: `teacher.chain_hits` give
 drafts the target keeps from each base position, and `teacher.walk` steps through the answer
 as decoding would (one verify per base, then on past what it kept). The accept length is
 tokens per verify step, the bonus token included, as SGLang reports it.
+
+`context_score` replays SPECSOT's context drafter over the same answers with the same number of
+draft tokens a verify, so the head is compared with the drafter SPECSOT has without it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import torch
 
 from sglang_specsot.models.eagle3.head import Eagle3Head
 from sglang_specsot.models.eagle3.teacher import chain_hits, unrolled, walk
+from sglang_specsot.speculative.context_draft import ContextDrafter
 
 
 @dataclass(frozen=True)
@@ -42,3 +46,24 @@ def score(head: Eagle3Head, seqs: list[dict], embed: torch.Tensor, head_rows: to
                 alive[k] += int((bases >= k).sum())
     acc = tuple(round(alive[k + 1] / alive[k], 4) if alive[k] else 0.0 for k in range(steps))
     return ChainScore(round(tokens / max(1, verifies), 4), tokens, verifies, acc)
+
+
+def context_score(answers: list[dict], drafts: int) -> float:
+    """Accept length of SPECSOT's context drafter over `answers` (rows with prompt_ids and
+    answer_ids), trees of `drafts` tokens below the root, greedy: the answers are replayed in
+    order through one drafter, as a server answering them one after another would see them
+    (each answer's own prompt and output, then the earlier answers as its corpus)."""
+    if not answers:
+        raise ValueError("no held-out answers to replay the context drafter over")
+    drafter, tokens, verifies = ContextDrafter(), 0, 0
+    for i, row in enumerate(answers):
+        out = row["answer_ids"]
+        drafter.start(f"heldout-{i}", row["prompt_ids"] + out[:1])  # the first token is prefill's
+        pos = 1
+        while pos < len(out):
+            tree = drafter.propose(f"heldout-{i}", drafts + 1)
+            gained = min(tree.accepted(out[pos:]) + 1, len(out) - pos)
+            drafter.append(f"heldout-{i}", out[pos : pos + gained])
+            pos, tokens, verifies = pos + gained, tokens + gained, verifies + 1
+        drafter.forget(f"heldout-{i}")
+    return round(tokens / max(1, verifies), 4)

@@ -1,6 +1,7 @@
 """`python -m sglang_specsot.models train-eagle3 TARGET`: answers, features, vocabulary,
 training, held-out score, export. Every stage keeps its output in the work directory and is
-skipped when done, so the command is rerun to resume after a stop at any point."""
+skipped when done, so the command is rerun to resume after a stop at any point (or, once
+trained, to score the head on more question sets with `score_on`)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from pathlib import Path
 
 import torch
 
+from sglang_specsot.data import load_questions
 from sglang_specsot.models.eagle3.answers import write_answers
-from sglang_specsot.models.eagle3.evaluate import score
+from sglang_specsot.models.eagle3.evaluate import context_score, score
 from sglang_specsot.models.eagle3.export import export_head
 from sglang_specsot.models.eagle3.features import load_features, write_features
 from sglang_specsot.models.eagle3.head import HeadShape
@@ -36,6 +38,9 @@ class Plan:
     concurrency: int = 48
     draft_vocab: int = 8192
     train: TrainConfig = TrainConfig()
+    # Question sets (names or .jsonl paths) the trained head is also scored on, beside the
+    # context drafter: the target's answers to questions from another hand than the prompts'.
+    score_on: tuple[str, ...] = ()
 
 
 def target_config(target: str) -> dict:
@@ -95,12 +100,9 @@ def run(plan: Plan, progress=None) -> Path:
     prompts = read_rows(plan.prompts)[: plan.limit]
     if not prompts:
         raise ValueError(f"{plan.prompts} holds no prompts")
+    extra = {name: question_prompts(name, prompts) for name in plan.score_on}  # bad names fail first
     plan.work.mkdir(parents=True, exist_ok=True)
-    answers_path = write_answers(plan.target, prompts, plan.work / "answers.jsonl", plan.max_tokens,
-                                 plan.concurrency, plan.work / "server.log")  # fmt: skip
-    order = {(p["id"], p["prompt"]): i for i, p in enumerate(prompts)}
-    latest = {(r["id"], r["prompt"]): r for r in read_rows(answers_path) if (r["id"], r["prompt"]) in order}
-    answers = sorted(latest.values(), key=lambda r: order[(r["id"], r["prompt"])])
+    answers = answered(plan, prompts, plan.work)
     shape = HeadShape.from_target(config, plan.draft_vocab)
     paths = write_features(plan.target, answers, plan.work / "features", shape.aux_layer_ids)
     vocab = draft_vocabulary(answers, plan.draft_vocab, shape.vocab_size, end_ids(config, plan.target))
@@ -110,18 +112,52 @@ def run(plan: Plan, progress=None) -> Path:
     train_tokens = sum(int(s["ids"].numel()) for s in train_seqs)
     logger.info("training on %d sequences (%d tokens); %d held out", len(train_seqs), train_tokens, len(held))
     train(head, train_seqs, parts, plan.train, plan.work, progress)
-    result = score(head, held, parts.embed, parts.head_rows, plan.train.steps)
-    covered = _coverage(held, head.t2d)
-    logger.info("held out: accept length %.3f (chain of %d), step accuracy %s, draft vocabulary covers %.4f",
-                result.accept_length, plan.train.steps, result.step_acc, covered)  # fmt: skip
+    heldout = held_out_report(head, held, [r for r in answers if r["split"] == "heldout"], parts, plan.train.steps, "held out")
+    scored = {}
+    for name, questions in extra.items():
+        work = plan.work / f"score-{Path(name).stem}"
+        rows = answered(plan, questions, work)
+        seqs = load_features(write_features(plan.target, rows, work / "features", shape.aux_layer_ids))
+        scored[name] = held_out_report(head, seqs, rows, parts, plan.train.steps, Path(name).stem)
     provenance = {
         "target": str(plan.target), "prompts": str(plan.prompts), "prompt_count": len(prompts),
         "answers": {"max_tokens": plan.max_tokens, "greedy": True, "count": len(answers)},
         "train": asdict(plan.train), "draft_vocab": plan.draft_vocab,
-        "train_tokens": train_tokens,
-        "heldout": {**asdict(result), "sequences": len(held), "vocab_coverage": covered},
+        "train_tokens": train_tokens, "heldout": heldout, "scored_on": scored,
     }  # fmt: skip
     return export_head(head, plan.target, plan.out, provenance)
+
+
+def answered(plan: Plan, prompts: list[dict], work: Path) -> list[dict]:
+    """The target's answers to `prompts` (generated into `work` where missing), in prompt order."""
+    work.mkdir(parents=True, exist_ok=True)
+    path = write_answers(plan.target, prompts, work / "answers.jsonl", plan.max_tokens, plan.concurrency, work / "server.log")
+    order = {(p["id"], p["prompt"]): i for i, p in enumerate(prompts)}
+    latest = {(r["id"], r["prompt"]): r for r in read_rows(path) if (r["id"], r["prompt"]) in order}
+    return sorted(latest.values(), key=lambda r: order[(r["id"], r["prompt"])])
+
+
+def question_prompts(name: str, prompts: list[dict]) -> list[dict]:
+    """A question set as held-out prompts; refused when it shares a question with the prompt
+    set, since a score on questions the head was taught on would not be held out."""
+    rows = [{"id": i, "prompt": r["question"], "split": "heldout"} for i, r in enumerate(load_questions(name))]
+    taught = {p["prompt"].strip() for p in prompts}
+    shared = [r["prompt"] for r in rows if r["prompt"].strip() in taught]
+    if shared:
+        raise ValueError(f"--score-on {name}: {len(shared)} of its questions are in the prompt set "
+                         f"(first: {shared[0]!r}); score on questions the head was not taught on")  # fmt: skip
+    return rows
+
+
+def held_out_report(head, seqs: list[dict], answers: list[dict], parts: TargetParts, steps: int, label: str) -> dict:
+    """The head's chain score on held-out answers, beside the context drafter's on the same ones."""
+    result = score(head, seqs, parts.embed, parts.head_rows, steps)
+    covered = _coverage(seqs, head.t2d)
+    context = context_score(answers, steps)
+    logger.info("%s: accept length %.3f (chain of %d; the context drafter %.3f), step accuracy %s, "
+                "draft vocabulary covers %.4f", label, result.accept_length, steps, context,
+                result.step_acc, covered)  # fmt: skip
+    return {**asdict(result), "sequences": len(seqs), "vocab_coverage": covered, "context_drafter_accept_length": context}
 
 
 def _coverage(seqs: list[dict], t2d: torch.Tensor) -> float:

@@ -298,3 +298,12 @@ def test_own_group_members_in_the_corpus_vote_once_as_siblings():
     drafter.forget("b1")
     drafter.start("b2", [8, 5, 6, 70, 8, 5, 6], group="g")
     assert drafter.propose("b2", 2).tokens == (6, 70)
+
+
+def test_accepted_is_the_longest_root_path_the_truth_follows():
+    tree = DraftTree(tokens=(7, 1, 2, 3, 4), parents=(-1, 0, 0, 1, 3))  # 7 -> 1 -> 3 -> 4, 7 -> 2
+    assert tree.accepted([1, 3, 4, 9]) == 3
+    assert tree.accepted([1, 3]) == 2  # the truth ends first
+    assert tree.accepted([2, 5]) == 1
+    assert tree.accepted([3, 4]) == 0  # 3 is a grandchild, not a child of the root
+    assert DraftTree((7,), (-1,)).accepted([1]) == 0

@@ -6,10 +6,10 @@ import json
 import pytest
 import torch
 
-from sglang_specsot.models.eagle3.evaluate import score
+from sglang_specsot.models.eagle3.evaluate import context_score, score
 from sglang_specsot.models.eagle3.export import export_head, serving_state
 from sglang_specsot.models.eagle3.head import HeadShape
-from sglang_specsot.models.eagle3.pipeline import draft_vocabulary
+from sglang_specsot.models.eagle3.pipeline import draft_vocabulary, question_prompts
 from sglang_specsot.models.eagle3.teacher import Teacher, chain_hits, shifted, step_inputs, teacher, walk
 from sglang_specsot.models.eagle3.train import TargetParts, TrainConfig, init_head, lr_at, train
 
@@ -132,12 +132,35 @@ def test_score_and_export(tmp_path):
     assert not (tmp_path / "head.tmp").exists()
 
 
+def test_context_score_replays_the_context_drafter_over_answers():
+    fresh = {"prompt_ids": [1, 2], "answer_ids": list(range(100, 140))}  # nothing repeats: no draft right
+    assert context_score([fresh], 4) == 1.0
+    cycle = {"prompt_ids": [1, 2], "answer_ids": [10, 11, 12, 13, 14] * 8}  # predictable after one cycle
+    assert 3.0 < context_score([cycle], 4) <= 5.0
+    again = {"prompt_ids": [3], "answer_ids": list(range(100, 140))}  # the first answer, now in the corpus
+    assert context_score([fresh, again], 4) > 1.5
+    with pytest.raises(ValueError, match="no held-out"):
+        context_score([], 4)
+
+
 def test_draft_vocabulary_ranks_by_frequency_and_keeps_end_ids():
     answers = [{"split": "train", "answer_ids": [5, 5, 5, 7, 7, 2]}, {"split": "heldout", "answer_ids": [9] * 50}]
     assert draft_vocabulary(answers, 3, 20, [19]).tolist() == [5, 7, 19]
     assert draft_vocabulary(answers, 5, 20, [19]).tolist() == [0, 2, 5, 7, 19]  # filled from the lowest ids
     with pytest.raises(ValueError, match="--draft-vocab 30"):
         draft_vocabulary(answers, 30, 20, [])
+
+
+def test_question_sets_to_score_on_must_be_held_out(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"question": "What is rope?"}\n{"question": "Name three rivers."}\n')
+    rows = question_prompts(str(path), [{"id": 0, "prompt": "Explain tides.", "split": "train"}])
+    assert rows == [{"id": 0, "prompt": "What is rope?", "split": "heldout"},
+                    {"id": 1, "prompt": "Name three rivers.", "split": "heldout"}]  # fmt: skip
+    with pytest.raises(ValueError, match="1 of its questions are in the prompt set"):
+        question_prompts(str(path), [{"id": 3, "prompt": " Name three rivers.", "split": "train"}])
+    with pytest.raises(ValueError, match="unknown question set 'nope'"):
+        question_prompts("nope", [])
 
 
 def test_config_rejects_nonsense():
