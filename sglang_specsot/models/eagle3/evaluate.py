@@ -48,22 +48,33 @@ def score(head: Eagle3Head, seqs: list[dict], embed: torch.Tensor, head_rows: to
     return ChainScore(round(tokens / max(1, verifies), 4), tokens, verifies, acc)
 
 
-def context_score(answers: list[dict], drafts: int) -> float:
+def context_score(answers: list[dict], drafts: int, shared: bool = False) -> float:
     """Accept length of SPECSOT's context drafter over `answers` (rows with prompt_ids and
-    answer_ids), trees of `drafts` tokens below the root, greedy: the answers are replayed in
-    order through one drafter, as a server answering them one after another would see them
-    (each answer's own prompt and output, then the earlier answers as its corpus)."""
+    answer_ids), trees of `drafts` tokens below the root, greedy, tokens over verifies of all
+    answers (as `score`). Unshared, each answer drafts from its own prompt and output only, as
+    the head does; `shared` replays them in order through one drafter, as a server answering
+    them one after another, whose corpus then holds the earlier answers."""
     if not answers:
         raise ValueError("no held-out answers to replay the context drafter over")
-    drafter, tokens, verifies = ContextDrafter(), 0, 0
+    tokens = verifies = 0
+    drafter = ContextDrafter()
     for i, row in enumerate(answers):
-        out = row["answer_ids"]
-        drafter.start(f"heldout-{i}", row["prompt_ids"] + out[:1])  # the first token is prefill's
-        pos = 1
-        while pos < len(out):
-            tree = drafter.propose(f"heldout-{i}", drafts + 1)
-            gained = min(tree.accepted(out[pos:]) + 1, len(out) - pos)
-            drafter.append(f"heldout-{i}", out[pos : pos + gained])
-            pos, tokens, verifies = pos + gained, tokens + gained, verifies + 1
-        drafter.forget(f"heldout-{i}")
+        if not shared:
+            drafter = ContextDrafter()
+        n, v = _replay(drafter, f"heldout-{i}", row["prompt_ids"], row["answer_ids"], drafts)
+        tokens, verifies = tokens + n, verifies + v
     return round(tokens / max(1, verifies), 4)
+
+
+def _replay(drafter: ContextDrafter, rid: str, prompt: list[int], out: list[int], drafts: int) -> tuple[int, int]:
+    """(tokens, verifies) of greedy decoding of `out` with the drafter's trees; the first
+    token is prefill's."""
+    drafter.start(rid, prompt + out[:1])
+    pos, tokens, verifies = 1, 0, 0
+    while pos < len(out):
+        tree = drafter.propose(rid, drafts + 1)
+        gained = min(tree.accepted(out[pos:]) + 1, len(out) - pos)
+        drafter.append(rid, out[pos : pos + gained])
+        pos, tokens, verifies = pos + gained, tokens + gained, verifies + 1
+    drafter.forget(rid)
+    return tokens, verifies

@@ -153,11 +153,12 @@ def held_out_report(head, seqs: list[dict], answers: list[dict], parts: TargetPa
     """The head's chain score on held-out answers, beside the context drafter's on the same ones."""
     result = score(head, seqs, parts.embed, parts.head_rows, steps)
     covered = _coverage(seqs, head.t2d)
-    context = context_score(answers, steps)
-    logger.info("%s: accept length %.3f (chain of %d; the context drafter %.3f), step accuracy %s, "
-                "draft vocabulary covers %.4f", label, result.accept_length, steps, context,
-                result.step_acc, covered)  # fmt: skip
-    return {**asdict(result), "sequences": len(seqs), "vocab_coverage": covered, "context_drafter_accept_length": context}
+    context, shared = context_score(answers, steps), context_score(answers, steps, shared=True)
+    logger.info("%s: accept length %.3f (chain of %d; the context drafter %.3f, %.3f with the earlier answers as "
+                "its corpus), step accuracy %s, draft vocabulary covers %.4f", label, result.accept_length, steps,
+                context, shared, result.step_acc, covered)  # fmt: skip
+    return {**asdict(result), "sequences": len(seqs), "vocab_coverage": covered,
+            "context_drafter_accept_length": context, "context_drafter_shared_corpus": shared}  # fmt: skip
 
 
 def _coverage(seqs: list[dict], t2d: torch.Tensor) -> float:

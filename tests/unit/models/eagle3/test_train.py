@@ -137,8 +137,9 @@ def test_context_score_replays_the_context_drafter_over_answers():
     assert context_score([fresh], 4) == 1.0
     cycle = {"prompt_ids": [1, 2], "answer_ids": [10, 11, 12, 13, 14] * 8}  # predictable after one cycle
     assert 3.0 < context_score([cycle], 4) <= 5.0
-    again = {"prompt_ids": [3], "answer_ids": list(range(100, 140))}  # the first answer, now in the corpus
-    assert context_score([fresh, again], 4) > 1.5
+    again = {"prompt_ids": [3], "answer_ids": list(range(100, 140))}  # the first answer again
+    assert context_score([fresh, again], 4) == 1.0  # each answer alone
+    assert context_score([fresh, again], 4, shared=True) > 1.5  # the first in the corpus
     with pytest.raises(ValueError, match="no held-out"):
         context_score([], 4)
 
