@@ -31,10 +31,10 @@ class TrainConfig:
     """How a head is trained; `steps` is the training-time-test depth (the chain it is made for)."""
 
     steps: int = 4
-    epochs: int = 2
+    epochs: int = 6
     lr: float = 5e-4
     warmup: float = 0.05  # share of the updates spent warming the learning rate up
-    accumulate: int = 4  # sequences per optimiser update
+    accumulate: int = 1  # sequences per optimiser update
     clip: float = 0.5
     seed: int = 0
     checkpoint_every: int = 25  # updates
