@@ -41,8 +41,8 @@ def eagle3_head_dir(target: str, out: Path, **extra) -> str:
 def trained_eagle3_head(target: str, work: Path) -> tuple[str, dict]:
     """A head trained by the user's command, `train-eagle3`, on `target`'s answers to four
     prompts (one held out), 16 tokens each, one epoch: every stage runs (a plain server for the
-    answers, the captured layers, training, the held-out score, the export). Returns the head's
-    directory and its provenance."""
+    answers, the captured layers, training, the held-out score and a score on two more questions,
+    the export). Returns the head's directory and its provenance."""
     import json
     import subprocess
     import sys
@@ -51,9 +51,11 @@ def trained_eagle3_head(target: str, work: Path) -> tuple[str, dict]:
     rows = ["Explain what a list is in Python.", "How do I open a file?", "What is a loop?", "What is a function?"]
     prompts.write_text("".join(json.dumps({"id": i, "split": "heldout" if i == 3 else "train", "prompt": p}) + "\n"
                                for i, p in enumerate(rows)))  # fmt: skip
+    questions = work / "questions.jsonl"  # another set to score on, answered by the same server
+    questions.write_text('{"question": "Name three sorting algorithms."}\n{"question": "What is a tuple?"}\n')
     cmd = [sys.executable, "-m", "sglang_specsot.models", "train-eagle3", target, "--work", str(work / "work"),
            "--out", str(work / "head"), "--prompts", str(prompts), "--max-tokens", "16", "--epochs", "1",
-           "--accumulate", "2", "--draft-vocab", "4096", "--concurrency", "4"]  # fmt: skip
+           "--accumulate", "2", "--draft-vocab", "4096", "--concurrency", "4", "--score-on", str(questions)]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     head = out.stdout.strip().splitlines()[-1]

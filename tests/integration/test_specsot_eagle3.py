@@ -71,6 +71,9 @@ def test_train_eagle3_writes_a_head_sglang_loads(trained, smollm2_path):
     assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 14, 26]  # SmolLM2: 30 layers
     assert provenance["answers"]["count"] == 4 and provenance["heldout"]["sequences"] == 1
     assert provenance["heldout"]["verifies"] > 0 and provenance["heldout"]["accept_length"] >= 1.0
+    (scored,) = provenance["scored_on"].values()
+    assert scored["sequences"] == 2 and scored["accept_length"] >= 1.0
+    assert scored["context_drafter_accept_length"] >= 1.0 and scored["context_drafter_shared_corpus"] >= 1.0
 
 
 def _head_args(head: str, load: list[str] = ()) -> list[str]:

@@ -35,23 +35,28 @@ def generate(server, ids: list[int], max_tokens: int) -> dict:
     return {"answer_ids": list(out["output_ids"]), "finish": (out["meta_info"].get("finish_reason") or {}).get("type")}
 
 
-def write_answers(target: str, prompts: list[dict], out: Path, max_tokens: int, concurrency: int,
-                  log_path: Path) -> Path:  # fmt: skip
-    """Append `{id, prompt, split, prompt_ids, answer_ids, finish}` to `out` for every prompt
-    not answered there (a prompt whose text changed is answered again)."""
+def write_answers(target: str, jobs: list[tuple[list[dict], Path]], max_tokens: int, concurrency: int,
+                  log_path: Path) -> None:  # fmt: skip
+    """For each (prompts, out) job, append `{id, prompt, split, prompt_ids, answer_ids, finish}`
+    to `out` for every prompt not answered there (a prompt whose text changed is answered
+    again). One server answers every job."""
     from transformers import AutoTokenizer
 
     from sglang_specsot.launch import ServerProcess
 
-    done = {(row["id"], row["prompt"]) for row in read_rows(out)}
-    todo = [p for p in prompts if (p["id"], p["prompt"]) not in done]
+    todo = []
+    for prompts, out in jobs:
+        done = {(row["id"], row["prompt"]) for row in read_rows(out)}
+        todo += [(p, out) for p in prompts if (p["id"], p["prompt"]) not in done]
     if not todo:
-        return out
+        return
     tokenizer = AutoTokenizer.from_pretrained(target)
     lock = threading.Lock()
-    logger.info("answers: %d of %d prompts left; starting a server on %s", len(todo), len(prompts), target)
+    total = sum(len(prompts) for prompts, _ in jobs)
+    logger.info("answers: %d of %d prompts left; starting a server on %s", len(todo), total, target)
     with ServerProcess(target, SERVER_ARGS, log_path=log_path, startup_timeout=900) as server:
-        def one(p: dict) -> None:
+        def one(job: tuple[dict, Path]) -> None:
+            p, out = job
             ids = prompt_ids(tokenizer, p["prompt"])
             row = {"id": p["id"], "prompt": p["prompt"], "split": p["split"], "prompt_ids": ids, **generate(server, ids, max_tokens)}
             with lock:
@@ -66,4 +71,3 @@ def write_answers(target: str, prompts: list[dict], out: Path, max_tokens: int, 
             # On Ctrl-C or an error: queued prompts are dropped, not run; the server stops
             # (leaving the context) and cuts the running ones short, whose rows are never written.
             pool.shutdown(wait=False, cancel_futures=True)
-    return out

@@ -25,6 +25,7 @@ from sglang_specsot.models.eagle3.train import TargetParts, TrainConfig, init_he
 logger = logging.getLogger(__name__)
 
 PROMPTS = Path(__file__).resolve().parents[2] / "data" / "eagle3_prompts.jsonl"
+ANSWERS = "answers.jsonl"
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,12 @@ def run(plan: Plan, progress=None) -> Path:
     if not prompts:
         raise ValueError(f"{plan.prompts} holds no prompts")
     extra = {name: question_prompts(name, prompts) for name in plan.score_on}  # bad names fail first
-    plan.work.mkdir(parents=True, exist_ok=True)
-    answers = answered(plan, prompts, plan.work)
+    jobs = [(prompts, plan.work), *((questions, score_dir(plan, name)) for name, questions in extra.items())]
+    for _, work in jobs:
+        work.mkdir(parents=True, exist_ok=True)
+    write_answers(plan.target, [(p, work / ANSWERS) for p, work in jobs], plan.max_tokens, plan.concurrency,
+                  plan.work / "server.log")  # fmt: skip
+    answers = answered(prompts, plan.work)
     shape = HeadShape.from_target(config, plan.draft_vocab)
     paths = write_features(plan.target, answers, plan.work / "features", shape.aux_layer_ids)
     vocab = draft_vocabulary(answers, plan.draft_vocab, shape.vocab_size, end_ids(config, plan.target))
@@ -115,8 +120,8 @@ def run(plan: Plan, progress=None) -> Path:
     heldout = held_out_report(head, held, [r for r in answers if r["split"] == "heldout"], parts, plan.train.steps, "held out")
     scored = {}
     for name, questions in extra.items():
-        work = plan.work / f"score-{Path(name).stem}"
-        rows = answered(plan, questions, work)
+        work = score_dir(plan, name)
+        rows = answered(questions, work)
         seqs = load_features(write_features(plan.target, rows, work / "features", shape.aux_layer_ids))
         scored[name] = held_out_report(head, seqs, rows, parts, plan.train.steps, Path(name).stem)
     provenance = {
@@ -128,13 +133,15 @@ def run(plan: Plan, progress=None) -> Path:
     return export_head(head, plan.target, plan.out, provenance)
 
 
-def answered(plan: Plan, prompts: list[dict], work: Path) -> list[dict]:
-    """The target's answers to `prompts` (generated into `work` where missing), in prompt order."""
-    work.mkdir(parents=True, exist_ok=True)
-    path = write_answers(plan.target, prompts, work / "answers.jsonl", plan.max_tokens, plan.concurrency, work / "server.log")
+def answered(prompts: list[dict], work: Path) -> list[dict]:
+    """The answers in `work` to `prompts` (the latest per prompt), in prompt order."""
     order = {(p["id"], p["prompt"]): i for i, p in enumerate(prompts)}
-    latest = {(r["id"], r["prompt"]): r for r in read_rows(path) if (r["id"], r["prompt"]) in order}
+    latest = {(r["id"], r["prompt"]): r for r in read_rows(work / ANSWERS) if (r["id"], r["prompt"]) in order}
     return sorted(latest.values(), key=lambda r: order[(r["id"], r["prompt"])])
+
+
+def score_dir(plan: Plan, name: str) -> Path:
+    return plan.work / f"score-{Path(name).stem}"
 
 
 def question_prompts(name: str, prompts: list[dict]) -> list[dict]:
