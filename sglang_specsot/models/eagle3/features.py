@@ -8,7 +8,9 @@ One teacher-forced pass of the target over each prompt + answer gives, per posit
   target's logits over the draft vocabulary (the full 150k-wide logits per token would not fit
   on disk; the hidden state is exact and `hidden_size` wide);
 - `greedy`: the target's argmax over its whole vocabulary, which verification compares with.
-Sequences are written in shards of `SHARD` as they finish; a rerun skips finished shards.
+Sequences are written in shards of `SHARD` as they finish; a rerun reuses a shard only when it
+holds exactly the token ids of the answers now in its place (answers added, edited or cut by
+`--limit` are captured again, never read stale).
 """
 
 from __future__ import annotations
@@ -23,10 +25,6 @@ from sglang_specsot.models.eagle3.store import save_atomic
 logger = logging.getLogger(__name__)
 
 SHARD = 32
-
-
-def shard_paths(features: Path) -> list[Path]:
-    return sorted(features.glob("shard-*.pt"))
 
 
 def _one(model, row: dict, aux_ids: tuple[int, ...]) -> dict:
@@ -46,17 +44,29 @@ def _one(model, row: dict, aux_ids: tuple[int, ...]) -> dict:
 
 
 def write_features(target: str, answers: list[dict], features: Path, aux_ids: tuple[int, ...]) -> list[Path]:
-    """Shard k holds answers[k * SHARD : (k + 1) * SHARD] in answer-file order."""
+    """Shard k holds answers[k * SHARD : (k + 1) * SHARD] in the given order; returns the
+    shards of these answers only."""
     shards = [answers[i : i + SHARD] for i in range(0, len(answers), SHARD)]
-    todo = [k for k in range(len(shards)) if not (features / f"shard-{k:05d}.pt").exists()]
+    paths = [features / f"shard-{k:05d}.pt" for k in range(len(shards))]
+    todo = [k for k in range(len(shards)) if not _current(paths[k], shards[k])]
     if todo:
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.bfloat16).eval()
         for k in todo:
-            save_atomic([_one(model, row, aux_ids) for row in shards[k]], features / f"shard-{k:05d}.pt")
+            save_atomic([_one(model, row, aux_ids) for row in shards[k]], paths[k])
             logger.info("features: shard %d / %d", k + 1, len(shards))
-    return shard_paths(features)
+    return paths
+
+
+def _current(path: Path, rows: list[dict]) -> bool:
+    """Whether the shard at `path` holds exactly `rows`' sequences, in order."""
+    if not path.exists():
+        return False
+    seqs = torch.load(path, weights_only=True)
+    return len(seqs) == len(rows) and all(
+        s["id"] == r["id"] and s["ids"].tolist() == r["prompt_ids"] + r["answer_ids"] for s, r in zip(seqs, rows)
+    )
 
 
 def load_features(paths: list[Path], split: str | None = None) -> list[dict]:

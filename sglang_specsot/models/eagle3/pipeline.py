@@ -43,6 +43,12 @@ class Plan:
     # context drafter: the target's answers to questions from another hand than the prompts'.
     score_on: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        stems = [Path(name).stem for name in self.score_on]
+        if len(set(stems)) < len(stems):
+            raise ValueError(f"--score-on {' '.join(self.score_on)}: each set keeps its answers in "
+                             f"<work>/score-NAME, so the sets need different file names, got {stems}")  # fmt: skip
+
 
 def target_config(target: str) -> dict:
     path = Path(target, "config.json")
@@ -117,7 +123,8 @@ def run(plan: Plan, progress=None) -> Path:
     train_tokens = sum(int(s["ids"].numel()) for s in train_seqs)
     logger.info("training on %d sequences (%d tokens); %d held out", len(train_seqs), train_tokens, len(held))
     train(head, train_seqs, parts, plan.train, plan.work, progress)
-    heldout = held_out_report(head, held, [r for r in answers if r["split"] == "heldout"], parts, plan.train.steps, "held out")
+    own = [r for r in answers if r["split"] == "heldout"]
+    heldout = held_out_report(head, held, own, parts, plan.train.steps, "held out")
     scored = {}
     for name, questions in extra.items():
         work = score_dir(plan, name)

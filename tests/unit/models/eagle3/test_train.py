@@ -9,7 +9,7 @@ import torch
 from sglang_specsot.models.eagle3.evaluate import context_score, score
 from sglang_specsot.models.eagle3.export import export_head, serving_state
 from sglang_specsot.models.eagle3.head import HeadShape
-from sglang_specsot.models.eagle3.pipeline import draft_vocabulary, question_prompts
+from sglang_specsot.models.eagle3.pipeline import Plan, draft_vocabulary, question_prompts
 from sglang_specsot.models.eagle3.teacher import Teacher, chain_hits, shifted, step_inputs, teacher, walk
 from sglang_specsot.models.eagle3.train import TargetParts, TrainConfig, init_head, lr_at, train
 
@@ -162,6 +162,8 @@ def test_question_sets_to_score_on_must_be_held_out(tmp_path):
         question_prompts(str(path), [{"id": 3, "prompt": " Name three rivers.", "split": "train"}])
     with pytest.raises(ValueError, match="unknown question set 'nope'"):
         question_prompts("nope", [])
+    with pytest.raises(ValueError, match="need different file names"):
+        Plan("t", tmp_path, tmp_path, score_on=("a/q.jsonl", "b/q.jsonl"))
 
 
 def test_config_rejects_nonsense():
