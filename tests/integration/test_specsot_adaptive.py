@@ -8,7 +8,9 @@ steps), overlap on and off;
 /server_info shows the measured cost model, refreshed by real steps, and the last plan; each
 request's meta_info carries the draft tokens spent (spec_cap_length) beside its accept
 length; SGLang's strict idle memory check finds no leaked slot. Without the flag SPECSOT runs
-the same policy (every budget up to the window's), losslessly.
+the same policy (every budget up to the window's), losslessly. The no-flag server and the draft
+model's run through the static-shape twin of the CUDA path: however the policy sizes a step,
+its verify runs at a captured tier.
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ import pytest
 from transformers import AutoTokenizer
 
 from sglang_specsot.launch import ServerProcess
+from sglang_specsot.speculative.static_shape import STATIC_SHAPE_ENV
+from sglang_specsot.speculative.tree_masks import LAYOUT_ENV
 from tests.integration.conftest import (
     QWEN05_PARITY_TOKENS,
     SMOLLM2_PARITY_TOKENS,
     SPECSOT,
+    assert_every_step_replayed_a_tier,
     cpu_args,
     leak_checked_server,
     scheduler_loop_line,
@@ -33,11 +38,15 @@ from tests.integration.parity import generate, mismatches, parity_prompts, run_b
 pytestmark = pytest.mark.integration
 
 MAX_NEW = 24
-assert MAX_NEW == QWEN05_PARITY_TOKENS  # test_draft_model_parity compares with the shared plain run
+assert MAX_NEW == QWEN05_PARITY_TOKENS  # test_draft_model_parity_static_shape compares with the shared plain run
 assert MAX_NEW <= SMOLLM2_PARITY_TOKENS  # the context-drafting tests with a prefix of SmolLM2's
 # Budgets in SGLang's adaptive-config format: at batch 1 a plain step or the whole window,
 # from batch 4 a plain step or one draft token; SPECSOT's own keys under "specsot".
 CONFIG = {"1": {"candidate_steps": [0, 5]}, "4": {"candidate_steps": [0, 1]}, "specsot": {"decay": 0.3}}
+# The CUDA path's twin (the GPU's mask layout, every step padded to a captured verify tier and
+# run through static buffers): the fixed-window servers of the other files run it, and so do the
+# adaptive policy's servers marked below, whose widths change step by step.
+TWIN_ENV = {LAYOUT_ENV: "full", STATIC_SHAPE_ENV: "1"}
 CONTEXT_ARGS = cpu_args(max_total_tokens=8192) + SPECSOT + ["--speculative-adaptive"]
 MODEL_ARGS = cpu_args(max_total_tokens=8192, mem_fraction_static=0.5) + [
     "--speculative-algorithm", "SPECSOT", "--speculative-num-steps", "3",
@@ -95,15 +104,17 @@ def test_context_drafting_parity(smollm2_path, smollm2_plain, config_path, tmp_p
     assert scheduler_loop_line(overlap) in log
 
 
-def test_without_the_flag_specsot_still_decides_from_its_costs(smollm2_path, smollm2_plain, tmp_path):
+def test_without_the_flag_specsot_still_decides_from_its_costs_static_shape(smollm2_path, smollm2_plain, tmp_path):
     # No --speculative-adaptive and SGLANG_SPECSOT_FIXED_WINDOW unset: the same policy, every
     # budget from 0 to the window's weighed each step, under the overlap loop (the default).
     # Lossless like every other mode.
+    # Through the static-shape twin: the policy's widths, plain steps included, are tiers.
     prompts, plain_ids = smollm2_plain
     args = cpu_args(max_total_tokens=8192) + SPECSOT
-    with leak_checked_server(smollm2_path, args, tmp_path / "server.log") as server:
+    with leak_checked_server(smollm2_path, args, tmp_path / "server.log", env=TWIN_ENV) as server:
         results = run_batches(server, prompts, MAX_NEW)
         report = server.get("/server_info")["internal_states"][0]["specsot"]
+        assert_every_step_replayed_a_tier(server, static_shape=True, widths=2)
     assert not mismatches(results, plain_ids), "SPECSOT (no flag) differs from plain decoding"
     assert report["budget_mode"] == "adaptive" and report["adaptive"] is True, report
     assert report["last_plan"] is not None and report["cost_model"]["target"]["observed_steps"] > 0, report
@@ -113,7 +124,7 @@ def test_without_the_flag_specsot_still_decides_from_its_costs(smollm2_path, smo
 
 
 @pytest.mark.long
-def test_draft_model_parity(qwen05_path, qwen05_draft_path, qwen05_parity, tmp_path):
+def test_draft_model_parity_static_shape(qwen05_path, qwen05_draft_path, qwen05_parity, tmp_path):
     prompts, plain_ids = qwen05_parity
     # The 12-layer draft may never pay here, and then the policy would never draft: explore
     # on schedule, often, so that drafted steps, deferred extends and catch-ups all run.
@@ -124,8 +135,9 @@ def test_draft_model_parity(qwen05_path, qwen05_draft_path, qwen05_parity, tmp_p
     config = tmp_path / "explore.json"
     config.write_text(json.dumps({"1": {"candidate_steps": [0, 3]}, "specsot": {"explore_share": 0.5, "explore_p": None}}))
     args = MODEL_ARGS + ["--speculative-draft-model-path", qwen05_draft_path, "--speculative-adaptive-config", str(config)]
-    with leak_checked_server(qwen05_path, args, tmp_path / "server.log") as server:
+    with leak_checked_server(qwen05_path, args, tmp_path / "server.log", env=TWIN_ENV) as server:
         report = _check(server, prompts, plain_ids, "draft model")
+        assert_every_step_replayed_a_tier(server, static_shape=True, widths=2)
     draft = report["cost_model"]["draft"]  # the draft model's per-step cost, measured too
     assert draft["observed_steps"] > 0 and len(draft["probe_ms"]) > 1, draft
     # Plain steps and prefills deferred their draft-extend and drafting steps caught up (extend_backlog.py):
