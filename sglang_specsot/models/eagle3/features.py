@@ -60,15 +60,15 @@ def write_features(target: str, answers: list[dict], features: Path, aux_ids: tu
 
 
 def _current(path: Path, rows: list[dict]) -> bool:
-    """Whether the shard at `path` holds exactly `rows`' sequences, in order."""
+    """Whether the shard at `path` holds exactly `rows`' sequences, in order (memory-mapped:
+    only the token ids are read, not the captured layers)."""
     if not path.exists():
         return False
-    seqs = torch.load(path, weights_only=True)
+    seqs = torch.load(path, weights_only=True, mmap=True)
     return len(seqs) == len(rows) and all(
         s["id"] == r["id"] and s["ids"].tolist() == r["prompt_ids"] + r["answer_ids"] for s, r in zip(seqs, rows)
     )
 
 
-def load_features(paths: list[Path], split: str | None = None) -> list[dict]:
-    seqs = [s for p in paths for s in torch.load(p, weights_only=True)]
-    return [s for s in seqs if split is None or s["split"] == split]
+def load_features(paths: list[Path]) -> list[dict]:
+    return [s for p in paths for s in torch.load(p, weights_only=True)]

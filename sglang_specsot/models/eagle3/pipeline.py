@@ -119,7 +119,9 @@ def run(plan: Plan, progress=None) -> Path:
     vocab = draft_vocabulary(answers, plan.draft_vocab, shape.vocab_size, end_ids(config, plan.target))
     parts = target_parts(plan.target, vocab, int(config["num_hidden_layers"]))
     head = init_head(shape, vocab, parts, plan.train.seed)
-    train_seqs, held = load_features(paths, "train"), load_features(paths, "heldout")
+    captured = load_features(paths)  # read once, then split
+    train_seqs = [s for s in captured if s["split"] == "train"]
+    held = [s for s in captured if s["split"] == "heldout"]
     train_tokens = sum(int(s["ids"].numel()) for s in train_seqs)
     logger.info("training on %d sequences (%d tokens); %d held out", len(train_seqs), train_tokens, len(held))
     train(head, train_seqs, parts, plan.train, plan.work, progress)
