@@ -48,6 +48,8 @@ def _report(args) -> int:
     print(report["table"])
     for name, eq in report["greedy_equality"].items():
         print(f"greedy {name}: {eq['equal']}/{eq['of']}")
+    for name, speed in report["lossless_speed"].items():
+        print(f"per-token speed {name}: {speed['per_token_speed']:.3f}x over {speed['n']} questions")
     print(f"failed cells: {len(report['failed'])}; written: {args.out}/report.json, report.md, plots/")
     return 0
 

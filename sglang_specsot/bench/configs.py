@@ -127,6 +127,9 @@ def matrix(has_draft: bool, baseline: str = "STANDALONE") -> list[CellConfig]:
         # the draft with the SoT context adds on the same branches.
         *([CellConfig(f"SoT+{baseline}", baseline.lower(), SERVER_SOT, "on")] if has_draft else []),
         CellConfig("SpecSoT-server", spec, SERVER_SOT, "on"),
+        # With a draft, SoT's branches on the context-alone server too: SPECSOT without the
+        # draft model on the SoT answer, beside SPECSOT-ctx on the normal answer.
+        *([CellConfig("SpecSoT-ctx-server", "specsot-ctx", SERVER_SOT, "on")] if has_draft else []),
         CellConfig("SpecSoT-frontend", spec, FRONTEND, "on"),
         CellConfig("SpecSoT-router", spec, SERVER_SOT, "auto", UNSUITABLE),
     ]
@@ -136,8 +139,8 @@ def matrix(has_draft: bool, baseline: str = "STANDALONE") -> list[CellConfig]:
 # Pairs whose greedy answers must be token-identical (speculation is lossless) in float32.
 # SoT+NGRAM is not one: SGLang's NGRAM cannot run the skeleton constraint (it masks every
 # draft position with the pre-draft history), so its skeletons are unconstrained.
-GREEDY_PAIRS = (("SpecSoT-server", "SoT-server"), ("SpecSoT-frontend", "SoT-frontend"),
-                ("SPECSOT", "plain"), ("SPECSOT-ctx", "plain"))  # fmt: skip
+GREEDY_PAIRS = (("SpecSoT-server", "SoT-server"), ("SpecSoT-ctx-server", "SoT-server"),
+                ("SpecSoT-frontend", "SoT-frontend"), ("SPECSOT", "plain"), ("SPECSOT-ctx", "plain"))  # fmt: skip
 
 
 def select(cells: list[CellConfig], names: list[str] | None) -> list[CellConfig]:

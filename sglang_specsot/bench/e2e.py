@@ -123,7 +123,7 @@ def build_report(out: Path, quality: bool = True) -> dict:
     from sglang_specsot.bench.quality import assess, controls
     from sglang_specsot.bench.goals import check, coverage_ceiling
     from sglang_specsot.bench.profile import profiles
-    from sglang_specsot.bench.report import SUBSETS, greedy_equality, markdown, per_question, summarize
+    from sglang_specsot.bench.report import SUBSETS, greedy_equality, lossless_speed, markdown, per_question, summarize
     from sglang_specsot.data import load_questions
 
     if not (out / CELLS_FILE).exists():
@@ -144,6 +144,7 @@ def build_report(out: Path, quality: bool = True) -> dict:
     questions = per_question(cells, scores)
     ceiling, matched = coverage_ceiling(questions), coverage_ceiling(questions, "normal_matched")
     report = {"settings": settings, "summary": [asdict(r) for r in rows], "greedy_equality": greedy_equality(cells),
+              "lossless_speed": lossless_speed(cells),
               "per_question": questions, "failed": [
                   {"question_id": c.question_id, "config": c.config, "reason": c.reason}
                   for c in cells.values() if c.status != "ok"],
@@ -166,6 +167,11 @@ def _report_md(settings: dict, table: str, report: dict) -> str:
               if settings.get("dtype") == "float32" else f"this run is {settings.get('dtype')}: "
               "batch shapes change the rounding, so pairs may differ; equality is required in float32."), ""]  # fmt: skip
     lines += [f"- {k}: {v['equal']}/{v['of']} equal; differ on {v['differ']}" for k, v in report["greedy_equality"].items()]
+    if report.get("lossless_speed"):
+        lines += ["", "Speed of lossless pairs per completion token (the second's s/token over the first's; "
+                  "geometric mean over the questions both answered, then the range):", ""]
+        lines += [f"- {k}: {v['per_token_speed']:.3f}x over {v['n']} questions ({v['min']:.3f}-{v['max']:.3f})"
+                  for k, v in report["lossless_speed"].items()]
     lines += ["", f"Failed cells: {len(report['failed'])}"]
     lines += [f"- q{f['question_id']} {f['config']}: {f['reason']}" for f in report["failed"]]
     lines += ["", "Plots: " + ", ".join(f"[{p}]({p})" for p in report["plots"]), ""]

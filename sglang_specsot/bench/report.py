@@ -180,6 +180,27 @@ def greedy_equality(cells: dict[tuple[int, str], CellResult]) -> dict[str, dict]
     return out
 
 
+def lossless_speed(cells: dict[tuple[int, str], CellResult]) -> dict[str, dict]:
+    """For each lossless pair: per question, the second's seconds per completion token over the
+    first's (above 1: the first is faster), and their geometric mean. Per token, because in
+    bfloat16 the pair's answers may differ in length; `latency` includes the prompt's prefill,
+    which both pay alike."""
+    out = {}
+    for a, b in GREEDY_PAIRS:
+        ratios = {}
+        for (qid, name), x in cells.items():
+            y = cells.get((qid, b))
+            if name != a or x.status != OK or y is None or y.status != OK:
+                continue
+            if min(x.output_tokens, y.output_tokens) > 0 and min(x.latency, y.latency) > 0:
+                ratios[qid] = (y.latency / y.output_tokens) / (x.latency / x.output_tokens)
+        if ratios:
+            out[f"{a} vs {b}"] = {"per_token_speed": round(_geomean(list(ratios.values())), 4), "n": len(ratios),
+                                  "min": round(min(ratios.values()), 4), "max": round(max(ratios.values()), 4),
+                                  "per_question": {q: round(r, 4) for q, r in sorted(ratios.items())}}  # fmt: skip
+    return out
+
+
 def per_question(cells: dict[tuple[int, str], CellResult], quality: list[Quality]) -> list[dict]:
     quality_by = {(q.question_id, q.config): asdict(q) for q in quality}
     ups: dict[str, dict[int, float]] = {}

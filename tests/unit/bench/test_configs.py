@@ -10,6 +10,8 @@ def test_matrix_with_a_draft_runs_spec_sot_on_the_draft_server():
     assert list(cells)[0] == BASELINE
     assert {"STANDALONE", "SPECSOT", "SPECSOT-ctx", "NGRAM", "SoT-frontend", "SoT+NGRAM"} <= set(cells)
     assert cells["SpecSoT-server"].server == "specsot" and cells["SpecSoT-server"].kind == SERVER_SOT
+    ctx = cells["SpecSoT-ctx-server"]  # SoT on the context-alone server, beside the draft's
+    assert (ctx.server, ctx.kind, ctx.mode) == ("specsot-ctx", SERVER_SOT, "on")
     router = cells["SpecSoT-router"]
     assert router.mode == "auto" and router.runs_on(False) and not router.runs_on(True)
     auto = cells["SoT-auto"]  # the latency model's route, on every question of the plain server
@@ -20,7 +22,7 @@ def test_matrix_with_a_draft_runs_spec_sot_on_the_draft_server():
 def test_matrix_without_a_draft_has_no_draft_servers():
     cells = matrix(has_draft=False)
     assert {c.server for c in cells} <= set(servers(None))
-    assert "STANDALONE" not in {c.name for c in cells}
+    assert not {"STANDALONE", "SpecSoT-ctx-server"} & {c.name for c in cells}  # SpecSoT-server is the ctx one
     assert next(c for c in cells if c.name == "SpecSoT-server").server == "specsot-ctx"
 
 

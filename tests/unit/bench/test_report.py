@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_specsot.bench.quality import Quality, assess, controls
-from sglang_specsot.bench.report import greedy_equality, markdown, per_question, speedups, summarize
+from sglang_specsot.bench.report import greedy_equality, lossless_speed, markdown, per_question, speedups, summarize
 from tests.unit.bench.conftest import FAILED, cell, sot_cell
 
 
@@ -45,6 +45,21 @@ def test_summary_carries_quality_and_judge_results():
 def test_greedy_equality_counts_identical_answers():
     eq = greedy_equality(CELLS)
     assert eq["SpecSoT-server == SoT-server"] == {"equal": 1, "of": 1, "differ": []}
+
+
+def test_lossless_speed_compares_time_per_token_not_latency():
+    cells = cells_of(
+        cell(1, "plain", 10.0, output_tokens=100), cell(1, "SPECSOT", 9.0, output_tokens=100),
+        cell(2, "plain", 10.0, output_tokens=100), cell(2, "SPECSOT", 6.0, output_tokens=50),  # shorter, slower per token
+        cell(3, "plain", 10.0, output_tokens=100), cell(3, "SPECSOT", 1.0, status=FAILED, reason="HTTP 500"),
+        cell(4, "SPECSOT", 5.0, output_tokens=100),  # no plain answer to compare with
+    )  # fmt: skip
+    speed = lossless_speed(cells)
+    assert list(speed) == ["SPECSOT vs plain"]
+    got = speed["SPECSOT vs plain"]
+    assert got["n"] == 2 and got["per_question"] == {1: pytest.approx(1 / 0.9, abs=1e-4), 2: pytest.approx(1 / 1.2, abs=1e-4)}
+    assert got["per_token_speed"] == pytest.approx((1 / 0.9 / 1.2) ** 0.5, abs=1e-4)
+    assert (got["min"], got["max"]) == (pytest.approx(0.8333, abs=1e-4), pytest.approx(1.1111, abs=1e-4))
 
 
 def test_markdown_has_one_line_per_row_and_dashes_for_missing_values():
