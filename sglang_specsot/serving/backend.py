@@ -12,6 +12,7 @@ from sglang_specsot.serving.dp_placement import place_answer
 from sglang_specsot.serving.priority import branch_priority
 from sglang_specsot.sot.finish import AimWatch
 from sglang_specsot.sot.loops import LoopWatch
+from sglang_specsot.sot.opening import OpeningWatch
 from sglang_specsot.sot.phases import GenerationAborted, SoTPhaseError
 from sglang_specsot.sot.runner import GenRequest, GenResult, shared_prefix
 from sglang_specsot.sot.tag import BRANCH, PLAIN, SKELETON
@@ -24,8 +25,12 @@ class TokenizerManagerBackend:
     strings match a normal answer); only the budget and the SoT tag differ per generation.
     The raw request goes along so SGLang aborts generations whose client disconnected, and
     cancelling a generation aborts it in the scheduler (tokenizer_manager.py:952-962). A
-    request with `stop_on_loop` streams internally and is aborted once its text loops.
+    request with `stop_on_loop` streams internally and is aborted once its text loops; one
+    with `end_after` once a sentence ends past its aim; one with `read_opening` once its first
+    line announces a list (sot.opening).
     """
+
+    watches_text = True  # it can end a generation on what its text says (sot.runner reads it)
 
     def __init__(self, tokenizer_manager, chat_input, raw_request, group: str) -> None:
         self.tokenizer_manager = tokenizer_manager
@@ -44,7 +49,9 @@ class TokenizerManagerBackend:
     async def generate(self, request: GenRequest, on_text: Callable[[str], None] | None = None) -> GenResult:
         watch = LoopWatch() if request.stop_on_loop else None
         aim = AimWatch(request.end_after) if request.end_after else None
-        obj = self._input(request, stream=on_text is not None or watch is not None or aim is not None)
+        opening = OpeningWatch(request.read_opening) if request.read_opening else None
+        watched = watch is not None or aim is not None or opening is not None
+        obj = self._input(request, stream=on_text is not None or watched)
         incremental = sgl.incremental_streaming_output(self.tokenizer_manager)
         text, last, ended, keep = "", None, "", None
         async for out in self.tokenizer_manager.generate_request(obj, self.raw_request):
@@ -60,6 +67,10 @@ class TokenizerManagerBackend:
             elif aim is not None:
                 keep = aim.feed(piece, out["meta_info"].get("completion_tokens", 0))
                 ended = "aim" if keep is not None else ""
+            if not ended and opening is not None:
+                verdict = opening.feed(piece)
+                if verdict is not None and verdict.has_points:
+                    ended, keep = "opening", verdict.keep
             if ended:
                 # End it in the scheduler; the stream still delivers the tokens already
                 # decoded, then the abort, which here is our own ending, not an error.
@@ -154,11 +165,12 @@ _SPECIAL_TOKENS = 8  # BOS and the like the tokenizer may add to a prompt
 
 def _ended(text: str, meta: dict, ended: str, keep: int | None) -> GenResult:
     """The result of a generation we may have ended ourselves: at a loop (all its text; the
-    merge cuts the loop) or at the sentence that ended past its aim (the text up to it)."""
+    merge cuts the loop), at the sentence that ended past its aim (the text up to it), or at
+    a first line that announced a list (the intro line)."""
     if ended == "loop":
         return GenResult.from_meta(text, meta, "loop")
-    if ended == "aim":
-        return GenResult.from_meta(text[:keep], meta, "aim")
+    if ended in ("aim", "opening"):
+        return GenResult.from_meta(text[:keep], meta, ended)
     return _result(text, meta)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sglang_specsot.sot.opening import DEFAULT_OPENING_CHARS
+
 LONG_POINT_POLICIES = ("truncate", "flag")
 
 
@@ -53,6 +55,14 @@ class SoTConfig:
     # Routing: SoT loses on short answers, so a request capped below this goes normal.
     router_min_answer_tokens: int = 200
 
+    # Read the normal answer's first line beside the skeleton (sot.opening): prose goes on as
+    # the normal answer, an announced list is answered by SoT under its intro line. None: in
+    # mode "auto" only (mode "on" asks for SoT whatever the answer's shape); True or False: in
+    # both. Only a backend that watches its text as it decodes can (the server's, not the
+    # frontend program's).
+    read_opening: bool | None = None
+    opening_chars: int = DEFAULT_OPENING_CHARS  # a first line longer than this is prose
+
     def __post_init__(self) -> None:
         self._check_ints()
         self._check_ranges()
@@ -76,6 +86,14 @@ class SoTConfig:
         for flag in ("prefill_point_header", "derive_skeleton", "retry_empty_points"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag}={getattr(self, flag)!r} must be True or False")
+        if self.read_opening is not None and not isinstance(self.read_opening, bool):
+            raise ValueError(
+                f"read_opening={self.read_opening!r} must be True, False or None (mode \"auto\" only)"
+            )
+
+    def reads_opening(self, mode: str) -> bool:
+        """Whether an answer in `mode` reads the normal answer's opening before SoT commits."""
+        return mode == "auto" if self.read_opening is None else self.read_opening
 
     @property
     def branch_cap(self) -> int:
@@ -131,6 +149,7 @@ _POSITIVE_INTS = (
     "min_branch_tokens",
     "max_branch_tokens",
     "router_min_answer_tokens",
+    "opening_chars",
 )
 
 DEFAULT_CONFIG = SoTConfig()

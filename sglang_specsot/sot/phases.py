@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from sglang_specsot.sot.latency import LatencyDecision
 from sglang_specsot.sot.loops import find_loop
 from sglang_specsot.sot.merge import MergedAnswer
+from sglang_specsot.sot.opening import Opening
 from sglang_specsot.sot.planner import BranchPlan
 from sglang_specsot.sot.router import RouteDecision
 from sglang_specsot.sot.skeleton import SkeletonParse
@@ -35,6 +36,10 @@ class GenRequest:
     # a point held near its aimed length without being cut. None: run to EOS or the budget.
     # A backend that cannot watch its text as it decodes leaves it to the budget.
     end_after: int | None = None
+    # Read the first line as it decodes (sot.opening.OpeningWatch, this many characters at
+    # most) and end the generation there where it announces a list (finish reason
+    # "opening", the intro line kept); prose runs on. None: no watch.
+    read_opening: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +49,8 @@ class GenResult:
     text: str  # generated text only (no prompt, no pre-fill)
     prompt_tokens: int
     completion_tokens: int
-    finish_reason: str  # "stop" | "length" | "abort" | "loop" (stop_on_loop) | "aim" (end_after)
+    # "stop" | "length" | "abort" | "loop" (stop_on_loop) | "aim" (end_after) | "opening" (read_opening)
+    finish_reason: str
     # Verify forwards the generation took (SGLang's `spec_verify_ct`); 0 on a server that does
     # not speculate. completion_tokens / verify_steps is SGLang's `spec_accept_length`.
     verify_steps: int = 0
@@ -159,6 +165,24 @@ class MergePhase:
 
 
 @dataclass(frozen=True, slots=True)
+class OpeningPhase:
+    """The normal answer's first line, read beside the skeleton (sot.opening). Where it
+    announced a list, `result` is the generation stopped there (its text the intro line, its
+    tokens all it decoded); where it was prose, that generation went on as the normal answer
+    (`SoTAnswer.normal`) and `result` is None."""
+
+    opening: Opening
+    result: GenResult | None
+    seconds: float  # until the verdict's generation returned
+
+    @property
+    def lead(self) -> str:
+        """What the SoT answer writes before its points: the intro line and a blank line."""
+        intro = self.result.text.strip() if self.result is not None else ""
+        return intro + "\n\n" if intro else ""
+
+
+@dataclass(frozen=True, slots=True)
 class NormalPhase:
     request: GenRequest
     result: GenResult
@@ -179,11 +203,13 @@ class SoTAnswer:
     merge: MergePhase | None = None
     normal: NormalPhase | None = None  # set exactly when path == "normal"
     seconds: float = 0.0
+    opening: OpeningPhase | None = None  # where the normal answer's first line was read
 
     @property
     def results(self) -> tuple[GenResult, ...]:
         """Every generation of this answer (skeleton, branches, normal answer)."""
         out = [self.skeleton.result] if self.skeleton else []
+        out += [self.opening.result] if self.opening is not None and self.opening.result is not None else []
         for branch in self.branches.results if self.branches else ():
             out += [branch.first_try, branch.result] if branch.first_try else [branch.result]
         out += [self.normal.result] if self.normal else []
@@ -254,7 +280,14 @@ def _trace(answer: SoTAnswer) -> dict:
                           "repairs": {str(p.index): list(p.repairs) for p in merged.points if p.repairs}}  # fmt: skip
     if answer.normal is not None:
         trace["normal"] = {"seconds": answer.normal.seconds, **_gen_trace(answer.normal.result)}
+    if answer.opening is not None:
+        trace["opening"] = _opening_trace(answer.opening)
     return trace
+
+
+def _opening_trace(phase: OpeningPhase) -> dict:
+    out = {"kind": phase.opening.kind, "reason": phase.opening.reason, "seconds": phase.seconds}
+    return out if phase.result is None else {**out, "text": phase.result.text, **_gen_trace(phase.result)}
 
 
 def route_trace(route: RoutePhase) -> dict:

@@ -31,6 +31,7 @@ from sglang_specsot.sot.budget import (
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
 from sglang_specsot.sot.latency import LatencyDecision
 from sglang_specsot.sot.merge import MergedPoint, clean_expansion, drop_cut_sentence, format_point, merge_answer
+from sglang_specsot.sot.opening import OpeningWatch
 from sglang_specsot.sot.planner import Branch, BranchPlan, plan_branches, point_aim
 from sglang_specsot.sot.prompts import expansion_prompt, format_skeleton, normal_messages, skeleton_prompt
 from sglang_specsot.sot.router import QuestionClassifier, RouteDecision, hard_route, route_question, system_route
@@ -44,6 +45,7 @@ from sglang_specsot.sot.phases import (  # noqa: F401 (re-exported: callers impo
     GenResult,
     MergePhase,
     NormalPhase,
+    OpeningPhase,
     RoutePhase,
     SkeletonPhase,
     SoTAnswer,
@@ -351,34 +353,114 @@ async def run_sot(
     if not route.decision.use_sot:
         normal = await _normal(question, backend, render, options, group, to_answer)
         return assemble_answer(group, NORMAL, route.decision.reason, route, started, normal=normal)
-    skeleton = await _skeleton(question, backend, render, options, group, emit)
-    left = remaining(options.max_new_tokens, skeleton.result.completion_tokens)
-    plan, reason = _fitted_plan(skeleton, left, options)
+    opening = None
+    if reads_opening(backend, options):
+        opening, normal, skeleton = await _opening_and_skeleton(question, backend, render, options, group, emit)
+        if normal is not None:  # prose: the normal answer it began is the answer
+            reason = f"opening: {opening.opening.reason}"
+            return assemble_answer(group, NORMAL, reason, route, started, normal=normal, opening=opening)
+    else:
+        skeleton = await _skeleton(question, backend, render, options, group, emit)
+    spent = skeleton.result.completion_tokens + (opening.result.completion_tokens if opening else 0)
+    left = remaining(options.max_new_tokens, spent)
+    plan, reason = _fitted_plan(skeleton, left, options, spent)
     if plan is None:
         normal = await _normal(question, backend, render, options, group, to_answer, left)
-        return assemble_answer(group, NORMAL, reason, route, started, skeleton=skeleton, normal=normal)
+        return assemble_answer(group, NORMAL, reason, route, started, skeleton=skeleton, normal=normal, opening=opening)
+    if opening is not None and opening.lead:
+        to_answer(opening.lead)  # only now: a skeleton that is no plan gets a whole normal answer
     requests = branch_requests(question, plan, render, options, group)
     releaser = PointReleaser(plan.points, to_answer)
     retry = lambda request, result: retry_request(question, plan, render, options, request, result)  # noqa: E731
     branches = await run_branches(backend, plan, requests, releaser.finish, retry)
     merge = merge_phase(branches)
     assert merge.merged.text == releaser.released, "streamed points differ from the merged answer"
-    return assemble_answer(group, SOT, route.decision.reason, route, started, skeleton, branches, merge)
+    return assemble_answer(group, SOT, route.decision.reason, route, started, skeleton, branches, merge,
+                           opening=opening)  # fmt: skip
 
 
-def _fitted_plan(skeleton: SkeletonPhase, left: int | None, options: SoTOptions) -> tuple[BranchPlan | None, str]:
-    """The branch plan, each point aimed at its share of the expected answer length, within
-    what the cap `left` after the skeleton; or (None, why not)."""
+def reads_opening(backend: SoTBackend, options: SoTOptions) -> bool:
+    """Whether this answer reads the normal answer's first line before SoT commits: where its
+    config asks in its mode and the backend can end a generation on its text."""
+    return options.config.reads_opening(options.mode) and getattr(backend, "watches_text", False)
+
+
+def _fitted_plan(
+    skeleton: SkeletonPhase, left: int | None, options: SoTOptions, spent: int
+) -> tuple[BranchPlan | None, str]:  # fmt: skip
+    """The branch plan, each point aimed at its share of the expected answer length less the
+    `spent` tokens (skeleton, intro), within what the cap `left`; or (None, why not)."""
     parse, config = skeleton.parse, options.config
     if not parse.is_plan:
         return None, f"skeleton {parse.outcome}: {parse.reason}"
     expected = expected_tokens(options.expected_tokens, options.max_new_tokens)
     points = min(len(parse.points), config.branch_cap)
-    target = point_target(expected, skeleton.result.completion_tokens, points)
+    target = point_target(expected, spent, points)
     plan = fit_plan(plan_branches(parse, config, target), left, config)
     if plan is None:
         return None, f"the {left} tokens the cap left after the skeleton cannot hold {config.min_points} branches"
     return plan, ""
+
+
+async def _opening_and_skeleton(
+    question: str, backend: SoTBackend, render: Render, options: SoTOptions, group: str, emit: DeltaSink
+) -> tuple[OpeningPhase, NormalPhase | None, SkeletonPhase | None]:  # fmt: skip
+    """The normal answer and the skeleton at once, until the normal answer's first line
+    decides (sot.opening): prose cancels the skeleton and goes on as the normal answer
+    (returned); an announced list was stopped by the backend at its intro, and the skeleton
+    is awaited (returned). Nothing streams before the verdict: then the normal answer's
+    text so far (prose), or the skeleton's (a list). The answer's cap bounds the normal one;
+    the tokens a cancelled skeleton decoded are in no usage count."""
+    watch = OpeningWatch(options.config.opening_chars)
+    decided = asyncio.Event()
+    held: dict[str, list[str]] = {ANSWER_CHANNEL: [], SKELETON_CHANNEL: []}
+
+    def release(channel: str) -> None:
+        text, held[channel] = "".join(held[channel]), []
+        if text:
+            emit(channel, text)
+
+    def on_normal(piece: str) -> None:
+        if decided.is_set():
+            if not watch.verdict.has_points:
+                emit(ANSWER_CHANNEL, piece)
+            return
+        held[ANSWER_CHANNEL].append(piece)
+        if watch.feed(piece) is not None:
+            decided.set()
+            if not watch.verdict.has_points:
+                release(ANSWER_CHANNEL)
+
+    def on_skeleton(channel: str, text: str) -> None:
+        if not decided.is_set():
+            held[channel].append(text)
+        elif watch.verdict.has_points:
+            emit(channel, text)
+
+    request = replace(plain_request(question, render, options, group), read_opening=options.config.opening_chars)
+    started = time.perf_counter()
+    normal = asyncio.create_task(_generate(backend, request, "normal answer", on_normal))
+    skeleton = asyncio.create_task(_skeleton(question, backend, render, options, group, on_skeleton))
+    verdict = asyncio.create_task(decided.wait())
+    try:
+        await asyncio.wait((normal, verdict), return_when=asyncio.FIRST_COMPLETED)
+        if normal.done() and normal.exception() is not None:
+            return normal.result()  # raises the normal answer's SoTPhaseError
+        if watch.verdict is None:  # it ended within its first line
+            watch.end()
+            decided.set()
+            release(ANSWER_CHANNEL)
+        if not watch.verdict.has_points:
+            await _cancel((skeleton,))
+            result = await normal
+            seconds = time.perf_counter() - started
+            return OpeningPhase(watch.verdict, None, seconds), NormalPhase(request, result, seconds), None
+        result = await normal
+        opening = OpeningPhase(watch.verdict, result, time.perf_counter() - started)
+        release(SKELETON_CHANNEL)
+        return opening, None, await skeleton
+    finally:
+        await _cancel((normal, skeleton, verdict))
 
 
 async def _skeleton(
@@ -534,7 +616,9 @@ def assemble_answer(
     branches: BranchesPhase | None = None,
     merge: MergePhase | None = None,
     normal: NormalPhase | None = None,
+    opening: OpeningPhase | None = None,
 ) -> SoTAnswer:
-    text = merge.merged.text if merge is not None else normal.result.text
+    lead = opening.lead if opening is not None else ""
+    text = lead + merge.merged.text if merge is not None else normal.result.text
     seconds = time.perf_counter() - started
-    return SoTAnswer(group, path, reason, text, route, skeleton, branches, merge, normal, seconds)
+    return SoTAnswer(group, path, reason, text, route, skeleton, branches, merge, normal, seconds, opening)

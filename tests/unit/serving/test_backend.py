@@ -105,6 +105,33 @@ def test_a_branch_that_ends_before_its_aim_is_left_alone():
     assert tm.aborted == [] and result.text == text and result.finish_reason == "stop"
 
 
+def _normal(read_opening: int | None = 400) -> GenRequest:
+    return GenRequest("prompt", 256, SoTTag("g1", PLAIN), read_opening=read_opening)
+
+
+def test_a_normal_answer_announcing_a_list_ends_at_its_intro_line():
+    tm = _TokenizerManager("A landlord can keep good tenants by doing several things:\n\n1. Answer repairs fast.\n2. Be fair.")
+    result = asyncio.run(_backend(tm).generate(_normal()))
+    assert result.text == "A landlord can keep good tenants by doing several things:"
+    assert result.finish_reason == "opening" and tm.aborted == ["specsot-g1-plain-1"] and tm.streamed == [True]
+    assert result.completion_tokens > len(result.text) // 4  # the tokens decoded before the abort count
+
+
+@pytest.mark.parametrize("text", ["The legislative branch makes laws.\n\nThe executive enforces them.",
+                                  "One short paragraph, and no line break at all."])  # fmt: skip
+def test_a_normal_answer_in_prose_runs_to_its_end(text):
+    tm = _TokenizerManager(text)
+    result = asyncio.run(_backend(tm).generate(_normal()))
+    assert tm.aborted == [] and result.text == text and result.finish_reason == "stop"
+
+
+def test_without_read_opening_a_list_is_not_stopped():
+    text = "Several things:\n1. Answer repairs fast."
+    tm = _TokenizerManager(text)
+    result = asyncio.run(_backend(tm).generate(_normal(None)))
+    assert tm.aborted == [] and result.text == text and tm.streamed == [False]
+
+
 def test_an_abort_the_backend_did_not_ask_for_is_an_abort_not_bad_input():
     tm = _TokenizerManager("Some text that is long enough to take several steps to stream out.")
     tm.aborted.append("someone else")  # /abort_request or a disconnect: no status code

@@ -31,6 +31,9 @@ class _Tokenizer:
         return text.split()
 
 
+LIST_ANSWER = "Here are some ways:\n1. "  # a normal answer that announces a list
+
+
 class _TokenizerManager:
     """Answers every generation with words up to its max_new_tokens; a branch can be aborted."""
 
@@ -38,13 +41,16 @@ class _TokenizerManager:
     context_len = CONTEXT
     num_reserved_tokens = 0
 
-    def __init__(self, abort: dict | None = None, abort_role: str = "branch", row_costs: dict | None = None) -> None:
+    def __init__(self, abort: dict | None = None, abort_role: str = "branch", row_costs: dict | None = None,
+                 plain: str = LIST_ANSWER) -> None:  # fmt: skip
         self.tokenizer = _Tokenizer()
+        self.plain = plain  # the normal answer's opening; its list or prose decides mode "auto"
         self.server_args = SimpleNamespace(enable_custom_logit_processor=False)
         self.abort, self.abort_role = abort, abort_role  # the finish reason that role ends with
         self.requests: list[GenerateReqInput] = []
         self.row_costs = row_costs  # the scheduler's curve (None: its probe could not time the model)
         self.running = 0  # requests in the scheduler's running batch
+        self.aborted: list[str] = []
 
     async def get_internal_state(self):
         return [{"specsot_row_costs": self.row_costs}]
@@ -58,16 +64,25 @@ class _TokenizerManager:
         cap = obj.sampling_params.get("max_new_tokens")
         role = obj.rid.split("-")[2]
         # Distinct words, so the branch's loop watch never ends it early.
-        words = (SKELETON if role == "skeleton" else " ".join(f"w{i}" for i in range(5_000))).split(" ")[: cap or 50]
+        filler = " ".join(f"w{i}" for i in range(5_000))
+        words = (SKELETON if role == "skeleton" else self.plain + filler if role == "plain" else filler).split(" ")
+        words = words[: cap or 50]
         finish = {"type": "length" if cap and len(words) == cap else "stop"}
         if role == self.abort_role and self.abort is not None:
             finish = self.abort
-        text = " ".join(words)
-        meta = {"prompt_tokens": 5, "completion_tokens": len(words), "finish_reason": finish}
-        yield {"text": text, "meta_info": meta}
+        # Streamed a word at a time (cumulative, as SGLang's default) when asked; an abort
+        # ends the stream at the next word.
+        for n in range(1, len(words) + 1) if obj.stream else [len(words)]:
+            aborted = obj.rid in self.aborted
+            done = n == len(words) or aborted
+            ended = {"type": "abort", "message": "Abort"} if aborted else finish
+            meta = {"prompt_tokens": 5, "completion_tokens": n, "finish_reason": ended if done else None}
+            yield {"text": " ".join(words[:n]), "meta_info": meta}
+            if done:
+                return
 
     def abort_request(self, rid="", abort_all=False):
-        pass
+        self.aborted.append(rid)
 
 
 class _Serving:
@@ -153,6 +168,15 @@ def _prompts(tm: _TokenizerManager, role: str) -> list[str]:
     return [r.text for r in tm.requests if r.rid.split("-")[2] == role]
 
 
+def test_mode_auto_reads_the_normal_answers_opening_and_answers_prose_normally():
+    response, tm = _answer({"mode": "auto"}, max_tokens=300, tm=_TokenizerManager(plain=""))
+    trace = response.metadata["specsot"]
+    assert trace["path"] == "normal" and trace["opening"]["kind"] == "prose", trace
+    assert trace["reason"] == "opening: no line break in the first 400 characters" and not trace["fallback"]
+    assert len(_prompts(tm, "plain")) == 1 and not _prompts(tm, "branch")
+    assert response.usage.completion_tokens == 300  # the normal answer's, to its cap
+
+
 @pytest.mark.parametrize("role", ["system", "developer"])
 def test_a_system_message_is_answered_by_sot_under_it(role):
     system = "Always answer in French."
@@ -161,6 +185,7 @@ def test_a_system_message_is_answered_by_sot_under_it(role):
     assert response.metadata["specsot"]["path"] == "sot", response.metadata
     prompts = _prompts(tm, "skeleton") + _prompts(tm, "branch") + _prompts(tm, "prefix")
     assert len(prompts) == 6 and all(system in p for p in prompts)
+    assert len(_prompts(tm, "plain")) == 1  # the opening, read first (SGLang's own rendering of the chat)
 
 
 def test_a_system_message_in_text_parts_counts_as_its_text():
