@@ -9,6 +9,12 @@ branches from its Vicuna answer. Two prompt sets:
   branches - SoT branch prompts: every point of one skeleton expanded in one batch, tagged
              as one SoT group, after their shared prefix is prefilled once (what the SoT
              program sends)
+  sot      - the question's whole server-side SoT answer (its skeleton, then its branches),
+             asked as a client asks (/v1/chat/completions, "specsot" mode "on"); its cap
+             is --max-new-tokens for the whole answer. With it the plain server delays
+             sampling (SGLANG_ENABLE_DELAY_SAMPLE) so it runs the skeleton constraint too.
+The order of the configurations rotates from one batch to the next, so none is always
+measured first after a flush or last before the next batch.
 Configurations: plain decoding, NGRAM and SPECSOT-ctx (SoT-context drafting, no second model);
 with --draft also STANDALONE and SPECSOT with that draft model, both with a --steps chain
 (SPECSOT adds up to 3 SoT-context nodes to it); where --draft is an EAGLE-3 head (e.g. one
@@ -128,12 +134,16 @@ def parse_variants(specs: list[str], directory: Path, max_budget: int) -> dict[s
     return out
 
 
-def server_env(name: str, code: dict[str, str] | None = None) -> dict[str, str]:
+def server_env(name: str, code: dict[str, str] | None = None, delay_sample: bool = False) -> dict[str, str]:
     """A `-fixed` config drafts its whole window every step; the others size drafts from costs.
     A `-bf16` config keeps the draft model's weights as loaded (no int8 copy on CPU). An
-    `@NAME` config imports sglang_specsot from `code[NAME]` (its PYTHONPATH comes first)."""
+    `@NAME` config imports sglang_specsot from `code[NAME]` (its PYTHONPATH comes first).
+    `delay_sample`: plain decoding delays sampling, as SoT's skeleton constraint needs on
+    SGLang's overlap scheduler (what `bench e2e`'s plain server does)."""
     base, _, tree = name.partition("@")
     env = {FIXED_WINDOW_ENV: "1"} if "-fixed" in base else {}
+    if delay_sample and base == "plain":
+        env["SGLANG_ENABLE_DELAY_SAMPLE"] = "1"
     if base.endswith("-bf16"):
         env[DRAFT_INT8_ENV] = "off"
     if tree:
@@ -178,13 +188,21 @@ def workloads(tokenizer, questions: list[str], points: int = 4) -> dict[str, lis
         ([expansion_prompt(q, skeleton, i).render(chat) for i in range(points)], {"n": points})
         for q in questions
     ]
-    return {"vicuna": vicuna, "branches": branches}
+    sot = [([q], SOT_ANSWER) for q in questions]
+    return {"vicuna": vicuna, "branches": branches, "sot": sot}
+
+
+# A "sot" batch's tag: the question is asked for a forced SoT answer (no opening read, so every
+# server answers by SoT whatever the normal answer's shape).
+SOT_ANSWER = {"sot": {"mode": "on", "config": {"read_opening": False}}}
 
 
 def run_batch(
     server: ServerProcess, prompts: list[str], tag: dict | None, max_new: int
 ) -> tuple[int, float, list, list[str]]:
     """(completion tokens, seconds, per answer (accept length, draft tokens per verify), texts)."""
+    if tag is not None and "sot" in tag:
+        return _sot_answer(server, prompts[0], tag["sot"], max_new)
     params = [{"temperature": 0, "max_new_tokens": max_new} for _ in prompts]
     if tag is not None:
         group = uuid.uuid4().hex
@@ -202,6 +220,21 @@ def run_batch(
     return tokens, elapsed, accept, [o["text"] for o in out]
 
 
+def _sot_answer(server: ServerProcess, question: str, field: dict, max_new: int) -> tuple[int, float, list, list[str]]:
+    """One server-side SoT answer, as `run_batch` reports a batch: its accept length is the
+    whole answer's (skeleton and branches)."""
+    body = {"model": "default", "temperature": 0, "max_tokens": max_new, "specsot": field,
+            "messages": [{"role": "user", "content": question}]}  # fmt: skip
+    t0 = time.perf_counter()
+    out = server.post("/v1/chat/completions", body)
+    elapsed = time.perf_counter() - t0
+    trace = (out.get("metadata") or {}).get("specsot") or {}
+    if trace.get("path") != "sot":
+        print(f"SoT answer took the {trace.get('path')} path: {trace.get('reason')}", flush=True)
+    accept = [(trace.get("spec_accept_length"), None)]
+    return out["usage"]["completion_tokens"], elapsed, accept, [out["choices"][0]["message"]["content"]]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m")
@@ -214,7 +247,7 @@ def main() -> None:
                         help="start after this many suitable questions (to hold out the first ones)")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--points", type=int, default=4, help="branches per SoT batch (1-8)")
-    parser.add_argument("--workloads", default="vicuna,branches", help="comma-separated: vicuna, branches")
+    parser.add_argument("--workloads", default="vicuna,branches", help="comma-separated: vicuna, branches, sot")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--num-draft-tokens", type=int, default=6, help="verify window of NGRAM and SPECSOT-ctx")
     parser.add_argument("--steps", type=int, default=4, help="draft-model steps (STANDALONE or EAGLE3, SPECSOT)")
@@ -278,11 +311,14 @@ def main() -> None:
                     args.adaptive, args.fixed, args.bf16_draft, variants, token_map, code)  # fmt: skip
     if args.baseline not in every:
         parser.error(f"--baseline {args.baseline!r} is not a configuration of this run; choose from {sorted(every)}")
-    servers = {name: ServerProcess(model, COMMON + ["--dtype", args.dtype, "--mem-fraction-static", str(args.mem_fraction)] + extra,
-                                   env=server_env(name, code), log_path=logs / f"{name}.log")  # fmt: skip
+    sot = "sot" in loads  # server-side SoT: the skeleton constraint needs a logit processor
+    common = COMMON + ["--dtype", args.dtype, "--mem-fraction-static", str(args.mem_fraction)]
+    common += ["--enable-custom-logit-processor"] if sot else []
+    servers = {name: ServerProcess(model, common + extra, env=server_env(name, code, delay_sample=sot),
+                                   log_path=logs / f"{name}.log")  # fmt: skip
                for name, extra in every.items()
                if args.only is None or name == args.baseline or name in args.only.split(",")}
-    stats = {(c, w): {"tokens": 0, "seconds": 0.0, "accept": [], "spent": [], "depth": {}, "texts": {}}
+    stats = {(c, w): {"tokens": 0, "seconds": 0.0, "accept": [], "spent": [], "depth": {}, "texts": {}, "rounds": {}}
              for c in servers for w in loads}  # fmt: skip
     print(f"load average at start: {os.getloadavg()}", flush=True)
     print(f"server logs in {logs}", flush=True)
@@ -322,6 +358,9 @@ def _measure(server, name, workload, prompts, tag, stats, max_new, round_: int) 
     _add_depth_counts(s["depth"], before, _depth_counts(server))
     s["tokens"] += tokens
     s["seconds"] += secs
+    per_round = s["rounds"].setdefault(round_, [0, 0.0])
+    per_round[0] += tokens
+    per_round[1] += secs
     s["accept"] += [a for a, _ in accept if a]
     s["spent"] += [d for _, d in accept if d is not None]
 
@@ -353,11 +392,13 @@ def run_interleaved(servers, loads, stats, args) -> None:
     try:
         for name, server in servers.items():
             _start(name, server, loads)
+        names, turn = list(servers), 0
         for r in range(args.rounds):
             for w, batches in loads.items():
                 for prompts, tag in batches:
-                    for name, server in servers.items():  # interleaved: same prompt, every config
-                        _measure(server, name, w, prompts, tag, stats, args.max_new_tokens, r)
+                    for name in rotated(names, turn):  # interleaved: same prompt, every config
+                        _measure(servers[name], name, w, prompts, tag, stats, args.max_new_tokens, r)
+                    turn += 1
             print(f"round {r + 1}/{args.rounds} done", flush=True)
     finally:
         for name, server in servers.items():
@@ -397,7 +438,7 @@ def report(stats: dict, names: list[str], loads: list[str], args) -> None:
     # with fewer or other tokens would show here.
     baseline = args.baseline
     print(f"{'workload':10} {'config':14} {'accept len':>10} {'drafts/verify':>13} {'tok/s':>8} "
-          f"{'vs ' + baseline:>9} {'same as ' + baseline:>13}")  # fmt: skip
+          f"{'vs ' + baseline:>9} {'rounds':>13} {'same as ' + baseline:>13}")  # fmt: skip
     for w in loads:
         base = stats[(baseline, w)]["tokens"] / stats[(baseline, w)]["seconds"]
         for name in names:
@@ -406,13 +447,28 @@ def report(stats: dict, names: list[str], loads: list[str], args) -> None:
             acc = f"{statistics.mean(s['accept']):.2f}" if s["accept"] else "-"
             spent = f"{statistics.mean(s['spent']):.2f}" if s["spent"] else "-"
             same, n = same_as(s["texts"], stats[(baseline, w)]["texts"])
-            print(f"{w:10} {name:14} {acc:>10} {spent:>13} {rate:8.2f} {rate / base:8.2f}x {f'{same}/{n}':>13}")
+            spread = round_spread(s["rounds"], stats[(baseline, w)]["rounds"])
+            print(f"{w:10} {name:14} {acc:>10} {spent:>13} {rate:8.2f} {rate / base:8.2f}x {spread:>13} "
+                  f"{f'{same}/{n}':>13}")  # fmt: skip
     print("\nSPECSOT acceptance by chain depth, given the parent was accepted (accepted/reached):")
     for w in loads:
         for name in names:
             for source, c in sorted(stats[(name, w)]["depth"].items()):
                 cells = " ".join(f"{a}/{r}" for a, r in zip(c["accepted"], c["reached"]))
                 print(f"{w:10} {name:14} {source:9} {cells}")
+
+
+def rotated(names: list[str], turn: int) -> list[str]:
+    """`names` starting at position `turn` (mod their number)."""
+    k = turn % len(names)
+    return names[k:] + names[:k]
+
+
+def round_spread(rounds: dict, base: dict) -> str:
+    """The lowest and highest of the rounds' tok/s ratios to the baseline ("-" for one round):
+    how far one round's ratio strays from the run's."""
+    ratios = [(t / s) / (base[r][0] / base[r][1]) for r, (t, s) in rounds.items() if r in base and s > 0]
+    return f"{min(ratios):.2f}-{max(ratios):.2f}" if len(ratios) > 1 else "-"
 
 
 def same_as(texts: dict, plain: dict) -> tuple[int, int]:

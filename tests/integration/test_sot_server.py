@@ -134,6 +134,29 @@ def test_a_question_naming_its_items_is_planned_by_them(smollm2_server):
     assert reply["usage"]["completion_tokens"] == sum(b["completion_tokens"] for b in trace["branches"]["items"])
 
 
+@pytest.mark.parametrize("question", [SUITABLE, "Describe the roles of the three branches of government."])
+def test_the_normal_answers_first_line_decides_and_prose_is_plains_answer(smollm2_server, question):
+    """The opening read beside the skeleton (sot.opening): in float32 a prose first line gives
+    exactly the normal answer SGLang gives alone, and a list is answered by SoT under its intro."""
+    plain = post(smollm2_server, chat(question))[1]
+    status, reply = post(smollm2_server, chat(question, specsot={"mode": "on", "config": {**CONFIG, "read_opening": True}}))
+    assert status == 200, reply
+    trace, content = reply["metadata"]["specsot"], reply["choices"][0]["message"]["content"]
+    opening = trace["opening"]
+    if opening["kind"] == "prose":
+        assert trace["path"] == "normal" and trace["reason"].startswith("opening: ")
+        assert content == plain["choices"][0]["message"]["content"] and reply["usage"] == plain["usage"]
+    else:
+        assert trace["path"] in ("sot", "normal"), trace  # normal: a skeleton that is no plan
+        intro = opening["text"].strip()
+        assert plain["choices"][0]["message"]["content"].startswith(opening["text"])
+        if trace["path"] == "sot":
+            assert content.startswith(intro + "\n\n" if intro else "1. ")
+            spent = [trace["skeleton"]["completion_tokens"], opening["completion_tokens"]]
+            spent += [b["completion_tokens"] for b in trace["branches"]["items"]]
+            assert reply["usage"]["completion_tokens"] == sum(spent)
+
+
 def test_mode_auto_routes_by_the_question_classifier(smollm2_server):
     """The server's default router: past the hard rules, the classifier decides (loaded in
     the HTTP server's process at start-up)."""

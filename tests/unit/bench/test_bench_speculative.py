@@ -67,7 +67,8 @@ def test_every_config_is_reported_against_the_baseline(capsys):
     from types import SimpleNamespace
 
     def stats(tokens: int, seconds: float, texts: dict) -> dict:
-        return {"tokens": tokens, "seconds": seconds, "accept": [3.0], "spent": [4.0], "depth": {}, "texts": texts}
+        return {"tokens": tokens, "seconds": seconds, "accept": [3.0], "spent": [4.0], "depth": {}, "texts": texts,
+                "rounds": {0: [tokens, seconds]}}
 
     # An A/B of two SPECSOT configs, no plain server: ratios and equal answers are the
     # baseline's, and the table says which config that is.
@@ -79,7 +80,7 @@ def test_every_config_is_reported_against_the_baseline(capsys):
     out = capsys.readouterr().out
     assert "vs SPECSOT-noru" in out and "same as SPECSOT-noru" in out
     rows = {line.split()[1]: line.split() for line in out.splitlines() if line.startswith("vicuna ")}
-    assert rows["SPECSOT"][-2:] == ["1.50x", "1/2"] and rows["SPECSOT-noru"][-2:] == ["1.00x", "2/2"]
+    assert rows["SPECSOT"][-3:] == ["1.50x", "-", "1/2"] and rows["SPECSOT-noru"][-3:] == ["1.00x", "-", "2/2"]
 
 
 def test_questions_come_from_any_set_after_the_ones_earlier_runs_used():
@@ -108,3 +109,44 @@ def test_a_code_twin_runs_each_specsot_config_from_another_source_tree(tmp_path)
     assert bench.server_env("SPECSOT", code) == {}
     with pytest.raises(ValueError, match="--code 'base=/nowhere'.*git worktree"):
         bench.parse_code(["base=/nowhere"])
+
+
+def test_the_configurations_take_turns_at_going_first():
+    names = ["plain", "SPECSOT", "SPECSOT-ctx"]
+    orders = [bench.rotated(names, turn) for turn in range(4)]
+    assert orders[0] == names and orders[1] == ["SPECSOT", "SPECSOT-ctx", "plain"] and orders[3] == names
+    assert all(sorted(o) == sorted(names) for o in orders)
+
+
+def test_round_spread_is_the_range_of_the_rounds_ratios():
+    base = {0: [100, 10.0], 1: [100, 20.0]}  # 10 and 5 tok/s
+    mine = {0: [100, 12.5], 1: [100, 20.0]}  # 8 and 5 tok/s: 0.80x and 1.00x
+    assert bench.round_spread(mine, base) == "0.80-1.00"
+    assert bench.round_spread({0: [100, 10.0]}, base) == "-"  # one round has no spread
+
+
+def test_the_sot_workload_asks_each_question_for_a_forced_sot_answer():
+    class Tokenizer:
+        @staticmethod
+        def apply_chat_template(messages, tokenize, add_generation_prompt):
+            return messages[0]["content"]
+
+    loads = bench.workloads(Tokenizer(), ["Q1?", "Q2?"], points=2)
+    assert loads["sot"] == [(["Q1?"], bench.SOT_ANSWER), (["Q2?"], bench.SOT_ANSWER)]
+    assert bench.SOT_ANSWER["sot"] == {"mode": "on", "config": {"read_opening": False}}
+    assert bench.server_env("plain", delay_sample=True) == {"SGLANG_ENABLE_DELAY_SAMPLE": "1"}
+    assert bench.server_env("SPECSOT", delay_sample=True) == {}  # SPECSOT runs the constraint as it is
+
+
+def test_a_sot_answer_is_measured_as_the_client_gets_it():
+    class Server:
+        def post(self, path, body):
+            self.path, self.body = path, body
+            return {"usage": {"completion_tokens": 42}, "choices": [{"message": {"content": "1. A"}}],
+                    "metadata": {"specsot": {"path": "sot", "spec_accept_length": 1.5}}}
+
+    server = Server()
+    tokens, seconds, accept, texts = bench.run_batch(server, ["Q?"], bench.SOT_ANSWER, 128)
+    assert server.path == "/v1/chat/completions" and server.body["max_tokens"] == 128
+    assert server.body["specsot"] == bench.SOT_ANSWER["sot"] and server.body["temperature"] == 0
+    assert (tokens, accept, texts) == (42, [(1.5, None)], ["1. A"]) and seconds >= 0

@@ -108,3 +108,15 @@ def test_one_slow_early_forward_does_not_set_a_models_overhead_alone():
     # The window is full of its own forwards: the prior no longer counts.
     assert draft.current_overhead_ms() == pytest.approx(20.0)
     assert ForwardCost((1,), (40.0,)).ms(1) == 40.0  # no prior: nothing added
+
+
+def test_the_nearest_narrower_measured_step():
+    table = StepCostTable(min_seen=1, max_keys=3)
+    assert table.narrower(1, 4) is None
+    table.observe(1, 1, 100.0)
+    table.observe(1, 3, 250.0)
+    table.observe(2, 1, 120.0)
+    assert table.narrower(1, 4) == (3, 250.0) and table.narrower(1, 3) == (1, 100.0)
+    assert table.narrower(1, 1) is None and table.narrower(2, 5) == (1, 120.0)
+    table.observe(1, 2, 180.0)  # a fourth key: the oldest, (1, 1), is evicted
+    assert table.narrower(1, 2) is None and table.narrower(1, 3) == (2, 180.0)

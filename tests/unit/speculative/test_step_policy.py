@@ -172,6 +172,30 @@ def test_measured_step_times_override_the_model_where_it_prices_a_width_wrong():
     assert worker.speculative_state_report()["specsot"]["measured_step_ms"] == {"4x5": 400.0}
 
 
+def test_an_unmeasured_width_pays_what_a_narrower_step_cost_beyond_its_model():
+    # Rows cost in proportion (100 ms a row, nothing learned beyond the probe); plain steps
+    # measured at 140 ms: 40 ms each step pays that the model does not see.
+    config = AdaptiveConfig(buckets=((1, (0, 1, 3)),), explore_share=0.0)
+    policy = context_worker(config, cost((1, 8), (100.0, 800.0))).policy
+    modelled = policy.costs.modelled_ms
+    assert policy.step_ms(1, 2) == modelled(1, 2)  # nothing measured: the model
+    for _ in range(3):
+        policy.measured.observe(1, 1, 140.0)
+    assert policy.step_ms(1, 1) == 140.0
+    assert policy.step_ms(1, 2) == pytest.approx(modelled(1, 2) + 40.0)
+    assert policy.step_ms(1, 4) == pytest.approx(modelled(1, 4) + 40.0)
+    for _ in range(3):  # a measured width 2 is its own price, and the nearest for width 4
+        policy.measured.observe(1, 2, 260.0)
+    assert policy.step_ms(1, 2) == 260.0 and policy.step_ms(1, 4) == pytest.approx(modelled(1, 4) + 60.0)
+    assert policy.step_ms(2, 2) == modelled(2, 2)  # another batch size: nothing measured there
+    # A narrower step the model prices dearer than it ran lowers no price: unmeasured widths
+    # keep the model's.
+    cheap = context_worker(config, cost((1, 8), (100.0, 800.0))).policy
+    for _ in range(3):
+        cheap.measured.observe(1, 1, 80.0)
+    assert cheap.step_ms(1, 2) == cheap.costs.modelled_ms(1, 2)
+
+
 def test_a_context_step_is_priced_no_dearer_than_a_wider_one_measured():
     # A width measured in a slow stretch (139 ms) where a window 4 rows wider took 131: a
     # SoT-context step adds verify rows only, so the narrower one is priced at most 131,
