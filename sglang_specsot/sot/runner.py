@@ -455,7 +455,8 @@ async def _opening_and_skeleton(
             result = await normal
             seconds = time.perf_counter() - started
             return OpeningPhase(watch.verdict, None, seconds), NormalPhase(request, result, seconds), None
-        result = await normal
+        # The intro alone, whether the backend stopped there or the answer ended at it.
+        result = replace(await normal, text=watch.text[: watch.verdict.keep])
         opening = OpeningPhase(watch.verdict, result, time.perf_counter() - started)
         release(SKELETON_CHANNEL)
         return opening, None, await skeleton
@@ -603,7 +604,7 @@ async def _cancel(tasks: Iterable[asyncio.Task]) -> None:
     # Gathering the finished ones too marks their exceptions as retrieved.
     await asyncio.gather(*tasks, return_exceptions=True)
     if pending:
-        logger.info("cancelled %d running SoT branches", len(pending))
+        logger.info("cancelled %d running SoT generations", len(pending))
 
 
 def assemble_answer(

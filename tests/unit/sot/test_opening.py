@@ -4,6 +4,7 @@ runner beside the skeleton, with a fake backend that ends a generation as the se
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
@@ -241,3 +242,15 @@ def test_a_backend_that_cannot_watch_its_text_reads_no_opening():
     answer = asyncio.run(run_sot(QUESTION, fake, render, options))
     assert answer.path == SOT and answer.opening is None and not fake.of_role(PLAIN)
     assert len(fake.of_role(BRANCH)) == 3
+
+
+def test_an_answer_that_runs_past_its_intro_keeps_the_intro_alone():
+    # A backend that does not stop at the intro (or an answer that ends right after it): the
+    # SoT answer still starts with the intro line only.
+    class RunsOn(WatchingBackend):
+        async def _normal(self, request, on_text):
+            return await super()._normal(replace(request, read_opening=None), on_text)
+
+    answer, streamed = _run(RunsOn(INTRO_ANSWER))
+    assert answer.path == SOT and answer.opening.result.text == "Learning Python offers several benefits, including:"
+    assert answer.answer == streamed[ANSWER_CHANNEL] == answer.opening.lead + answer.merge.merged.text
