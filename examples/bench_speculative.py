@@ -48,7 +48,8 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from sglang_specsot.bench.cells import flush_cache
-from sglang_specsot.bench.configs import baseline_algorithm
+from sglang_specsot.bench.configs import DELAY_SAMPLE, baseline_algorithm
+from sglang_specsot.bench.runner import rotated
 from sglang_specsot.cpu.draft_int8 import DRAFT_INT8_ENV
 from sglang_specsot.data import load_questions
 from sglang_specsot.launch import ServerProcess
@@ -143,7 +144,7 @@ def server_env(name: str, code: dict[str, str] | None = None, delay_sample: bool
     base, _, tree = name.partition("@")
     env = {FIXED_WINDOW_ENV: "1"} if "-fixed" in base else {}
     if delay_sample and base == "plain":
-        env["SGLANG_ENABLE_DELAY_SAMPLE"] = "1"
+        env.update(DELAY_SAMPLE)
     if base.endswith("-bf16"):
         env[DRAFT_INT8_ENV] = "off"
     if tree:
@@ -456,12 +457,6 @@ def report(stats: dict, names: list[str], loads: list[str], args) -> None:
             for source, c in sorted(stats[(name, w)]["depth"].items()):
                 cells = " ".join(f"{a}/{r}" for a, r in zip(c["accepted"], c["reached"]))
                 print(f"{w:10} {name:14} {source:9} {cells}")
-
-
-def rotated(names: list[str], turn: int) -> list[str]:
-    """`names` starting at position `turn` (mod their number)."""
-    k = turn % len(names)
-    return names[k:] + names[:k]
 
 
 def round_spread(rounds: dict, base: dict) -> str:

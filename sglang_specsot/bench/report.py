@@ -171,13 +171,18 @@ def greedy_equality(cells: dict[tuple[int, str], CellResult]) -> dict[str, dict]
     """For each lossless pair: on how many questions both answers are identical."""
     out = {}
     for a, b in GREEDY_PAIRS:
-        pairs = [(c, cells.get((qid, b))) for (qid, n), c in cells.items() if n == a]
-        both = [(x, y) for x, y in pairs if x.status == OK and y is not None and y.status == OK]
+        both = _both_answered(cells, a, b)
         if both:
             same = [x.question_id for x, y in both if x.answer == y.answer]
             out[f"{a} == {b}"] = {"equal": len(same), "of": len(both),
                                   "differ": sorted(x.question_id for x, y in both if x.answer != y.answer)}  # fmt: skip
     return out
+
+
+def _both_answered(cells: dict[tuple[int, str], CellResult], a: str, b: str) -> list[tuple[CellResult, CellResult]]:
+    """The (a, b) cells of every question both configurations answered successfully."""
+    pairs = [(c, cells.get((qid, b))) for (qid, n), c in cells.items() if n == a]
+    return [(x, y) for x, y in pairs if x.status == OK and y is not None and y.status == OK]
 
 
 def lossless_speed(cells: dict[tuple[int, str], CellResult]) -> dict[str, dict]:
@@ -187,13 +192,9 @@ def lossless_speed(cells: dict[tuple[int, str], CellResult]) -> dict[str, dict]:
     which both pay alike."""
     out = {}
     for a, b in GREEDY_PAIRS:
-        ratios = {}
-        for (qid, name), x in cells.items():
-            y = cells.get((qid, b))
-            if name != a or x.status != OK or y is None or y.status != OK:
-                continue
-            if min(x.output_tokens, y.output_tokens) > 0 and min(x.latency, y.latency) > 0:
-                ratios[qid] = (y.latency / y.output_tokens) / (x.latency / x.output_tokens)
+        ratios = {x.question_id: (y.latency / y.output_tokens) / (x.latency / x.output_tokens)
+                  for x, y in _both_answered(cells, a, b)
+                  if min(x.output_tokens, y.output_tokens) > 0 and min(x.latency, y.latency) > 0}  # fmt: skip
         if ratios:
             out[f"{a} vs {b}"] = {"per_token_speed": round(_geomean(list(ratios.values())), 4), "n": len(ratios),
                                   "min": round(min(ratios.values()), 4), "max": round(max(ratios.values()), 4),

@@ -81,7 +81,7 @@ def run(plan: RunPlan) -> int:
         blocks = _chunks(plan.questions, plan.block) if plan.one_at_a_time else [plan.questions]
         for number, block in enumerate(blocks):
             block_todo = [(q, c) for q, c in todo if q in block]
-            names = _rotate(sorted({c.server for _, c in block_todo}, key=_server_rank), number)
+            names = rotated(sorted({c.server for _, c in block_todo}, key=_server_rank), number)
             groups = [[n] for n in names] if plan.one_at_a_time else [names]
             for group in groups:
                 _round(plan, [(q, c) for q, c in block_todo if c.server in group], group, render, bar)
@@ -96,7 +96,7 @@ def _round(plan: RunPlan, todo: list, names: list[str], render, bar) -> None:
             pool.start(name)
         for i, question in enumerate(dict.fromkeys(q for q, _ in todo)):
             mine = [c for q, c in todo if q == question]
-            for cfg in _rotate(mine, i):
+            for cfg in rotated(mine, i):
                 reason = pool.ready(cfg.server)
                 if reason:
                     cell = failed(cfg, question, reason)
@@ -248,7 +248,7 @@ def _chunks(items: tuple, size: int) -> Iterator[tuple]:
         yield items[i : i + size]
 
 
-def _rotate(items: list, by: int) -> list:
+def rotated(items: list, by: int) -> list:
     """`items` started at position `by` (so no configuration is always asked first)."""
     if not items:
         return []

@@ -142,7 +142,6 @@ class StepCostTable:
         self.window, self.min_seen, self.fresh_steps, self.max_keys = window, min_seen, fresh_steps, max_keys
         self._times: OrderedDict[tuple[int, int], deque] = OrderedDict()
         self._last: dict[tuple[int, int], int] = {}  # key -> step it was last seen at
-        self._widths: dict[int, set[int]] = {}  # batch size -> widths with times (`narrower`)
         self.steps = 0
 
     def observe(self, bs: int, width: int, ms: float) -> None:
@@ -153,11 +152,9 @@ class StepCostTable:
         self._times.move_to_end(key)
         times.append(ms)
         self._last[key] = self.steps
-        self._widths.setdefault(bs, set()).add(width)
         while len(self._times) > self.max_keys:
             old, _ = self._times.popitem(last=False)
             del self._last[old]
-            self._widths[old[0]].discard(old[1])
 
     def ms(self, bs: int, width: int) -> float | None:
         """The measured time of such a step, or None where it is not known (well) enough."""
@@ -178,11 +175,8 @@ class StepCostTable:
     def narrower(self, bs: int, width: int) -> tuple[int, float] | None:
         """The widest window narrower than `width` measured for `bs` requests, and its time
         (None where none is known): what a step's unmodelled cost is read from."""
-        for w in sorted((w for w in self._widths.get(bs, ()) if w < width), reverse=True):
-            ms = self.ms(bs, w)
-            if ms is not None:
-                return w, ms
-        return None
+        narrower = ((w, self.ms(b, w)) for b, w in self._times if b == bs and w < width)
+        return max(((w, ms) for w, ms in narrower if ms is not None), default=None)
 
     def info(self) -> dict:
         return {f"{bs}x{w}": round(self.ms(bs, w), 1) for bs, w in self._times if self.ms(bs, w) is not None}

@@ -10,7 +10,7 @@ from sglang_specsot.bench.__main__ import main
 from sglang_specsot.bench.cells import Question, Settings
 from sglang_specsot.bench.configs import matrix, servers
 from sglang_specsot.bench.e2e import pick_questions, resolve_model
-from sglang_specsot.bench.runner import RunPlan, _rotate
+from sglang_specsot.bench.runner import RunPlan, rotated
 from sglang_specsot.bench.store import FAILED, append
 from tests.unit.bench.conftest import cell
 
@@ -42,7 +42,7 @@ def test_pick_questions_by_limit_and_kind():
 
 
 def test_rotate_starts_each_question_at_another_configuration():
-    assert _rotate([1, 2, 3], 4) == [2, 3, 1] and _rotate([], 2) == []
+    assert rotated([1, 2, 3], 4) == [2, 3, 1] and rotated([], 2) == []
 
 
 def test_bad_model_names_get_one_clear_error(tmp_path):
