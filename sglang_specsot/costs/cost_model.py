@@ -4,7 +4,10 @@ A forward's time is modelled as `overhead + linear(rows)`: `linear` is the time 
 model's matrix products for that many rows, probed at a few row counts at start-up and
 interpolated between them; `overhead` (attention, kernel launches, per-layer Python, sampling)
 does not grow with rows and is learned from the timings of real steps (the lower median of
-what the probe leaves unexplained in the last `window` forwards). `linear` is nearly flat
+what the probe leaves unexplained in the last `window` forwards). A probe slower than the real
+forwards it times a part of was disturbed (CPU time shared with another process, such as a
+second server starting beside this one): then the curve is scaled down to what those forwards
+took, and no overhead is added. `linear` is nearly flat
 over small row counts (on a CPU in bf16 as on a GPU, where it stays flat much further), so a
 wider verify window costs little. The draft model is modelled the same way.
 
@@ -41,7 +44,11 @@ class ForwardCost:
     prior: ForwardCost | None = None
     prior_share: float = 1.0
     observed: int = field(default=0, init=False)  # real steps folded in so far
-    _residuals: deque = field(default_factory=deque, init=False, repr=False)
+    # What the probe's curve is multiplied by: 1, or below 1 where most recent forwards took
+    # less than the probe's matrix products alone (see `observe`).
+    scale: float = field(default=1.0, init=False)
+    _residuals: deque = field(default_factory=deque, init=False, repr=False)  # ms beyond the curve (signed)
+    _ratios: deque = field(default_factory=deque, init=False, repr=False)  # ms over the curve
 
     def __post_init__(self) -> None:
         assert len(self.probe_rows) == len(self.probe_ms) >= 1, "one time per probe size"
@@ -62,7 +69,7 @@ class ForwardCost:
         return max(y0, y0 + (y1 - y0) * (rows - x0) / (x1 - x0))
 
     def ms(self, rows: int) -> float:
-        return self.current_overhead_ms() + self.linear_ms(rows)
+        return self.current_overhead_ms() + self.scale * self.linear_ms(rows)
 
     def current_overhead_ms(self) -> float:
         """The learned overhead; with a prior, its scaled overhead while nothing has been
@@ -70,31 +77,50 @@ class ForwardCost:
         is full: one slow early forward then cannot set the overhead alone. (Alone it could
         price drafting above any plan's gain, exploring's too, and the draft would never run
         again to correct it.)"""
-        if self.prior is None:
+        if self.prior is None or self.scale < 1.0:
             return self.overhead_ms
         prior = self.prior.overhead_ms * self.prior_share
         if self.observed == 0:
             return prior
         if len(self._residuals) < self.window:
-            return statistics.median_low([*self._residuals, *[prior] * PRIOR_FORWARDS])
+            return statistics.median_low([*(max(0.0, r) for r in self._residuals), *[prior] * PRIOR_FORWARDS])
         return self.overhead_ms
 
     def observe(self, rows: int, ms: float) -> None:
-        """Fold one real forward's time into the overhead (the first one sets it)."""
-        self._residuals.append(max(0.0, ms - self.linear_ms(rows)))
+        """Fold one real forward's time into the overhead (the first one sets it), or, where
+        most of the recent forwards took less than the probe's products alone, into the scale.
+
+        A real forward runs every product the probe timed and more (attention, norms), so it
+        takes longer than the probe's curve unless the probe was disturbed; another process
+        on the same cores only ever adds time. Left uncorrected, a disturbed probe overprices
+        every width no step has measured, a plain step's among them: the policy would then
+        draft where a plain step is cheaper, and never run one to learn otherwise."""
+        linear = self.linear_ms(rows)
+        self._residuals.append(ms - linear)
+        self._ratios.append(ms / linear if linear > 0 else 1.0)
         if len(self._residuals) > self.window:
             self._residuals.popleft()
-        self.overhead_ms = statistics.median_low(self._residuals)
+            self._ratios.popleft()
+        residual = statistics.median_low(self._residuals)
+        if residual >= 0:
+            self.overhead_ms, self.scale = residual, 1.0
+        else:
+            self.overhead_ms, self.scale = 0.0, min(1.0, statistics.median_low(self._ratios))
         self.observed += 1
 
     def info(self) -> dict:
+        """The curve priced by: `probe_ms` scaled where the probe was disturbed (its start-up
+        times then under `probe_ms_at_start_up`), which the HTTP process prices SoT by."""
+        scaled = self.scale < 1.0
         return {
             "probe_rows": list(self.probe_rows),
-            "probe_ms": [round(x, 3) for x in self.probe_ms],
+            "probe_ms": [round(x * self.scale, 3) for x in self.probe_ms],
             "overhead_ms": round(self.current_overhead_ms(), 3),
             "observed_steps": self.observed,
             **({"overhead_from_prior": True} if self.observed == 0 and self.prior is not None else {}),
-        }
+            **({"probe_scale": round(self.scale, 4), "probe_ms_at_start_up": [round(x, 3) for x in self.probe_ms]}
+               if scaled else {}),
+        }  # fmt: skip
 
 
 @dataclass

@@ -100,6 +100,9 @@ class DeferredExtend:
         While some drafting plan is near paying, the backlog is kept short enough that the
         step which drafts again waits at most about one plain step for its catch-up. While
         none is, nothing is flushed: a flush would buy an extend that may never be needed."""
+        if policy.measures_plain(len(rids)):
+            # The next step runs plain to measure a plain step, which plans price as deferring.
+            return self.backlog.may_defer(rids, self.catch_up_ms, math.inf)
         plans = policy.plans(policy.acceptance(view), policy.first_acceptance(view))
         best = best_plan(plans)
         if best.width > 1 and policy.setup_repaid(view, best, pricing):

@@ -40,6 +40,11 @@ from sglang_specsot.speculative.policy.values import (
 
 logger = logging.getLogger(__name__)
 
+# Plain steps a batch size is given to measure its plain step before drafting plans are weighed
+# against the model's price of it again (a plain step that cannot be measured, e.g. one that
+# had to catch up, must not keep a server from drafting).
+MEASURE_PLAIN_TRIES = 8
+
 
 class StepPolicy:
     """Per-step draft budgets that maximise expected committed tokens per ms on this machine.
@@ -70,6 +75,9 @@ class StepPolicy:
         self.explored = 0
         self.hopeless = 0  # exploring steps skipped: drafting could not pay even at explore_p
         self.unrepaid = 0  # drafting plans turned plain: their setup would not be repaid in time
+        self.timed = False  # whether steps are timed here (the host waits for forwards)
+        self._plain_tries: dict[int, int] = {}  # batch size -> plain steps taken to measure one
+        self.plain_measuring = 0  # drafting plans turned plain to measure the plain step
 
     @property
     def adaptive(self) -> bool:
@@ -91,7 +99,12 @@ class StepPolicy:
         if plan.width > 1 and not self.setup_repaid(view, plan, pricing):
             self.unrepaid += 1
             plan = self.plain_plan(view.bs)
-        if plan.width == 1:
+        if plan.width > 1 and self.measures_plain(view.bs):
+            self._plain_tries[view.bs] = self._plain_tries.get(view.bs, 0) + 1
+            self.plain_measuring += 1
+            plan = self.plain_plan(view.bs)
+            self._plain_steps = 0
+        elif plan.width == 1:
             plan, exploring = self._maybe_explore(view, pricing, ps, plan)
         else:
             self._plain_steps = 0
@@ -118,6 +131,21 @@ class StepPolicy:
 
     def candidate_budgets(self, bs: int) -> tuple[int, ...]:
         return self.costs.candidate_budgets(self.config.candidates(bs))
+
+    def measures_plain(self, bs: int) -> bool:
+        """Whether a step of `bs` requests that would draft runs plain instead, to measure
+        what a plain step costs here: where steps are timed and no plain step of this batch
+        size is measured (lately), for up to MEASURE_PLAIN_TRIES steps. Every drafting plan
+        is weighed against a plain step; priced from the start-up probe alone, a plain step
+        can be overpriced several times (a probe run while another process took the cores),
+        and a plan never chosen is never measured: the server would draft at a loss to plain
+        decoding for good. A plain step is what the server does anyway where drafting does
+        not pay, so measuring it costs at most a few steps' gain where drafting does. The
+        drafter defers its extend on such a step (`DeferredExtend._defer`), as plans price it."""
+        if not (self.adaptive and self.timed) or self.measured.ms(bs, 1) is not None:
+            self._plain_tries.pop(bs, None)
+            return False
+        return self._plain_tries.get(bs, 0) < MEASURE_PLAIN_TRIES
 
     def plain_plan(self, bs: int) -> StepPlan:
         return StepPlan(1, (0,) * bs, float(bs), self.step_ms(bs, 1))
@@ -260,6 +288,7 @@ class StepPolicy:
         """A step's time and tokens: what drafting saved against plain decoding (the drafting
         runs' verdicts, exploring's fund) and, where it is what such a step costs, its time."""
         view, decision = outcome.view, outcome.decision
+        self.timed = self.timed or outcome.timed
         if self.adaptive:
             # Wall-clock time means something only where the host waits for the forward; on a
             # GPU under overlap nothing is measured (no verdicts; the fund stays at 0).
@@ -305,6 +334,7 @@ class StepPolicy:
             "exploring_skipped": self.hopeless,
             "explore_fund": self.explore_fund.info(),
             "drafting_not_repaid": self.unrepaid,
+            "plain_measuring_steps": self.plain_measuring,
             "drafting_runs": self.drafting_runs.info(),
             "drafting_runs_total": self.drafting_runs.totals(),
             "acceptance_by_depth": {source: d.info() for source, d in self.by_depth.items()},

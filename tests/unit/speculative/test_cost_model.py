@@ -120,3 +120,35 @@ def test_the_nearest_narrower_measured_step():
     assert table.narrower(1, 1) is None and table.narrower(2, 5) == (1, 120.0)
     table.observe(1, 2, 180.0)  # a fourth key: the oldest, (1, 1), is evicted
     assert table.narrower(1, 2) is None and table.narrower(1, 3) == (2, 180.0)
+
+
+def test_a_probe_slower_than_the_real_forwards_is_scaled_down_to_them():
+    # Probed while another process took the cores: 800 ms for one row where a real forward of
+    # two rows takes 195. Interference only adds time, so the curve is scaled to the forwards.
+    cost = ForwardCost(probe_rows=(1, 4, 8), probe_ms=(800.0, 1100.0, 1800.0), window=5)
+    for _ in range(3):
+        cost.observe(rows=2, ms=195.0)
+    assert cost.overhead_ms == 0.0 and cost.scale == pytest.approx(195.0 / 900.0)
+    assert cost.ms(2) == pytest.approx(195.0) and cost.ms(1) == pytest.approx(800.0 * 195.0 / 900.0)
+    info = cost.info()
+    assert info["probe_ms"] == [round(m * cost.scale, 3) for m in (800.0, 1100.0, 1800.0)]
+    assert info["probe_ms_at_start_up"] == [800.0, 1100.0, 1800.0] and info["probe_scale"] == round(cost.scale, 4)
+    # Once most recent forwards take longer than the curve, it is the probe's again, plus overhead.
+    for _ in range(5):
+        cost.observe(rows=2, ms=1000.0)
+    assert cost.scale == 1.0 and cost.overhead_ms == pytest.approx(100.0)
+    assert "probe_scale" not in cost.info() and cost.info()["probe_ms"] == [800.0, 1100.0, 1800.0]
+
+
+def test_one_fast_forward_does_not_scale_a_sound_probe():
+    cost = ForwardCost(probe_rows=(1, 8), probe_ms=(100.0, 120.0), window=5)
+    for ms in (130.0, 60.0, 140.0):  # one forward timed oddly short among slower ones
+        cost.observe(rows=1, ms=ms)
+    assert cost.scale == 1.0 and cost.overhead_ms == pytest.approx(30.0)
+
+
+def test_a_scaled_target_gives_the_draft_no_prior_overhead():
+    target = ForwardCost(probe_rows=(1, 8), probe_ms=(800.0, 900.0))
+    draft = ForwardCost(probe_rows=(1, 8), probe_ms=(20.0, 25.0), prior=target, prior_share=0.5)
+    target.observe(rows=1, ms=100.0)
+    assert target.scale < 1.0 and draft.current_overhead_ms() == 0.0

@@ -313,3 +313,20 @@ def test_a_batch_without_a_verdict_of_its_own_takes_a_smaller_batchs_losing_one(
         return max(decide(worker, SimpleNamespace(reqs=decoding(["r0", "r1"], max_new_tokens=100))).sizes)
 
     assert first_width(50.0) == 2 and first_width(-100.0) == 1
+
+
+def test_a_plain_step_taken_to_measure_plain_defers_its_extend():
+    # Near paying (p=0.3), plain steps flush the backlog at 74 tokens (the test above). A step
+    # the policy turns plain to measure a plain step defers whatever the backlog, as plans
+    # price a plain step; once measured, the flushing resumes.
+    worker = model_worker(ONE_DRAFT)
+    policy = worker.policy
+    policy.timed = True  # steps are timed here, and no plain step is measured yet
+    assert policy.measures_plain(1)
+    assert _deferred_steps(worker, 0.3) == 1000
+    measured = model_worker(ONE_DRAFT)
+    measured.policy.timed = True
+    for _ in range(3):
+        measured.policy.measured.observe(1, 1, 100.0)  # the plain step's price, as the model's
+    assert not measured.policy.measures_plain(1)
+    assert _deferred_steps(measured, 0.3) == 73

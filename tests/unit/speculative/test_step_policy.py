@@ -14,6 +14,7 @@ from sglang_specsot.sot.tag import SoTTag
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.drafters import Proposal
 from sglang_specsot.speculative.policy.config import AdaptiveConfig
+from sglang_specsot.speculative.policy.step_policy import MEASURE_PLAIN_TRIES
 from sglang_specsot.speculative.policy.values import StepOutcome, Verified
 from tests.unit.speculative.builders import (
     batch,
@@ -307,3 +308,65 @@ def test_exploring_on_schedule_whatever_the_costs_is_not_funded_either():
     warm(worker.policy)
     worker.policy.explore_fund.charge(-1000.0)
     assert _widths(worker, step, 3) == [1, 1, 3] and worker.policy.explore_fund.unfunded == 0
+
+
+# -- the plain step, measured before drafting is weighed against it --------------------------
+
+
+def _timed(policy, step, width: int, ms: float, caught_up: bool = False) -> None:
+    """One timed step of `width` (1: a plain step that deferred its extend) observed."""
+    outcome = StepOutcome(
+        decision=decision(step), ms=ms, committed=len(step.reqs), priced_width=width, drafted=width > 1,
+        extended_on_plain_step=False, timed=True, caught_up=caught_up,
+    )  # fmt: skip
+    policy.observe(outcome)
+
+
+def _overpriced_plain_worker():
+    # A probe run while another process took the cores: one row at 800 ms, two at 900. By it a
+    # one-draft step costs 900 ms against 800 for plain, so drafting pays at any acceptance.
+    config = AdaptiveConfig(buckets=((1, (0, 1)),), explore_share=0.0)
+    worker = context_worker(config, cost((1, 2), (800.0, 900.0)))
+    policy = worker.policy
+    policy.acceptance = policy.first_acceptance = lambda view: [0.9] * view.bs  # drafts are accepted
+    return worker, batch(1)
+
+
+def test_a_plain_step_priced_by_the_probe_alone_is_measured_before_drafting_is_chosen():
+    worker, step = _overpriced_plain_worker()
+    policy = worker.policy
+    assert max(decide(worker, step).sizes) == 2  # nothing timed yet (a GPU): the model decides
+    _timed(policy, step, 2, 250.0)  # a drafting step really took 250 ms
+    for _ in range(3):  # then plain steps, until three have measured one
+        assert max(decide(worker, step).sizes) == 1 and policy.measures_plain(1)
+        _timed(policy, step, 1, 130.0)
+    assert not policy.measures_plain(1) and policy.measured.ms(1, 1) == 130.0
+    # Plain at 130 ms a token against a drafting step's 2 tokens at most: the model's 900 ms,
+    # the one drafting step measured (250 ms) being one sample, not yet its price.
+    assert max(decide(worker, step).sizes) == 1
+    assert policy.report()["plain_measuring_steps"] == 3
+
+
+def test_a_plain_step_that_cannot_be_measured_stops_being_forced():
+    worker, step = _overpriced_plain_worker()
+    policy = worker.policy
+    _timed(policy, step, 2, 250.0)
+    widths = []
+    for _ in range(MEASURE_PLAIN_TRIES + 2):
+        widths.append(max(decide(worker, step).sizes))
+        _timed(policy, step, 1, 130.0, caught_up=True)  # a catch-up ran: no plain step's time
+    assert widths == [1] * MEASURE_PLAIN_TRIES + [2, 2]
+    assert policy.plain_measuring == MEASURE_PLAIN_TRIES
+
+
+def test_a_plain_step_measured_once_is_measured_again_once_stale():
+    worker, step = _overpriced_plain_worker()
+    policy = worker.policy
+    _timed(policy, step, 2, 250.0)
+    for _ in range(3):
+        decide(worker, step)
+        _timed(policy, step, 1, 130.0)
+    assert not policy.measures_plain(1)
+    for _ in range(policy.measured.fresh_steps + 1):
+        _timed(policy, step, 2, 250.0)
+    assert policy.measured.ms(1, 1) is None and policy.measures_plain(1)  # stale: measured again
