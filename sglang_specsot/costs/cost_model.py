@@ -159,13 +159,20 @@ class StepCostTable:
     the draft's logits and sampling over every row), which the model does not see, and which
     can be enough for the policy to pick windows slower than plain decoding. So the time of
     a (bs, width) seen at least `min_seen` times in the last `fresh_steps` steps is the
-    lower median of its last `window` real steps; the model answers for the rest. A width
-    the model overprices is not tried and stays overpriced, which costs speed, never makes a
-    step slower than plain.
+    lower median of its last `window` real steps; the model answers for the rest. A drafting
+    width the model overprices is not tried and stays overpriced, which costs speed, never
+    makes a step slower than plain; the plain step itself the policy measures before it
+    weighs drafting against it (`StepPolicy.measures_plain`). With `skip_first`, the first
+    step of each (bs, width) is not counted: it runs kernels built for its shapes then
+    (oneDNN's on a CPU) at several times a step's usual time, and the few steps a plain step
+    is measured by would otherwise price it at a cold step's time.
     """
 
-    def __init__(self, window: int = 16, min_seen: int = 3, fresh_steps: int = 500, max_keys: int = 1024):
+    def __init__(
+        self, window: int = 16, min_seen: int = 3, fresh_steps: int = 500, max_keys: int = 1024, skip_first: bool = False
+    ):  # fmt: skip
         self.window, self.min_seen, self.fresh_steps, self.max_keys = window, min_seen, fresh_steps, max_keys
+        self.skip_first = skip_first
         self._times: OrderedDict[tuple[int, int], deque] = OrderedDict()
         self._last: dict[tuple[int, int], int] = {}  # key -> step it was last seen at
         self.steps = 0
@@ -174,9 +181,11 @@ class StepCostTable:
         """One real step (without a catch-up: that cost is owed whatever the step is)."""
         self.steps += 1
         key = (bs, width)
+        first = key not in self._times
         times = self._times.setdefault(key, deque(maxlen=self.window))
         self._times.move_to_end(key)
-        times.append(ms)
+        if not (first and self.skip_first):  # a shape's first step builds its kernels (see the class docstring)
+            times.append(ms)
         self._last[key] = self.steps
         while len(self._times) > self.max_keys:
             old, _ = self._times.popitem(last=False)

@@ -66,7 +66,7 @@ class StepPolicy:
         self.costs = costs
         self.stats = ChainAcceptance(config or AdaptiveConfig.default(window - 1))
         self.by_depth: dict[str, DepthAcceptance] = {}
-        self.measured = StepCostTable()  # real step times, where the cost model prices them wrong
+        self.measured = StepCostTable(skip_first=True)  # real step times, where the cost model prices them wrong
         self.drafting_runs = DraftingRuns()  # how long drafting lasts once begun, and what it saves
         self.explore_fund = ExploreFund(self.stats.config.explore_share)  # exploring spends what drafting saved
         self.last_plan: StepPlan | None = None

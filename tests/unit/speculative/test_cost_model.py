@@ -152,3 +152,12 @@ def test_a_scaled_target_gives_the_draft_no_prior_overhead():
     draft = ForwardCost(probe_rows=(1, 8), probe_ms=(20.0, 25.0), prior=target, prior_share=0.5)
     target.observe(rows=1, ms=100.0)
     assert target.scale < 1.0 and draft.current_overhead_ms() == 0.0
+
+
+def test_a_table_that_skips_first_steps_counts_a_shape_from_its_second_step():
+    table = StepCostTable(min_seen=3, skip_first=True)
+    for ms in (900.0, 140.0, 150.0):  # the first builds the shape's kernels
+        table.observe(1, 1, ms)
+    assert table.ms(1, 1) is None
+    table.observe(1, 1, 145.0)
+    assert table.ms(1, 1) == 145.0  # the lower median of 140, 145, 150; the 900 is not among them

@@ -326,7 +326,7 @@ def test_a_plain_step_taken_to_measure_plain_defers_its_extend():
     assert _deferred_steps(worker, 0.3) == 1000
     measured = model_worker(ONE_DRAFT)
     measured.policy.timed = True
-    for _ in range(3):
+    for _ in range(4):  # the first, cold, is not counted
         measured.policy.measured.observe(1, 1, 100.0)  # the plain step's price, as the model's
     assert not measured.policy.measures_plain(1)
     assert _deferred_steps(measured, 0.3) == 73
