@@ -174,6 +174,7 @@ class StepCostTable:
         self.window, self.min_seen, self.fresh_steps, self.max_keys = window, min_seen, fresh_steps, max_keys
         self.skip_first = skip_first
         self._times: OrderedDict[tuple[int, int], deque] = OrderedDict()
+        self._seen_at: dict[tuple[int, int], deque] = {}  # key -> the step of each of its times
         self._last: dict[tuple[int, int], int] = {}  # key -> step it was last seen at
         self.steps = 0
 
@@ -186,10 +187,16 @@ class StepCostTable:
         self._times.move_to_end(key)
         if not (first and self.skip_first):  # a shape's first step builds its kernels (see the class docstring)
             times.append(ms)
+            self._seen_at.setdefault(key, deque(maxlen=self.window)).append(self.steps)
         self._last[key] = self.steps
         while len(self._times) > self.max_keys:
             old, _ = self._times.popitem(last=False)
             del self._last[old]
+            self._seen_at.pop(old, None)
+
+    def seen_within(self, bs: int, width: int, steps: int) -> int:
+        """How many of such a step's counted times were taken in the last `steps` steps."""
+        return sum(1 for at in self._seen_at.get((bs, width), ()) if self.steps - at < steps)
 
     def ms(self, bs: int, width: int) -> float | None:
         """The measured time of such a step, or None where it is not known (well) enough."""

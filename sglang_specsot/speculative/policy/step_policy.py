@@ -44,6 +44,13 @@ logger = logging.getLogger(__name__)
 # against the model's price of it again (a plain step that cannot be measured, e.g. one that
 # had to catch up, must not keep a server from drafting).
 MEASURE_PLAIN_TRIES = 8
+# Steps within which a batch size's plain step must have been measured `min_seen` times, or
+# the next steps that would draft run plain to measure it again. A fresh server's first steps
+# run cold (oneDNN builds kernels for each new shape: the 1.5B's first plain steps took 250-900
+# ms against 140), and a plain step priced at a cold time would keep a server drafting at a
+# loss; measured again every this many steps, at 3 plain steps each, where drafting pays 1.5x
+# the cost is about 1% of its gain.
+PLAIN_FRESH_STEPS = 100
 
 
 class StepPolicy:
@@ -134,15 +141,17 @@ class StepPolicy:
 
     def measures_plain(self, bs: int) -> bool:
         """Whether a step of `bs` requests that would draft runs plain instead, to measure
-        what a plain step costs here: where steps are timed and no plain step of this batch
-        size is measured (lately), for up to MEASURE_PLAIN_TRIES steps. Every drafting plan
+        what a plain step costs here: where steps are timed and fewer than `min_seen` plain
+        steps of this batch size were measured in the last PLAIN_FRESH_STEPS steps, for up to
+        MEASURE_PLAIN_TRIES steps. Every drafting plan
         is weighed against a plain step; priced from the start-up probe alone, a plain step
         can be overpriced several times (a probe run while another process took the cores),
         and a plan never chosen is never measured: the server would draft at a loss to plain
         decoding for good. A plain step is what the server does anyway where drafting does
         not pay, so measuring it costs at most a few steps' gain where drafting does. The
         drafter defers its extend on such a step (`DeferredExtend._defer`), as plans price it."""
-        if not (self.adaptive and self.timed) or self.measured.ms(bs, 1) is not None:
+        measured = self.measured
+        if not (self.adaptive and self.timed) or measured.seen_within(bs, 1, PLAIN_FRESH_STEPS) >= measured.min_seen:
             self._plain_tries.pop(bs, None)
             return False
         return self._plain_tries.get(bs, 0) < MEASURE_PLAIN_TRIES

@@ -14,7 +14,7 @@ from sglang_specsot.sot.tag import SoTTag
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.drafters import Proposal
 from sglang_specsot.speculative.policy.config import AdaptiveConfig
-from sglang_specsot.speculative.policy.step_policy import MEASURE_PLAIN_TRIES
+from sglang_specsot.speculative.policy.step_policy import MEASURE_PLAIN_TRIES, PLAIN_FRESH_STEPS
 from sglang_specsot.speculative.policy.values import StepOutcome, Verified
 from tests.unit.speculative.builders import (
     batch,
@@ -359,7 +359,7 @@ def test_a_plain_step_that_cannot_be_measured_stops_being_forced():
     assert policy.plain_measuring == MEASURE_PLAIN_TRIES
 
 
-def test_a_plain_step_measured_once_is_measured_again_once_stale():
+def test_a_plain_step_is_measured_again_every_hundred_steps_and_unpriced_once_stale():
     worker, step = _overpriced_plain_worker()
     policy = worker.policy
     _timed(policy, step, 2, 250.0)
@@ -367,6 +367,14 @@ def test_a_plain_step_measured_once_is_measured_again_once_stale():
         decide(worker, step)
         _timed(policy, step, 1, 130.0)
     assert not policy.measures_plain(1)
+    for _ in range(PLAIN_FRESH_STEPS):  # drafting steps, chosen over the measured plain step
+        _timed(policy, step, 2, 250.0)
+    # Its price stands, but it is measured again: the first times may have been cold ones.
+    assert policy.measured.ms(1, 1) == 130.0 and policy.measures_plain(1)
+    for _ in range(3):
+        decide(worker, step)
+        _timed(policy, step, 1, 100.0)
+    assert not policy.measures_plain(1) and policy.measured.ms(1, 1) == 100.0  # 3 of 6 times at 100
     for _ in range(policy.measured.fresh_steps + 1):
         _timed(policy, step, 2, 250.0)
-    assert policy.measured.ms(1, 1) is None and policy.measures_plain(1)  # stale: measured again
+    assert policy.measured.ms(1, 1) is None and policy.measures_plain(1)  # stale: unpriced, measured again
