@@ -4,12 +4,13 @@ A forward's time is modelled as `overhead + linear(rows)`: `linear` is the time 
 model's matrix products for that many rows, probed at a few row counts at start-up and
 interpolated between them; `overhead` (attention, kernel launches, per-layer Python, sampling)
 does not grow with rows and is learned from the timings of real steps (the lower median of
-what the probe leaves unexplained in the last `window` forwards). A probe slower than the real
-forwards it times a part of was disturbed (CPU time shared with another process, such as a
-second server starting beside this one): then the curve is scaled down to what those forwards
-took, and no overhead is added. `linear` is nearly flat
-over small row counts (on a CPU in bf16 as on a GPU, where it stays flat much further), so a
-wider verify window costs little. The draft model is modelled the same way.
+what the probe leaves unexplained in the last `window` forwards). `linear` is nearly flat over
+small row counts (on a CPU in bf16 as on a GPU, where it stays flat much further), so a wider
+verify window costs little. The draft model is modelled the same way.
+
+A probe slower than the real forwards it times a part of was disturbed (CPU time shared with
+another process, such as a second server starting beside this one): then the curve is scaled
+down to what those forwards took, and no overhead is added.
 
 Plain Python (no torch, no SGLang): the worker measures, this module only keeps and answers.
 """
