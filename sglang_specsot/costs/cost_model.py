@@ -48,8 +48,8 @@ class ForwardCost:
     # What the probe's curve is multiplied by: 1, or below 1 where most recent forwards took
     # less than the probe's matrix products alone (see `observe`).
     scale: float = field(default=1.0, init=False)
-    _residuals: deque = field(default_factory=deque, init=False, repr=False)  # ms beyond the curve (signed)
-    _ratios: deque = field(default_factory=deque, init=False, repr=False)  # ms over the curve
+    # Recent forwards as (ms, the probe's curve at their rows): their residuals and ratios.
+    _forwards: deque = field(default_factory=deque, init=False, repr=False)
 
     def __post_init__(self) -> None:
         assert len(self.probe_rows) == len(self.probe_ms) >= 1, "one time per probe size"
@@ -83,8 +83,8 @@ class ForwardCost:
         prior = self.prior.overhead_ms * self.prior_share
         if self.observed == 0:
             return prior
-        if len(self._residuals) < self.window:
-            return statistics.median_low([*(max(0.0, r) for r in self._residuals), *[prior] * PRIOR_FORWARDS])
+        if len(self._forwards) < self.window:
+            return statistics.median_low([*(max(0.0, ms - c) for ms, c in self._forwards), *[prior] * PRIOR_FORWARDS])
         return self.overhead_ms
 
     def observe(self, rows: int, ms: float) -> None:
@@ -96,17 +96,15 @@ class ForwardCost:
         on the same cores only ever adds time. Left uncorrected, a disturbed probe overprices
         every width no step has measured, a plain step's among them: the policy would then
         draft where a plain step is cheaper, and never run one to learn otherwise."""
-        linear = self.linear_ms(rows)
-        self._residuals.append(ms - linear)
-        self._ratios.append(ms / linear if linear > 0 else 1.0)
-        if len(self._residuals) > self.window:
-            self._residuals.popleft()
-            self._ratios.popleft()
-        residual = statistics.median_low(self._residuals)
+        self._forwards.append((ms, self.linear_ms(rows)))
+        if len(self._forwards) > self.window:
+            self._forwards.popleft()
+        residual = statistics.median_low([ms - c for ms, c in self._forwards])
         if residual >= 0:
             self.overhead_ms, self.scale = residual, 1.0
         else:
-            self.overhead_ms, self.scale = 0.0, min(1.0, statistics.median_low(self._ratios))
+            ratios = [ms / c if c > 0 else 1.0 for ms, c in self._forwards]
+            self.overhead_ms, self.scale = 0.0, min(1.0, statistics.median_low(ratios))
         self.observed += 1
 
     def info(self) -> dict:
@@ -174,8 +172,7 @@ class StepCostTable:
     ):  # fmt: skip
         self.window, self.min_seen, self.fresh_steps, self.max_keys = window, min_seen, fresh_steps, max_keys
         self.skip_first = skip_first
-        self._times: OrderedDict[tuple[int, int], deque] = OrderedDict()
-        self._seen_at: dict[tuple[int, int], deque] = {}  # key -> the step of each of its times
+        self._times: OrderedDict[tuple[int, int], deque] = OrderedDict()  # key -> (step, ms) of its times
         self._last: dict[tuple[int, int], int] = {}  # key -> step it was last seen at
         self.steps = 0
 
@@ -187,24 +184,22 @@ class StepCostTable:
         times = self._times.setdefault(key, deque(maxlen=self.window))
         self._times.move_to_end(key)
         if not (first and self.skip_first):  # a shape's first step builds its kernels (see the class docstring)
-            times.append(ms)
-            self._seen_at.setdefault(key, deque(maxlen=self.window)).append(self.steps)
+            times.append((self.steps, ms))
         self._last[key] = self.steps
         while len(self._times) > self.max_keys:
             old, _ = self._times.popitem(last=False)
             del self._last[old]
-            self._seen_at.pop(old, None)
 
     def seen_within(self, bs: int, width: int, steps: int) -> int:
         """How many of such a step's counted times were taken in the last `steps` steps."""
-        return sum(1 for at in self._seen_at.get((bs, width), ()) if self.steps - at < steps)
+        return sum(1 for at, _ in self._times.get((bs, width), ()) if self.steps - at < steps)
 
     def ms(self, bs: int, width: int) -> float | None:
         """The measured time of such a step, or None where it is not known (well) enough."""
         times = self._times.get((bs, width))
         if times is None or len(times) < self.min_seen or self.steps - self._last[(bs, width)] > self.fresh_steps:
             return None
-        return statistics.median_low(times)
+        return statistics.median_low([ms for _, ms in times])
 
     def wider_ms(self, bs: int, width: int) -> float | None:
         """The least measured time of a step of `bs` requests with a window wider than

@@ -143,13 +143,15 @@ class StepPolicy:
         """Whether a step of `bs` requests that would draft runs plain instead, to measure
         what a plain step costs here: where steps are timed and fewer than `min_seen` plain
         steps of this batch size were measured in the last PLAIN_FRESH_STEPS steps, for up to
-        MEASURE_PLAIN_TRIES steps. Every drafting plan
-        is weighed against a plain step; priced from the start-up probe alone, a plain step
-        can be overpriced several times (a probe run while another process took the cores),
-        and a plan never chosen is never measured: the server would draft at a loss to plain
-        decoding for good. A plain step is what the server does anyway where drafting does
-        not pay, so measuring it costs at most a few steps' gain where drafting does. The
-        drafter defers its extend on such a step (`DeferredExtend._defer`), as plans price it."""
+        MEASURE_PLAIN_TRIES steps.
+
+        Every drafting plan is weighed against a plain step. Priced from the start-up probe
+        alone, a plain step can be overpriced several times (a probe run while another process
+        took the cores), and a plan never chosen is never measured: the server would draft at
+        a loss to plain decoding for good. A plain step is what the server does anyway where
+        drafting does not pay, so measuring it costs at most a few steps' gain where drafting
+        does. The drafter defers its extend on such a step (`DeferredExtend._defer`), as plans
+        price it."""
         measured = self.measured
         if not (self.adaptive and self.timed) or measured.seen_within(bs, 1, PLAIN_FRESH_STEPS) >= measured.min_seen:
             self._plain_tries.pop(bs, None)
