@@ -72,6 +72,17 @@ class ForwardCost:
     def ms(self, rows: int) -> float:
         return self.current_overhead_ms() + self.scale * self.linear_ms(rows)
 
+    def cheapest_rows(self) -> int | None:
+        """The probed row count at which a forward costs least per row, or None where that is
+        the largest one probed: beyond it the curve grows by its last slope, and a forward
+        of more rows costs ever less per row. Below the largest probe, rows cost more past
+        this count (on a CPU, kernels chosen by row count: the draft's int8 products stop at
+        16 rows, and bf16 without native support costs about linearly), so work that may be
+        split, as a catch-up may, is cheapest in forwards of this many rows."""
+        per_row = [self.ms(rows) / rows for rows in self.probe_rows]
+        best = min(range(len(per_row)), key=per_row.__getitem__)
+        return None if best == len(per_row) - 1 else self.probe_rows[best]
+
     def current_overhead_ms(self) -> float:
         """The learned overhead; with a prior, its scaled overhead while nothing has been
         learned, and counted as `PRIOR_FORWARDS` of the median's forwards until the window

@@ -55,6 +55,14 @@ def catch_up_passes(ends: Sequence[int], behind: Sequence[int], max_rows: int) -
     return passes
 
 
+def passes_ms(rows: int, pass_rows: int, ms: Callable[[int], float]) -> float:
+    """What `rows` rows of catch-up cost in passes of at most `pass_rows` rows, a pass of r
+    rows costing `ms(r)` (the last pass takes what is left)."""
+    assert pass_rows >= 1, f"pass_rows {pass_rows} must be >= 1"
+    full, rest = divmod(rows, pass_rows)
+    return full * ms(pass_rows) + (ms(rest) if rest else 0.0)
+
+
 def deduplicated(ends: Sequence[int], behind: Sequence[int], shared: Sequence[int], max_rows: int) -> list[int]:
     """Each request's backlog less its `shared` leading positions, which an earlier request
     of the same catch-up extends (draft_kv.shared_backlog), where that catch-up is one pass:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -22,11 +23,21 @@ from sglang_specsot.speculative.extend_backlog import (
     ExtendBacklog,
     catch_up_passes,
     deduplicated,
+    passes_ms,
 )
 from sglang_specsot.speculative.model_draft import SoTDraftModel
 from sglang_specsot.speculative.policy.planning import best_plan, drafting_near
 from sglang_specsot.speculative.policy.step_policy import StepPolicy
 from sglang_specsot.speculative.policy.values import StepPricing, StepView
+
+
+@dataclass(frozen=True)
+class CatchUpShape:
+    """How the next catch-up runs: passes of at most `pass_rows` rows, each request's
+    backlog less its `shared` leading positions (an earlier request extends them)."""
+
+    pass_rows: int
+    shared: list[int]
 
 
 class DeferredExtend:
@@ -114,37 +125,64 @@ class DeferredExtend:
         if best.width > 1 or not drafting_near(plans, best) or losing:
             return self.backlog.may_defer(rids, self.catch_up_ms, math.inf)
         limit = self.cost.draft.ms(bs) + self.cost.target.ms(bs)
-        shared = self.shared(batch)
-        if self.catch_up_ms(self.backlog.catch_up_rows(rids, shared=shared)) > limit:
+        shape = self.catch_up_shape(batch)
+        price = functools.partial(self.catch_up_ms, pass_rows=shape.pass_rows)
+        if price(self.backlog.catch_up_rows(rids, shared=shape.shared)) > limit:
             # A prompt behind (a deferred prefill): no flush keeps the next catch-up within a
             # plain step any more, so it waits until a drafting plan repays it.
             return True
-        return self.backlog.may_defer(rids, self.catch_up_ms, limit, shared=shared)
+        return self.backlog.may_defer(rids, price, limit, shared=shape.shared)
 
-    def catch_up_ms(self, rows: int) -> float:
-        """A catch-up of `rows` rows as the cost model prices it, corrected by what catch-ups
-        have really cost here (`ExtendBacklog.price_ratio`): uncorrected, the model
-        underprices them, and drafting runs would begin whose catch-up they do not repay."""
-        return self.cost.draft.ms(rows) * self.backlog.price_ratio()
+    def catch_up_ms(self, rows: int, pass_rows: int | None = None) -> float:
+        """A catch-up of `rows` rows in passes of at most `pass_rows` (one pass: None) as the
+        cost model prices it, corrected by what catch-ups have really cost here
+        (`ExtendBacklog.price_ratio`): uncorrected, the model underprices them, and drafting
+        runs would begin whose catch-up they do not repay."""
+        priced = passes_ms(rows, pass_rows or max(rows, 1), self.cost.draft.ms)
+        return priced * self.backlog.price_ratio()
 
     def setup_ms(self, batch) -> float:
         """What the next drafting step must catch up first."""
         rids = [req.rid for req in batch.reqs]
-        rows = self.backlog.catch_up_rows(rids, shared=self.shared(batch))
-        return self.catch_up_ms(rows) if rows else 0.0
+        shape = self.catch_up_shape(batch)
+        rows = self.backlog.catch_up_rows(rids, shared=shape.shared)
+        return self.catch_up_ms(rows, shape.pass_rows) if rows else 0.0
 
-    def shared(self, batch) -> list[int]:
+    def catch_up_shape(self, batch) -> CatchUpShape:
+        """The cheaper way, as the draft's cost prices it, to run the next catch-up: in passes
+        as wide as a prefill (--chunked-prefill-size), where one pass extends a prefix its
+        requests share once (SoT branches share their prompt); or in passes of the rows at
+        which a draft forward costs least per row (`ForwardCost.cheapest_rows`), where rows
+        cost more beyond them. On an AVX2 CPU without native bf16 the draft's int8 products
+        stop at 16 rows and a bf16 row costs about as much as a forward of 16: there the
+        0.5B draft's probe prices a 48-row catch-up at about 1,070 ms in one pass and 125 ms
+        in three passes of 16, and a catch-up is what every exploring step pays first."""
+        wide = self.backlog.max_rows
+        cheapest = self.cost.draft.cheapest_rows()
+        shapes = [CatchUpShape(wide, self.shared(batch, wide))]
+        if cheapest is not None and cheapest < wide:
+            shapes.append(CatchUpShape(cheapest, self.shared(batch, cheapest)))
+        rids = [req.rid for req in batch.reqs]
+
+        def price(shape: CatchUpShape) -> float:
+            rows = self.backlog.catch_up_rows(rids, shared=shape.shared)
+            return passes_ms(rows, shape.pass_rows, self.cost.draft.ms)
+
+        return min(shapes, key=price)
+
+    def shared(self, batch, pass_rows: int) -> list[int]:
         """Per request, the leading positions of its backlog that an earlier request of the
         batch extends in the same catch-up (a prefix the radix cache shares, as SoT branches
-        share their prompt), where the catch-up is one pass; zeros where it is not, or where
-        the draft's attention backend may let a row attend before a later row's KV is written."""
+        share their prompt), where the catch-up is one pass of at most `pass_rows` rows;
+        zeros where it is not, or where the draft's attention backend may let a row attend
+        before a later row's KV is written."""
         lags = self.backlog.lag([req.rid for req in batch.reqs])
         if sum(1 for b in lags if b > 1) < 2 or not self._extend_writes_first:
             return [0] * len(lags)
         # Committed positions: the history holds one token more (the bonus token).
         ends = [len(self.history(req)) - 1 for req in batch.reqs]
         req_to_token, pool_rows = batch.req_to_token_pool.req_to_token, batch.req_pool_indices.tolist()
-        deduped = deduplicated(ends, lags, shared_backlog(req_to_token, pool_rows, ends, lags), self.backlog.max_rows)
+        deduped = deduplicated(ends, lags, shared_backlog(req_to_token, pool_rows, ends, lags), pass_rows)
         return [b - d for b, d in zip(lags, deduped)]
 
     @functools.cached_property
@@ -180,10 +218,10 @@ class DeferredExtend:
         )
         req_to_token, pool_rows = batch.req_to_token_pool.req_to_token, batch.req_pool_indices.tolist()
         topk = None
-        shared = self.shared(batch)
-        lags = [b - s for b, s in zip(self.backlog.lag(rids), shared)]
-        self.backlog.shared_rows += sum(shared)
-        for ranges in catch_up_passes(ends, lags, self.backlog.max_rows):
+        shape = self.catch_up_shape(batch)
+        lags = [b - s for b, s in zip(self.backlog.lag(rids), shape.shared)]
+        self.backlog.shared_rows += sum(shape.shared)
+        for ranges in catch_up_passes(ends, lags, shape.pass_rows):
             tokens = [h[s : e + 1] for h, (s, e) in zip(histories, ranges)]
             rows = sum(e - s for s, e in ranges)
             # A catch-up pays what grows with its rows (prefill attention), which read as

@@ -161,3 +161,19 @@ def test_a_table_that_skips_first_steps_counts_a_shape_from_its_second_step():
     assert table.ms(1, 1) is None
     table.observe(1, 1, 145.0)
     assert table.ms(1, 1) == 145.0  # the lower median of 140, 145, 150; the 900 is not among them
+
+
+def test_the_rows_a_forward_costs_least_per_row_at():
+    # The 0.5B draft's probe on an AVX2 CPU without native bf16 (int8 products to 16 rows,
+    # bf16 beyond): 16 rows cost 41.7 ms, 32 rows 764.7.
+    avx2 = ForwardCost(probe_rows=(1, 4, 8, 16, 32, 64), probe_ms=(19.3, 20.1, 26.3, 41.7, 764.7, 1520.0))
+    assert avx2.cheapest_rows() == 16
+    # Rows ever cheaper (a GPU, a CPU with native bf16): no count to split work at.
+    assert ForwardCost(probe_rows=(1, 16, 64), probe_ms=(10.0, 11.0, 14.0)).cheapest_rows() is None
+    assert ForwardCost(probe_rows=(4,), probe_ms=(8.0,)).cheapest_rows() is None
+    # A large overhead favours wider forwards: 16 rows at (400 + 41.7) / 16 still beat 64 at
+    # (400 + 1520) / 64, but not where the overhead dwarfs both.
+    avx2.overhead_ms = 400.0
+    assert avx2.cheapest_rows() == 16
+    avx2.overhead_ms = 40_000.0
+    assert avx2.cheapest_rows() is None

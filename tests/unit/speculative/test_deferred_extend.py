@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import torch
 
+from sglang_specsot.costs.cost_model import ForwardCost
 from sglang_specsot.sot.tag import SoTTag
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.drafters.model import ModelProposal
@@ -15,6 +16,7 @@ from sglang_specsot.speculative.policy.config import AdaptiveConfig
 from sglang_specsot.speculative.policy.planning import best_plan
 from tests.unit.speculative.builders import (
     batch,
+    cost,
     decide,
     decision,
     decoding,
@@ -46,7 +48,7 @@ def _extending_drafter(histories: dict[str, list[int]], defer: bool = False):
     drafter = model_drafting(config, draft_model(4, extend_ranges=extend_ranges))
     deferred = drafter.deferred
     deferred.history = lambda req: histories[req.rid]
-    deferred.shared = lambda batch: [0] * len(batch.reqs)
+    deferred.shared = lambda batch, pass_rows: [0] * len(batch.reqs)
     deferred._defer = lambda batch, rids, policy, view, pricing: defer
     return drafter, calls
 
@@ -135,14 +137,15 @@ def test_while_drafting_is_far_from_paying_the_backlog_is_not_flushed_for_latenc
     # A plain step costs 100 ms, a one-draft step 140 (its extend): at p=0.3 a draft step's
     # 1.3 tokens per 140 ms is within NEAR_PAYING of plain's 1 per 100, at p=0.01 it is not.
     # Near: flushed once a catch-up would cost more than a plain step and an extend (140 ms;
-    # 40 ms to 64 rows, then 10 ms a row): at 74 tokens behind.
-    assert _deferred_steps(model_worker(ONE_DRAFT), 0.3) == 73
+    # passes of 64 rows, where a draft forward costs least per row, 40 ms each): at 193
+    # tokens behind, four passes.
+    assert _deferred_steps(model_worker(ONE_DRAFT), 0.3) == 191
     # Far: nothing flushes it (a backlog costs no memory; drafting again must repay it).
     assert _deferred_steps(model_worker(ONE_DRAFT), 0.01) == 1000
 
 
 def test_no_flush_readies_a_run_that_the_measured_runs_say_would_not_pay():
-    assert _deferred_steps(model_worker(ONE_DRAFT), 0.3) == 73  # near paying: flushed to keep the catch-up short
+    assert _deferred_steps(model_worker(ONE_DRAFT), 0.3) == 191  # near paying: flushed to keep the catch-up short
     losing = model_worker(ONE_DRAFT)
     for _ in range(3):
         losing.policy.drafting_runs.step("1 plain", drafted=True, saved_ms=-100.0)
@@ -171,18 +174,18 @@ def test_exploring_counts_the_catch_up_it_needs_against_its_share():
     behind = model_worker(config)
     warm(behind.policy)
     behind.drafter.deferred.backlog.add(["r0"], [80])
-    # Its catch-up over 80 tokens costs 200 ms more (50 ms at 65 rows, 10 ms a row on):
-    # 240 / 25 -> every 10th.
-    assert plain_steps_per_explore(behind) == 10
+    # Its catch-up over 80 tokens costs 80 ms more (passes of 64 and 16 rows, 40 ms each;
+    # one pass of 80 would cost 200): 120 / 25 -> every 5th.
+    assert plain_steps_per_explore(behind) == 5
     # A server that has never verified a draft explores at its first plain step, catch-up or not.
     cold = model_worker(config)
     cold.drafter.deferred.backlog.add(["r0"], [80])
     assert plain_steps_per_explore(cold) == 1
 
 
-def _width_behind(worker, rid: str = "r0", max_new_tokens: int = 100, behind: int = 80) -> int:
-    """The first step's width for request `rid`, `behind` tokens behind (a catch-up of 80
-    costs 200 ms), 5 tokens written of its `max_new_tokens`."""
+def _width_behind(worker, rid: str = "r0", max_new_tokens: int = 100, behind: int = 320) -> int:
+    """The first step's width for request `rid`, `behind` tokens behind (a catch-up of 320
+    costs 200 ms: five passes of 64 rows), 5 tokens written of its `max_new_tokens`."""
     worker.drafter.deferred.backlog.add([rid], [behind])
     return max(decide(worker, SimpleNamespace(reqs=decoding([rid], max_new_tokens))).sizes)
 
@@ -316,7 +319,7 @@ def test_a_batch_without_a_verdict_of_its_own_takes_a_smaller_batchs_losing_one(
 
 
 def test_a_plain_step_taken_to_measure_plain_defers_its_extend():
-    # Near paying (p=0.3), plain steps flush the backlog at 74 tokens (the test above). A step
+    # Near paying (p=0.3), plain steps flush the backlog at 193 tokens (the test above). A step
     # the policy turns plain to measure a plain step defers whatever the backlog, as plans
     # price a plain step; once measured, the flushing resumes.
     worker = model_worker(ONE_DRAFT)
@@ -329,4 +332,73 @@ def test_a_plain_step_taken_to_measure_plain_defers_its_extend():
     for _ in range(4):  # the first, cold, is not counted
         measured.policy.measured.observe(1, 1, 100.0)  # the plain step's price, as the model's
     assert not measured.policy.measures_plain(1)
-    assert _deferred_steps(measured, 0.3) == 73
+    assert _deferred_steps(measured, 0.3) == 191
+
+
+# -- the catch-up's passes ------------------------------------------------------------------------
+
+# The 0.5B draft's probe on an AVX2 CPU without native bf16: int8 products to 16 rows, bf16 beyond.
+AVX2_DRAFT = ((1, 4, 8, 16, 32, 64), (19.3, 20.1, 26.3, 41.7, 764.7, 1520.0))
+
+
+def _drafter_costing(draft_curve, histories=None):
+    costs = cost((1, 64), (100.0, 100.0))
+    costs.draft = ForwardCost(probe_rows=draft_curve[0], probe_ms=draft_curve[1])
+    calls = []
+
+    def extend_ranges(batch, ranges, tokens):
+        calls.append(ranges)
+        n = len(ranges)
+        return torch.ones(n, 1), torch.arange(n).view(n, 1)
+
+    drafter = model_drafting(ONE_DRAFT, draft_model(4, extend_ranges=extend_ranges), costs)
+    if histories is not None:
+        drafter.deferred.history = lambda req: histories[req.rid]
+    drafter.deferred._defer = lambda batch, rids, policy, view, pricing: False
+    return drafter, calls
+
+
+def test_a_catch_up_runs_in_passes_of_the_rows_a_draft_forward_costs_least_per_row_at():
+    # r0 is 45 positions behind, then a step commits 3 more: 48 rows. One pass of 48 costs
+    # 1,071 ms on this curve, three passes of 16 rows 125 ms.
+    drafter, calls = _drafter_costing(AVX2_DRAFT, {"r0": [7] * 50 + [100, 11, 12, 99]})
+    deferred = drafter.deferred
+    step, result = verified_step([50], [[11, 12, 99, 0, 0]], [3])
+    deferred.backlog.add(["r0"], [45])
+    # Priced before the step as it will run: passes of 16, 16 and 13 rows.
+    assert abs(deferred.setup_ms(step) - (2 * 41.7 + deferred.cost.draft.ms(13))) < 1e-6
+    _extend(drafter, step, result, ([11, 12, 13],))
+    assert calls == [[(5, 21)], [(21, 37)], [(37, 53)]]
+    assert deferred.backlog.catch_ups == 3 and deferred.backlog.catch_up_rows_total == 48
+    # Rows ever cheaper per row: one pass, as before.
+    drafter, calls = _drafter_costing(((1, 16, 64), (10.0, 11.0, 14.0)), {"r0": [7] * 50 + [100, 11, 12, 99]})
+    drafter.deferred.backlog.add(["r0"], [45])
+    _extend(drafter, step, result, ([11, 12, 13],))
+    assert calls == [[(5, 53)]]
+
+
+def test_branches_sharing_a_prompt_catch_up_in_one_wide_pass_where_that_is_cheaper():
+    # Four SoT branches, 301 positions behind each, the first 300 in the slots they share
+    # through the radix cache. One pass extends the prefix once: 304 rows. Passes of 16
+    # cannot share it (a request attends only to KV written in its own pass or before):
+    # 1,204 rows.
+    def shape(draft_curve):
+        drafter, _ = _drafter_costing(draft_curve)
+        deferred = drafter.deferred
+        deferred.history = lambda req: [7] * 302
+        deferred._extend_writes_first = True  # the draft's backend writes a pass's KV before it attends
+        req_to_token = torch.arange(4 * 512).view(4, 512)
+        req_to_token[:, :300] = req_to_token[0, :300]
+        step = SimpleNamespace(
+            reqs=decoding([f"r{i}" for i in range(4)]), req_pool_indices=torch.arange(4),
+            req_to_token_pool=SimpleNamespace(req_to_token=req_to_token),
+        )  # fmt: skip
+        deferred.backlog.add([f"r{i}" for i in range(4)], [301] * 4)
+        return deferred.catch_up_shape(step)
+
+    # 16 rows cost a little less per row than 64: the shared prefix outweighs it.
+    wide = shape(((1, 16, 64), (10.0, 16.0, 80.0)))
+    assert wide.pass_rows == 4096 and wide.shared == [0, 300, 300, 300]
+    # Rows past 16 cost 18 times as much (AVX2 above): 1,204 rows in passes of 16 are cheaper.
+    narrow = shape(AVX2_DRAFT)
+    assert narrow.pass_rows == 16 and narrow.shared == [0, 0, 0, 0]

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from sglang_specsot.speculative.extend_backlog import ExtendBacklog, catch_up_passes, deduplicated
+from sglang_specsot.speculative.extend_backlog import ExtendBacklog, catch_up_passes, deduplicated, passes_ms
 
 
 def test_one_pass_when_the_backlog_fits():
@@ -157,3 +157,14 @@ def test_catch_ups_are_priced_at_what_they_have_really_cost_within_bounds():
     cheap = ExtendBacklog()
     cheap.count_catch_up(rows=400, ms=10.0, priced_ms=100000.0)
     assert cheap.price_ratio() == 0.5
+
+
+def test_a_catch_up_in_passes_costs_each_pass():
+    def ms(rows: int) -> float:
+        return 10.0 + rows
+
+    assert passes_ms(48, 16, ms) == 3 * 26.0
+    assert passes_ms(50, 16, ms) == 3 * 26.0 + 12.0  # the last pass takes the 2 rows left
+    assert passes_ms(10, 16, ms) == 20.0 and passes_ms(0, 16, ms) == 0.0
+    with pytest.raises(AssertionError, match="pass_rows 0"):
+        passes_ms(10, 0, ms)
