@@ -155,7 +155,7 @@ class DeferredExtend:
         which a draft forward costs least per row (`ForwardCost.cheapest_rows`), where rows
         cost more beyond them. On an AVX2 CPU without native bf16 the draft's int8 products
         stop at 16 rows and a bf16 row costs about as much as a forward of 16: there the
-        0.5B draft's probe prices a 48-row catch-up at about 1,070 ms in one pass and 125 ms
+        0.5B draft's probe prices a 48-row catch-up at about 1,140 ms in one pass and 125 ms
         in three passes of 16, and a catch-up is what every exploring step pays first."""
         wide = self.backlog.max_rows
         cheapest = self.cost.draft.cheapest_rows()

@@ -360,7 +360,7 @@ def _drafter_costing(draft_curve, histories=None):
 
 def test_a_catch_up_runs_in_passes_of_the_rows_a_draft_forward_costs_least_per_row_at():
     # r0 is 45 positions behind, then a step commits 3 more: 48 rows. One pass of 48 costs
-    # 1,071 ms on this curve, three passes of 16 rows 125 ms.
+    # 1,142 ms on this curve, three passes of 16 rows 125 ms.
     drafter, calls = _drafter_costing(AVX2_DRAFT, {"r0": [7] * 50 + [100, 11, 12, 99]})
     deferred = drafter.deferred
     step, result = verified_step([50], [[11, 12, 99, 0, 0]], [3])
