@@ -159,31 +159,29 @@ class DeferredExtend:
         in three passes of 16, and a catch-up is what every exploring step pays first."""
         wide = self.backlog.max_rows
         cheapest = self.cost.draft.cheapest_rows()
-        shapes = [CatchUpShape(wide, self.shared(batch, wide))]
-        if cheapest is not None and cheapest < wide:
-            shapes.append(CatchUpShape(cheapest, self.shared(batch, cheapest)))
+        sizes = [wide] if cheapest is None or cheapest >= wide else [wide, cheapest]
+        shapes = [CatchUpShape(size, shared) for size, shared in zip(sizes, self.shared(batch, sizes))]
         rids = [req.rid for req in batch.reqs]
 
         def price(shape: CatchUpShape) -> float:
-            rows = self.backlog.catch_up_rows(rids, shared=shape.shared)
-            return passes_ms(rows, shape.pass_rows, self.cost.draft.ms)
+            return self.catch_up_ms(self.backlog.catch_up_rows(rids, shared=shape.shared), shape.pass_rows)
 
         return min(shapes, key=price)
 
-    def shared(self, batch, pass_rows: int) -> list[int]:
-        """Per request, the leading positions of its backlog that an earlier request of the
-        batch extends in the same catch-up (a prefix the radix cache shares, as SoT branches
-        share their prompt), where the catch-up is one pass of at most `pass_rows` rows;
-        zeros where it is not, or where the draft's attention backend may let a row attend
-        before a later row's KV is written."""
+    def shared(self, batch, pass_sizes: list[int]) -> list[list[int]]:
+        """Per pass size, per request, the leading positions of its backlog that an earlier
+        request of the batch extends in the same catch-up (a prefix the radix cache shares,
+        as SoT branches share their prompt), where the catch-up is one pass of at most that
+        many rows; zeros where it is not, or where the draft's attention backend may let a row
+        attend before a later row's KV is written. The shared slots are found once for all."""
         lags = self.backlog.lag([req.rid for req in batch.reqs])
         if sum(1 for b in lags if b > 1) < 2 or not self._extend_writes_first:
-            return [0] * len(lags)
+            return [[0] * len(lags) for _ in pass_sizes]
         # Committed positions: the history holds one token more (the bonus token).
         ends = [len(self.history(req)) - 1 for req in batch.reqs]
         req_to_token, pool_rows = batch.req_to_token_pool.req_to_token, batch.req_pool_indices.tolist()
-        deduped = deduplicated(ends, lags, shared_backlog(req_to_token, pool_rows, ends, lags), pass_rows)
-        return [b - d for b, d in zip(lags, deduped)]
+        slots = shared_backlog(req_to_token, pool_rows, ends, lags)
+        return [[b - d for b, d in zip(lags, deduplicated(ends, lags, slots, size))] for size in pass_sizes]
 
     @functools.cached_property
     def _extend_writes_first(self) -> bool:

@@ -48,7 +48,7 @@ def _extending_drafter(histories: dict[str, list[int]], defer: bool = False):
     drafter = model_drafting(config, draft_model(4, extend_ranges=extend_ranges))
     deferred = drafter.deferred
     deferred.history = lambda req: histories[req.rid]
-    deferred.shared = lambda batch, pass_rows: [0] * len(batch.reqs)
+    deferred.shared = lambda batch, pass_sizes: [[0] * len(batch.reqs) for _ in pass_sizes]
     deferred._defer = lambda batch, rids, policy, view, pricing: defer
     return drafter, calls
 
