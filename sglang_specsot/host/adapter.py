@@ -206,11 +206,16 @@ def verify_graphs_wanted() -> bool:
 
 
 @contextlib.contextmanager
-def decode_graphs_on(width: int):
+def decode_graphs_on(width: int, num_steps: int | None = None):
     """SGLang's resolved config as a verify of `width` rows per request sees it, with decode
     graphs on (the capture-time override EAGLEWorkerV2._override_worker_state makes,
     eagle_worker_v2.py:1909-1980), for SPECSOT's own captures: SGLang's at model load is off
-    (speculative/algorithm.py). Everything is restored when the block ends."""
+    (speculative/algorithm.py). Everything is restored when the block ends.
+
+    `num_steps`: the draft model's steps, for its captures (its chain is shorter than the
+    window, which also holds SoT-context nodes); a verify capture leaves it at `width - 1`.
+    The draft runner sizes its out_cache_loc by this value and the draft worker's
+    `draft_forward` checks it against its own `speculative_num_steps`, so the two must agree."""
     from sglang.srt.model_executor.cuda_graph_config import Backend, Phase, with_phase
     from sglang.srt.runtime_context import get_context, get_exec, get_spec
 
@@ -222,7 +227,7 @@ def decode_graphs_on(width: int):
     }
     backend = graph.cuda_graph_backend_decode or Backend.FULL
     get_context().override(
-        "specsot.verify_capture", speculative_num_steps=max(width - 1, 1), speculative_num_draft_tokens=width,
+        "specsot.verify_capture", speculative_num_steps=num_steps or max(width - 1, 1), speculative_num_draft_tokens=width,
         cuda_graph_config=with_phase(graph.cuda_graph_config, Phase.DECODE, backend=backend),
     )  # fmt: skip
     try:
@@ -235,7 +240,14 @@ def capture_verify_graphs(model_runner, width: int):
     """(attention backend, decode graph runner) of the target's TARGET_VERIFY at `width` rows
     per request, as EAGLEWorkerV2.build_adaptive_runtime_state builds a target state
     (eagle_worker_v2.py:1795-1825): a fresh backend, whose buffers the runner's graphs read."""
+    from sglang.srt.model_executor.graph_shared_output import GraphSharedOutput
+
     with decode_graphs_on(width):
+        # The runner's graphs write their logits into the process's shared buffer, which SGLang
+        # builds at start-up only when the target captures decode graphs (SPECSOT's target does
+        # not); built here as ModelRunner.ensure_decode_cuda_graphs builds it, sized for `width`
+        # rows per request (the cached one is kept when it is large enough).
+        model_runner.graph_shared_output = GraphSharedOutput.create_for_model_runner(model_runner)
         init_new_workspace = model_runner.init_new_workspace
         try:
             backend = model_runner._get_attention_backend(init_new_workspace=True)

@@ -128,7 +128,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         if self.draft_worker is None:
             return
         try:
-            with sgl.decode_graphs_on(self.num_draft_tokens):
+            with sgl.decode_graphs_on(self.num_draft_tokens, num_steps=sgl.get_spec().speculative_num_steps):
                 super().init_cuda_graphs()
         except Exception as exc:  # noqa: BLE001 - the draft then runs eagerly, as SGLang's does without graphs
             logger.warning("SPECSOT: capturing the draft model's graphs failed (%s: %s); drafting eagerly", type(exc).__name__, exc)

@@ -136,3 +136,76 @@ def test_a_decode_graph_asked_for_is_left_to_the_worker(resolve):
 
 def test_resolved_cuda_graph_config_of_other_launches_is_sglangs(resolve):
     assert _captures_decode_graphs(resolve())  # plain decoding on the same machine keeps its graphs
+
+
+# -- the captures SPECSOT makes itself (the H200 device check found both) -------------------------
+
+
+def _scheduler_context(sa: ServerArgs):
+    return use_context(create_context(sa, role="scheduler"))
+
+
+def test_draft_capture_sizes_its_cache_slots_by_the_draft_models_steps(resolve):
+    # A 4-step chain verified in a 6-node window (1 SoT-context node): SGLang's draft runner
+    # sizes out_cache_loc by the steps the capture sees, and draft_forward checks that size
+    # against the draft worker's own steps (eagle_utils.per_step_draft_out_cache_loc).
+    import torch
+    from sglang.srt.runtime_context import get_spec
+    from sglang.srt.speculative.eagle_utils import per_step_draft_out_cache_loc
+
+    from sglang_specsot.host import adapter
+
+    sa = resolve(draft_model=True, speculative_algorithm="SPECSOT", speculative_num_draft_tokens=6)
+    with _scheduler_context(sa):
+        draft_steps = get_spec().speculative_num_steps
+        assert draft_steps == 4
+        with adapter.decode_graphs_on(6, num_steps=draft_steps):
+            assert not check_cuda_graph_backend(Phase.DECODE, Backend.DISABLED)
+            captured = torch.zeros(3 * get_spec().speculative_eagle_topk * get_spec().speculative_num_steps)
+            assert get_spec().speculative_num_draft_tokens == 6
+        per_step_draft_out_cache_loc(captured, 3, 1, draft_steps)  # raises where the sizes differ
+        assert get_spec().speculative_num_steps == draft_steps  # restored
+        with adapter.decode_graphs_on(6):
+            assert get_spec().speculative_num_steps == 5  # a verify capture: width - 1
+        assert check_cuda_graph_backend(Phase.DECODE, Backend.DISABLED)
+
+
+class _RunnerWithoutSharedLogits:
+    """What capture_verify_graphs reads of a target ModelRunner whose decode graphs SGLang
+    did not capture at start-up (SPECSOT's): no shared logits buffer yet."""
+
+    device = "cpu"
+    init_new_workspace = False
+
+    def __init__(self, rows_per_request_seen: list):
+        self.graph_shared_output = None
+        self.rows_per_request_seen = rows_per_request_seen
+
+    def max_shared_logits_buffer_rows(self) -> int:
+        from sglang.srt.runtime_context import get_spec
+
+        return 4 * get_spec().speculative_num_draft_tokens  # 4 requests, a window each
+
+    def _get_attention_backend(self, init_new_workspace: bool):
+        return "backend"
+
+    def _decode_cuda_graph_runner_cls(self):
+        def runner(model_runner, attn_backend, speculative_num_steps, speculative_num_draft_tokens):
+            # SGLang's DecodeCudaGraphRunner takes its logits buffer here (decode_cuda_graph_runner.py:475)
+            buffer = model_runner.graph_shared_output.get_logits_buffer(8, rows=4 * speculative_num_draft_tokens)
+            self.rows_per_request_seen.append(buffer.shape[0] // 4)
+            return "runner"
+
+        return runner
+
+
+def test_verify_capture_builds_the_shared_logits_buffer_sglang_skipped(resolve):
+    from sglang_specsot.host import adapter
+
+    sa = resolve(speculative_algorithm="SPECSOT", speculative_num_draft_tokens=6)
+    seen: list = []
+    runner = _RunnerWithoutSharedLogits(seen)
+    with _scheduler_context(sa):
+        for width in (1, 4, 6):
+            assert adapter.capture_verify_graphs(runner, width) == ("backend", "runner")
+    assert seen == [1, 4, 6]
