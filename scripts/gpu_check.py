@@ -9,14 +9,17 @@ python3; everything else travels in the device call's 64 MiB with the repository
     run        (on the device; scripts/gpu_check.sh with no argument) install the carried wheels
                into a target folder, print versions and the GPU, then run the stages, each in its
                own process with its own time limit, appending JSON lines to OUT/gpu_check.jsonl.
-    cpu-smoke  (here) the stages' code paths on the CPU in small shapes.
+    cpu-smoke  (here) the stages' code paths on the CPU in small shapes; with
+               SPECSOT_GPU_SMOKE_ENGINES=1 the parity stage starts its engines on the CPU runtime.
 
 The stages live in gpu_stages.py: `cost` (forward time by rows, plain and verify, of a
 random-weight Qwen2.5-1.5B-shaped model), `masks` (our tree masks read by SGLang's Triton
 extend-attention kernel against a dense reference) and `parity` (greedy SPECSOT against plain
-decoding through sglang.Engine, SPECSOT with its verify graphs per tier and without graphs, plain
-with SGLang's decode graphs; each run's decode time, and how SPECSOT's verify steps ran). A stage
-that cannot run records what blocked it.
+decoding through sglang.Engine: SPECSOT with its verify graphs per tier and without graphs, and
+with the target as its own draft model, with and without graphs, which must commit nearly its
+whole chain each step; plain with SGLang's decode graphs; each run's decode time, the second of
+two calls, and how SPECSOT's verify steps ran). A stage that cannot run records what blocked it.
+SPECSOT_GPU_STAGES=parity (say) runs only the stages named.
 """
 
 from __future__ import annotations
@@ -257,6 +260,12 @@ def stage_env(site: Path | None, smoke: bool) -> tuple[dict, dict]:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
     path = [str(site)] if site else []
     env["PYTHONPATH"] = os.pathsep.join([*path, str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    # SGLang's Rust radix TreeCore is built against the torch that sglang 0.5.23 pins; on a device
+    # image with another torch it panics on the first insert (an ATen TypeMeta it does not know).
+    # The Python TreeCore is SGLang's own fallback and computes the same tree.
+    env["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = "python"
+    if smoke and os.environ.get("SPECSOT_GPU_SMOKE_ENGINES") == "1":
+        env["SGLANG_USE_CPU_ENGINE"] = "1"  # the parity stage's engines on SPECSOT's CPU runtime
     if smoke:
         env["TRITON_INTERPRET"] = "1"  # the Triton kernel through Triton's interpreter, on CPU tensors
     record = environment_record(env)
@@ -265,6 +274,9 @@ def stage_env(site: Path | None, smoke: bool) -> tuple[dict, dict]:
         # Every BaseFusedOp (norms, activations, rotary) on its torch forward: no sgl-kernel op
         # and no JIT-compiled CUDA where a torch one exists (sglang/kernels/fused_op.py).
         env["SGLANG_FORCE_FUSED_OP_BACKEND"] = "torch"  # KernelBackend.TORCH (sglang/kernels/spec.py)
+        # The stand-in has no package metadata: SGLang's own switch for the engine's
+        # `assert_pkg_version("sglang-kernel", ...)` (utils/common.py, entrypoints/engine.py).
+        env["SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK"] = "1"
         record["sgl_kernel_stand_in"] = str(SHIM.relative_to(ROOT))
     return env, record
 
@@ -364,7 +376,7 @@ def run(out_dir: Path, smoke: bool = False) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     bare = start_bare_import(env)
     try:
-        for name, limit in STAGE_LIMITS.items():
+        for name, limit in selected_stages().items():
             left = deadline - time.monotonic()
             if left < 10:
                 record = {"stage": name, "status": "skipped", "reason": "run budget spent"}
@@ -379,6 +391,16 @@ def run(out_dir: Path, smoke: bool = False) -> int:
     return 0
 
 
+def selected_stages() -> dict[str, float]:
+    """The stages to run and their limits: all, or those SPECSOT_GPU_STAGES names (a device
+    rerun spends its minutes only on the stage that was blocked)."""
+    names = [n for n in os.environ.get("SPECSOT_GPU_STAGES", "").split(",") if n]
+    unknown = [n for n in names if n not in STAGE_LIMITS]
+    if unknown:
+        raise ValueError(f"SPECSOT_GPU_STAGES names unknown stages {unknown}; known: {', '.join(STAGE_LIMITS)}")
+    return {n: s for n, s in STAGE_LIMITS.items() if not names or n in names}
+
+
 def print_summary(out: Path) -> None:
     """The cost table (rows x {plain, verify}) and each stage's status, from the JSON lines."""
     records = _records(out)
@@ -389,6 +411,12 @@ def print_summary(out: Path) -> None:
         for kind in ("plain", "verify"):
             cells = "  ".join(f"{cost[(kind, r)]:7.3f}" if (kind, r) in cost else f"{'-':>7}" for r in rows)
             print(f"  {kind:<28}" + cells)
+    for r in records:
+        for name, run in (r.get("runs") or {}).items() if r.get("stage") == "parity" else ():
+            graphs = run.get("verify_graphs") or {}
+            print(f"  {name:<28} decode {run['decode_s']:.3f} s ({run['speed_vs_plain']}x plain), accept "
+                  f"{[round(a or 0, 2) for a in run['accept_length']]}, replayed {graphs.get('replayed_by_width')}, "
+                  f"eager {graphs.get('eager_by_width')}, mismatched {run['mismatched_prompts']}")  # fmt: skip
     for r in records:
         if "status" in r:
             print(f"[{r['stage']}] {r['status']}" + (f": {r['blocker']}" if r.get("blocker") else ""))
