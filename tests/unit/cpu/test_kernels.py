@@ -633,3 +633,50 @@ def test_rotate_input_ids(bs, use_select):
     expected = ref_rotate(ids, starts, lens, topk_index.view(-1), select)
     K.rotate_input_ids_cpu(ids, starts.int(), lens, topk_index, select)
     assert ids.tolist() == expected
+
+
+# SGLang's Triton port of the CUDA tree kernel (spec_tree.py, its XPU path), interpreted: the
+# oracle for what a GPU builds from a draft model's chains and trees. SPECSOT's draft shapes
+# (a 4-step chain in a 5-node tree; top-k trees) at batch sizes above one, where a wrong
+# stride would read another request's row.
+_TRITON_TREE_RUNNER = """
+import sys, torch
+from sglang.kernels.ops.speculative.spec_tree import sgl_build_tree_kernel_triton
+cases = torch.load(sys.argv[1])
+for c in cases:
+    sgl_build_tree_kernel_triton(*c["args"], *c["outs"], c["topk"], c["depth"], c["n"], c["mode"])
+torch.save([c["outs"] for c in cases], sys.argv[2])
+"""
+
+TRITON_TREE_SHAPES = [(1, 4, 5, 3), (1, 5, 6, 4), (2, 3, 6, 3), (4, 3, 8, 2)]  # (topk, depth, n, bs)
+
+
+def test_build_tree_matches_sglangs_triton_kernel(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    cases, ours = [], []
+    for topk, depth, n, bs in TRITON_TREE_SHAPES:
+        for mode in (K.FULL_MASK, K.QLEN_ONLY):
+            gen = _gen(topk * 100 + depth * 10 + n + bs)
+            parent_list, selected = eagle_draft_tree(bs, topk, depth, n, gen)
+            seq_lens = _randint(1, 12, (bs,), gen)
+            outs = _tree_outputs(bs, n, seq_lens, mode, None)
+            mine = [t.clone() for t in outs]
+            K.build_tree_kernel_efficient_cpu(parent_list, selected, seq_lens, *mine, topk, depth, n, mode)
+            cases.append({"args": (parent_list, selected, seq_lens), "outs": list(outs), "topk": topk,
+                          "depth": depth, "n": n, "mode": mode})  # fmt: skip
+            ours.append(mine)
+    torch.save(cases, tmp_path / "cases.pt")
+    proc = subprocess.run(
+        [sys.executable, "-c", _TRITON_TREE_RUNNER, str(tmp_path / "cases.pt"), str(tmp_path / "outs.pt")],
+        cwd=tmp_path, env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"SGLang's tree kernel under TRITON_INTERPRET failed:\n{proc.stderr[-4000:]}"
+    theirs = torch.load(tmp_path / "outs.pt")
+    names = ("tree_mask", "positions", "retrieve_index", "retrieve_next_token", "retrieve_next_sibling")
+    for case, mine, triton_outs in zip(cases, ours, theirs):
+        shape = {k: case[k] for k in ("topk", "depth", "n", "mode")} | {"bs": len(case["args"][2])}
+        for name, a, b in zip(names, mine, triton_outs):
+            assert torch.equal(a, b), f"{name} differs from SGLang's Triton kernel for {shape}"
