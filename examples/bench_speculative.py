@@ -280,6 +280,10 @@ def main() -> None:
     parser.add_argument("--mem-fraction", type=float, default=0.6,
                         help="--mem-fraction-static of every server: SGLang counts the RAM the servers started "
                              "before took, so three servers with a 1.5B target and a draft need ~0.9")  # fmt: skip
+    parser.add_argument("--start-order", default=None, metavar="NAMES",
+                        help="comma-separated configs in the order their servers start (default: the baseline, "
+                             "then as listed); a server started later can run slower on a loaded machine, so "
+                             "compare two runs with the order reversed")
     parser.add_argument("--one-at-a-time", action="store_true",
                         help="one server alive at a time (a 1.5B target with a draft needs ~8 GB per server)")
     args = parser.parse_args()
@@ -319,6 +323,10 @@ def main() -> None:
                                    log_path=logs / f"{name}.log")  # fmt: skip
                for name, extra in every.items()
                if args.only is None or name == args.baseline or name in args.only.split(",")}
+    try:
+        print(f"servers start in the order {start_order(list(servers), args.start_order)}", flush=True)
+    except ValueError as exc:
+        parser.error(str(exc))
     stats = {(c, w): {"tokens": 0, "seconds": 0.0, "accept": [], "spent": [], "depth": {}, "texts": {}, "rounds": {}}
              for c in servers for w in loads}  # fmt: skip
     print(f"load average at start: {os.getloadavg()}", flush=True)
@@ -366,6 +374,17 @@ def _measure(server, name, workload, prompts, tag, stats, max_new, round_: int) 
     s["spent"] += [d for _, d in accept if d is not None]
 
 
+def start_order(names: list[str], wanted: str | None) -> list[str]:
+    """The configs' servers in start order: `wanted` (comma-separated) first, the rest after."""
+    if not wanted:
+        return names
+    first = wanted.split(",")
+    unknown = [n for n in first if n not in names]
+    if unknown:
+        raise ValueError(f"--start-order names {unknown}, which this run does not start; it starts {names}")
+    return first + [n for n in names if n not in first]
+
+
 def _start(name, server, loads) -> None:
     print(f"starting {name} ...", flush=True)
     server.start()
@@ -391,8 +410,8 @@ def _save_server_info(name: str, server) -> None:
 def run_interleaved(servers, loads, stats, args) -> None:
     """Every server up at once; each prompt batch goes to every config in turn."""
     try:
-        for name, server in servers.items():
-            _start(name, server, loads)
+        for name in start_order(list(servers), args.start_order):
+            _start(name, servers[name], loads)
         names, turn = list(servers), 0
         for r in range(args.rounds):
             for w, batches in loads.items():

@@ -150,3 +150,12 @@ def test_a_sot_answer_is_measured_as_the_client_gets_it():
     assert server.path == "/v1/chat/completions" and server.body["max_tokens"] == 128
     assert server.body["specsot"] == bench.SOT_ANSWER["sot"] and server.body["temperature"] == 0
     assert (tokens, accept, texts) == (42, [(1.5, None)], ["1. A"]) and seconds >= 0
+
+
+def test_servers_start_in_the_order_asked_the_rest_after():
+    names = ["plain", "SPECSOT-ctx", "SPECSOT"]
+    assert bench.start_order(names, None) == names
+    assert bench.start_order(names, "SPECSOT") == ["SPECSOT", "plain", "SPECSOT-ctx"]
+    assert bench.start_order(names, "SPECSOT,SPECSOT-ctx") == ["SPECSOT", "SPECSOT-ctx", "plain"]
+    with pytest.raises(ValueError, match=r"--start-order names \['NGRAM'\]"):
+        bench.start_order(names, "NGRAM")
