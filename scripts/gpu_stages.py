@@ -437,9 +437,12 @@ def _engine_outputs(model_dir: Path, plan: ParityPlan, prompts, extra: dict) -> 
         outputs = runs[-1]
         repeat_differs = [i for i, (a, b) in enumerate(zip(*runs)) if a["output_ids"] != b["output_ids"]]
         states = engine.get_server_info().get("internal_states") or [{}]
-        graphs = (states[0].get("specsot") or {}).get("verify_graphs")
+        specsot = states[0].get("specsot") or {}
+        # Acceptance by chain depth tells a wrong draft-extend (depth 1 low) from a wrong draft
+        # step (depth 1 right, deeper ones low).
         return outputs, {"decode_s": times[-1], "first_call_s": times[0], "repeat_differs": repeat_differs,
-                         "verify_graphs": graphs}  # fmt: skip
+                         "verify_graphs": specsot.get("verify_graphs"),
+                         "acceptance_by_depth": specsot.get("acceptance_by_depth")}  # fmt: skip
     finally:
         engine.shutdown()
 
@@ -520,7 +523,7 @@ def _compared(plain, run) -> dict:
         "mismatched_prompts": [i for i, (a, b) in enumerate(zip(plain_out, out)) if a["output_ids"] != b["output_ids"]],
         "accept_length": [r["meta_info"].get("spec_accept_length") for r in out],
         "decode_s": info["decode_s"], "speed_vs_plain": round(plain_info["decode_s"] / max(info["decode_s"], 1e-9), 3),
-        "verify_graphs": info["verify_graphs"],
+        "verify_graphs": info["verify_graphs"], "acceptance_by_depth": info.get("acceptance_by_depth"),
     }  # fmt: skip
 
 
