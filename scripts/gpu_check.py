@@ -411,12 +411,12 @@ def print_summary(out: Path) -> None:
         for kind in ("plain", "verify"):
             cells = "  ".join(f"{cost[(kind, r)]:7.3f}" if (kind, r) in cost else f"{'-':>7}" for r in rows)
             print(f"  {kind:<28}" + cells)
-    for r in records:
-        for name, run in (r.get("runs") or {}).items() if r.get("stage") == "parity" else ():
-            graphs = run.get("verify_graphs") or {}
-            print(f"  {name:<28} decode {run['decode_s']:.3f} s ({run['speed_vs_plain']}x plain), accept "
-                  f"{[round(a or 0, 2) for a in run['accept_length']]}, replayed {graphs.get('replayed_by_width')}, "
-                  f"eager {graphs.get('eager_by_width')}, mismatched {run['mismatched_prompts']}")  # fmt: skip
+    parity_runs = [run for r in records if r.get("stage") == "parity" for run in (r.get("runs") or {}).items()]
+    for name, run in parity_runs:
+        graphs = run.get("verify_graphs") or {}
+        print(f"  {name:<28} decode {run['decode_s']:.3f} s ({run['speed_vs_plain']}x plain), accept "
+              f"{[round(a or 0, 2) for a in run['accept_length']]}, replayed {graphs.get('replayed_by_width')}, "
+              f"eager {graphs.get('eager_by_width')}, mismatched {run['mismatched_prompts']}")  # fmt: skip
     for r in records:
         if "status" in r:
             print(f"[{r['stage']}] {r['status']}" + (f": {r['blocker']}" if r.get("blocker") else ""))

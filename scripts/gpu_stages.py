@@ -378,6 +378,11 @@ class ParityPlan:
 DEVICE_PARITY = ParityPlan(Qwen2Shape(layers=4, init_std=0.1))
 SMOKE_PARITY = ParityPlan(SMOKE_MODEL, prompts=2, prompt_len=12, max_new=32)
 
+# The target as its own draft in float32 proposes the target's own tokens: a 4-step chain commits
+# 5 tokens a step but where the 32-token answer ends (the CPU's bf16 run of the 0.5B drafting
+# for itself accepts 3.4-4.8). Below this, the draft path computes something the target does not.
+SELF_DRAFT_MIN_ACCEPT = 3.0
+
 
 def save_random_qwen2(plan: ParityPlan, out: Path, device) -> Path:
     """The random model as a local HF checkpoint (config + safetensors); no tokenizer: the
@@ -401,6 +406,12 @@ def parity_prompts(plan: ParityPlan) -> list[list[int]]:
     return prompts
 
 
+def engines_on_cpu() -> bool:
+    """Whether the parity stage's engines run on SPECSOT's CPU runtime (gpu_check.py sets this
+    for `cpu-smoke` with SPECSOT_GPU_SMOKE_ENGINES=1) rather than SGLang's CUDA path."""
+    return os.environ.get("SGLANG_USE_CPU_ENGINE") == "1"
+
+
 def _engine_kwargs(plan: ParityPlan, on_cpu: bool) -> dict:
     """sglang.Engine's arguments: the CUDA path (Triton attention, decode graphs), or on the
     CPU (SPECSOT's CPU runtime) to try the stage's own logic here before a device call."""
@@ -422,7 +433,7 @@ def _engine_outputs(model_dir: Path, plan: ParityPlan, prompts, extra: dict) -> 
     engine = sglang.Engine(
         model_path=str(model_dir), skip_tokenizer_init=True, dtype=plan.dtype, sampling_backend="pytorch",
         random_seed=0, log_level="info",  # info: a timed-out stage's stderr tail says how far start-up got
-        **_engine_kwargs(plan, os.environ.get("SGLANG_USE_CPU_ENGINE") == "1"), **extra,
+        **_engine_kwargs(plan, engines_on_cpu()), **extra,
     )  # fmt: skip
     try:
         params = {"temperature": 0.0, "max_new_tokens": plan.max_new, "ignore_eos": True}
@@ -467,7 +478,7 @@ def stage_parity(rec: Recorder, plan: ParityPlan, smoke: bool) -> None:
         model_dir = save_random_qwen2(plan, Path(tmp) / "qwen2-random", _device())
         rec.emit(f"random Qwen2 saved ({sum(f.stat().st_size for f in model_dir.iterdir()) / 2**20:.0f} MiB)",
                  model=asdict(plan.model), dtype=plan.dtype)  # fmt: skip
-        if smoke and os.environ.get("SGLANG_USE_CPU_ENGINE") != "1":
+        if smoke and not engines_on_cpu():
             rec.finish("ok", None, "smoke: the engines are not started (SPECSOT_GPU_SMOKE_ENGINES=1 starts them on the CPU)", smoke=True)  # fmt: skip
             return
         prompts = parity_prompts(plan)
@@ -508,12 +519,6 @@ def stage_parity(rec: Recorder, plan: ParityPlan, smoke: bool) -> None:
     rec.finish("ok" if problem is None else "failed", problem, prompts=len(prompts), max_new=plan.max_new,
                plain_decode_s=plain[1]["decode_s"], runs=results,
                plugin_processes=[{k: p.get(k) for k in ("caller", "error")} for p in plugin])  # fmt: skip
-
-
-# The target as its own draft in float32 proposes the target's own tokens: a 4-step chain commits
-# 5 tokens a step but where the 32-token answer ends (the CPU's bf16 run of the 0.5B drafting
-# for itself accepts 3.4-4.8). Below this, the draft path computes something the target does not.
-SELF_DRAFT_MIN_ACCEPT = 3.0
 
 
 def _compared(plain, run) -> dict:
