@@ -185,6 +185,7 @@ class StepCostTable:
         self.skip_first = skip_first
         self._times: OrderedDict[tuple[int, int], deque] = OrderedDict()  # key -> (step, ms) of its times
         self._last: dict[tuple[int, int], int] = {}  # key -> step it was last seen at
+        self._median: dict[tuple[int, int], float] = {}  # key -> median of its times, until it is next seen
         self.steps = 0
 
     def observe(self, bs: int, width: int, ms: float) -> None:
@@ -196,10 +197,12 @@ class StepCostTable:
         self._times.move_to_end(key)
         if not (first and self.skip_first):  # a shape's first step builds its kernels (see the class docstring)
             times.append((self.steps, ms))
+            self._median.pop(key, None)
         self._last[key] = self.steps
         while len(self._times) > self.max_keys:
             old, _ = self._times.popitem(last=False)
             del self._last[old]
+            self._median.pop(old, None)
 
     def seen_within(self, bs: int, width: int, steps: int) -> int:
         """How many of such a step's counted times were taken in the last `steps` steps."""
@@ -210,7 +213,10 @@ class StepCostTable:
         times = self._times.get((bs, width))
         if times is None or len(times) < self.min_seen or self.steps - self._last[(bs, width)] > self.fresh_steps:
             return None
-        return statistics.median_low([ms for _, ms in times])
+        # The policy asks for every candidate width each step: a key's median changes only when it is seen.
+        if (bs, width) not in self._median:
+            self._median[(bs, width)] = statistics.median_low([ms for _, ms in times])
+        return self._median[(bs, width)]
 
     def wider_ms(self, bs: int, width: int) -> float | None:
         """The least measured time of a step of `bs` requests with a window wider than

@@ -40,6 +40,7 @@ NAMES: dict[str, str] = {
     "move_accept_tokens_to_target_kvcache": "sglang.srt.speculative.spec_utils",
     "prepare_mamba_track_for_verify": "sglang.srt.speculative.spec_utils",
     "record_stream_for_v2_verify": "sglang.srt.speculative.spec_utils",
+    "sanitize_nan_logits": "sglang.srt.utils.async_probe",
     # Server-side SoT (serving/): the request SGLang's chat route builds, its response models.
     "GenerateReqInput": "sglang.srt.managers.io_struct",
     "ChatCompletionResponse": "sglang.srt.entrypoints.openai.protocol",
@@ -191,6 +192,11 @@ def priority_settings(tokenizer_manager) -> tuple[bool, int | None, bool]:
     if not enabled:
         return False, None, False
     return True, tokenizer_manager.default_priority_value, bool(get_schedule().schedule_low_priority_values_first)
+
+
+def simulated_accept_len() -> int:
+    """SGLANG_SIMULATE_ACC_LEN as eagle_sample reads it (spec_utils.py:276; off when <= 0)."""
+    return importlib.import_module("sglang.srt.speculative.spec_utils").SIMULATE_ACC_LEN
 
 
 def verify_graphs_wanted() -> bool:

@@ -33,6 +33,7 @@ from sglang_specsot.speculative.memory import PythonTrace, memory_report
 from sglang_specsot.speculative.policy.config import ADAPTIVE, FIXED, adaptive_config
 from sglang_specsot.speculative.policy.step_policy import StepPolicy
 from sglang_specsot.speculative.requests import RequestBook
+from sglang_specsot.speculative.root_commit import commits_argmax, root_argmax
 from sglang_specsot.speculative.static_shape import StaticShapeVerify, static_shape_requested
 from sglang_specsot.speculative.telemetry import StepClock, Telemetry
 from sglang_specsot.speculative.tree_masks import tree_mask_layout
@@ -260,7 +261,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     # -- verify ----------------------------------------------------------------------------
 
     def verify(self, batch, verify_input: SoTVerifyInput, clock: StepClock, pp_proxy_tensors=None):
-        """One TARGET_VERIFY forward over every tree, then SGLang's exact tree sampling."""
+        """One TARGET_VERIFY forward over every tree, then SGLang's exact tree sampling (at
+        width 1 what it would commit, where that is known: `root_commit`)."""
         n, bs = verify_input.draft_token_num, len(batch.reqs)
         fwd_stream = torch.get_device_module(self.device).current_stream()
         sgl.record_stream_for_v2_verify(batch, None, fwd_stream)
@@ -285,9 +287,13 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         if batch.sampling_info.has_custom_logit_processor:
             self._apply_processors(batch, verify_input, logits_output)
         grammar_mask = self._grammar_mask(batch, verify_input) if batch.has_grammar else None
-        predict, accept_lens, accept_index = sgl.eagle_sample(
-            verify_input, batch, logits_output, grammar_mask, watermark_state=self.model_runner.watermark_state,
-        )  # fmt: skip
+        watermark = self.model_runner.watermark_state
+        if n == 1 and commits_argmax(batch.sampling_info, grammar_mask, watermark):
+            predict, accept_lens, accept_index = root_argmax(logits_output.next_token_logits, bs)
+        else:
+            predict, accept_lens, accept_index = sgl.eagle_sample(
+                verify_input, batch, logits_output, grammar_mask, watermark_state=watermark,
+            )  # fmt: skip
         new_seq_lens = batch.seq_lens + accept_lens
         sgl.commit_mamba_states_after_verify(self.target_worker, batch, accept_lens, accept_index, n)
         accept_tokens = predict[accept_index]  # shape: (bs, n); rows past accept_lens are garbage
@@ -296,7 +302,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             # hidden state at node j) along the accepted path, as SGLang lays out a tree's
             # accepted path (eagle_worker_common.py:505-525) for its draft-extend.
             logits_output.hidden_states = along_accepted_paths(logits_output.hidden_states, accept_index)
-        sgl.move_accept_tokens_to_target_kvcache(batch, accept_index, accept_lens - 1, self.token_to_kv_pool_allocator)
+        if n > 1:  # at width 1 the root is already in its request's next KV slot (root_commit)
+            sgl.move_accept_tokens_to_target_kvcache(batch, accept_index, accept_lens - 1, self.token_to_kv_pool_allocator)
         if batch.return_logprob:
             sgl.compute_spec_logprobs(batch, logits_output, predict, accept_index=accept_index)
         batch.forward_mode = sgl.ForwardMode.DECODE

@@ -177,3 +177,21 @@ def test_the_rows_a_forward_costs_least_per_row_at():
     assert avx2.cheapest_rows() == 16
     avx2.overhead_ms = 40_000.0
     assert avx2.cheapest_rows() is None
+
+
+def test_a_shapes_median_follows_every_time_it_is_seen():
+    # The median is kept between sightings (the policy asks every width each step); each new
+    # time, and a shape pushed out of the table, must show in the next answer.
+    table = StepCostTable(window=3, min_seen=1, max_keys=2)
+    table.observe(1, 1, 100.0)
+    assert table.ms(1, 1) == 100.0
+    table.observe(1, 1, 50.0)
+    table.observe(1, 1, 40.0)
+    assert table.ms(1, 1) == 50.0
+    table.observe(1, 1, 30.0)  # the window drops 100
+    assert table.ms(1, 1) == 40.0
+    table.observe(1, 2, 1.0)
+    table.observe(1, 3, 1.0)  # pushes (1, 1) out
+    assert table.ms(1, 1) is None
+    table.observe(1, 1, 7.0)
+    assert table.ms(1, 1) == 7.0
