@@ -23,11 +23,8 @@ def build_verify_input(
     n, bs = trees[0].size, len(trees)
     mask = torch.tensor([tree_mask(t, n) for t in trees], dtype=torch.bool).flatten()  # shape: (bs * n * n,)
     tokens = torch.tensor([tok for t in trees for tok in t.tokens], dtype=torch.int64)  # shape: (bs * n,)
-    positions = torch.empty(bs * n, dtype=torch.int64)
-    links = [torch.full((bs, n), -1, dtype=torch.int64) for _ in range(3)]  # index, next token, next sibling
-    mask, tokens, positions = (x.to(device) for x in (mask, tokens, positions))
-    links = [x.to(device) for x in links]
-    sgl.reconstruct_indices_from_tree_mask_func(mask, batch.seq_lens, positions, *links, bs, n)
+    mask, tokens = mask.to(device), tokens.to(device)
+    positions, links = _roots_alone(batch.seq_lens, bs) if n == 1 else _reconstructed(mask, batch.seq_lens, bs, n)
     custom_mask = mask
     if layout != TreeMaskLayout.QLEN_ONLY:
         custom_mask = verify_custom_mask(mask, batch.seq_lens, n, _prefix_lens_sum(batch, max_context_len), layout)
@@ -38,6 +35,25 @@ def build_verify_input(
         capture_hidden_mode=capture_hidden_mode or sgl.CaptureHiddenMode.NULL, seq_lens_sum=None, seq_lens_cpu=None,
         sot_tags=tags, tree_depth=n, host_trees=tuple(trees),
     )  # fmt: skip
+
+
+def _reconstructed(mask: torch.Tensor, seq_lens: torch.Tensor, bs: int, n: int):
+    """Positions and links (index, next token, next sibling) by SGLang's kernel from the QLEN mask."""
+    positions = torch.empty(bs * n, dtype=torch.int64, device=mask.device)
+    links = [torch.full((bs, n), -1, dtype=torch.int64, device=mask.device) for _ in range(3)]
+    sgl.reconstruct_indices_from_tree_mask_func(mask, seq_lens, positions, *links, bs, n)
+    return positions, links
+
+
+def _roots_alone(seq_lens: torch.Tensor, bs: int):
+    """What the kernel computes where every tree is its root (a step that drafted nothing):
+    each root at its request's length, row b of the window its own, no children or
+    siblings. Known, so the step does not launch it (test_worker_trees checks they agree)."""
+    device = seq_lens.device
+    positions = seq_lens.to(torch.int64, copy=True)  # the forward reads it; seq_lens moves on
+    index = torch.arange(bs, dtype=torch.int64, device=device).view(bs, 1)
+    no_link = torch.full((bs, 1), -1, dtype=torch.int64, device=device)
+    return positions, [index, no_link, no_link.clone()]
 
 
 def along_accepted_paths(rows: torch.Tensor, accept_index: torch.Tensor) -> torch.Tensor:

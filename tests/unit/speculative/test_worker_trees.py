@@ -51,3 +51,25 @@ def test_first_chain_follows_each_nodes_first_child():
     tree = DraftTree((1, 2, 3, 4, 5, 6), (-1, 0, 0, 1, 1, 3))  # 2 -> (4 -> 6, 5); 3
     assert tree.first_chain() == [2, 4, 6]
     assert DraftTree((1,), (-1,)).first_chain() == []
+
+
+@pytest.mark.parametrize("bs", [1, 3, 8])
+def test_a_step_of_roots_alone_has_the_links_sglangs_kernel_computes(bs):
+    # build_verify_input skips the kernel at width 1; what it fills in instead must be the kernel's.
+    from types import SimpleNamespace
+
+    from sglang_specsot.speculative.draft_tree import DraftTree
+    from sglang_specsot.speculative.tree_masks import TreeMaskLayout
+    from sglang_specsot.speculative.verify_input import build_verify_input
+
+    seq_lens = torch.tensor([7 + 5 * b for b in range(bs)])
+    batch = SimpleNamespace(seq_lens=seq_lens, seq_lens_sum=int(seq_lens.sum()))
+    roots = [DraftTree(tokens=(b,), parents=(-1,)) for b in range(bs)]
+    got = build_verify_input(batch, roots, tuple("" for _ in roots), "cpu", TreeMaskLayout.QLEN_ONLY, 4096)
+    positions = torch.empty(bs, dtype=torch.int64)
+    links = [torch.full((bs, 1), -1, dtype=torch.int64) for _ in range(3)]
+    reconstruct_indices_from_tree_mask_func(torch.ones(bs, dtype=torch.bool), seq_lens, positions, *links, bs, 1)
+    assert torch.equal(got.positions, positions)
+    for mine, kernel in zip((got.retrieve_index, got.retrieve_next_token, got.retrieve_next_sibling), links):
+        assert mine.dtype == kernel.dtype and torch.equal(mine, kernel)
+    assert got.positions.data_ptr() != seq_lens.data_ptr()
