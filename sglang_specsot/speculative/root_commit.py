@@ -1,8 +1,8 @@
 """What verify commits when no request has a draft: each request's root, one token.
 
 A step whose trees are all a root alone (width 1) is a plain decode step in verify's shape.
-Two parts of SGLang's tree commit then have a known result and only cost host time, which a
-plain decode step does not pay (about 1-2 ms a step on a 2-core CPU against a 130 ms forward):
+Two parts of SGLang's tree commit then have a known result and only cost host time every
+step, which a plain decode step does not pay (measured in docs/benchmarks.md):
 
 - `move_accept_tokens_to_target_kvcache` copies the accepted path's KV to the request's next
   slots; the root *is* in its request's next slot (verify writes row 0 at `seq_lens`), so the

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from sglang_specsot.host.adapter import reconstruct_indices_from_tree_mask_func
-from sglang_specsot.speculative.draft_tree import tree_mask
-from sglang_specsot.speculative.verify_input import host_links
+from sglang_specsot.speculative.draft_tree import DraftTree, tree_mask
+from sglang_specsot.speculative.tree_masks import TreeMaskLayout
+from sglang_specsot.speculative.verify_input import build_verify_input, host_links
 from tests.unit.speculative.builders import random_tree
 
 
@@ -46,8 +48,6 @@ def test_draft_model_trees_round_trip_through_sglang_links(seed):
 
 
 def test_first_chain_follows_each_nodes_first_child():
-    from sglang_specsot.speculative.draft_tree import DraftTree
-
     tree = DraftTree((1, 2, 3, 4, 5, 6), (-1, 0, 0, 1, 1, 3))  # 2 -> (4 -> 6, 5); 3
     assert tree.first_chain() == [2, 4, 6]
     assert DraftTree((1,), (-1,)).first_chain() == []
@@ -56,12 +56,6 @@ def test_first_chain_follows_each_nodes_first_child():
 @pytest.mark.parametrize("bs", [1, 3, 8])
 def test_a_step_of_roots_alone_has_the_links_sglangs_kernel_computes(bs):
     # build_verify_input skips the kernel at width 1; what it fills in instead must be the kernel's.
-    from types import SimpleNamespace
-
-    from sglang_specsot.speculative.draft_tree import DraftTree
-    from sglang_specsot.speculative.tree_masks import TreeMaskLayout
-    from sglang_specsot.speculative.verify_input import build_verify_input
-
     seq_lens = torch.tensor([7 + 5 * b for b in range(bs)])
     batch = SimpleNamespace(seq_lens=seq_lens, seq_lens_sum=int(seq_lens.sum()))
     roots = [DraftTree(tokens=(b,), parents=(-1,)) for b in range(bs)]
