@@ -13,7 +13,9 @@ by others than us) and the project's own three hand-written sets; it cross-valid
 setting whose cross-validated precision is at least MIN_PRECISION (a wrong SoT costs more than a
 missed one), refits it on all the training questions and writes the head with its provenance.
 The checks are never read here: the SoT authors' WizardLM labels (the independent one), Vicuna-80
-and router_holdout2 (`python -m sglang_specsot.sot.router eval sot_wizardlm`).
+and router_holdout2 (`python -m sglang_specsot.sot.router eval sot_wizardlm`). Dolly's task
+categories (`dolly_categories`, third_party/) check the shipped head too; `--sets` may train on
+them instead, for a head whose training labels a wheel may ship (docs/quality.md#the-router).
 """
 
 from __future__ import annotations
@@ -77,6 +79,14 @@ def load_default_classifier() -> EmbeddingClassifier:
     classifier = EmbeddingClassifier(load_head(), SentenceEmbedder())
     classifier("warm-up")  # load the model now, not inside the first request's route
     return classifier
+
+
+def load_classifier(head_path: str | Path | None = None) -> EmbeddingClassifier:
+    """The head at `head_path` (one `train --out` wrote) over all-MiniLM-L6-v2; None: the
+    shipped head, as the server loads it. A head that cannot be read raises ValueError."""
+    if head_path is None:
+        return load_default_classifier()
+    return EmbeddingClassifier(load_head(head_path), SentenceEmbedder())
 
 
 # -- training ---------------------------------------------------------------------------------

@@ -52,10 +52,14 @@ def measure_agreement(pairs: Iterable[tuple[bool, bool]]) -> RouterAgreement:
 # The package's question sets, found by file path: sot/ may not import sglang_specsot.data
 # (the purity test allows only pure packages), and reading a file needs no import.
 _DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-# Sets labelled by the Skeleton-of-Thought authors, whose question texts are non-commercial:
-# they live in a checkout's third_party/ (provenance and licences in its README), not in the wheel.
-EXTERNAL_DIR = _DATA_DIR.parent.parent / "third_party" / "sot-router-labels"
-EXTERNAL_SETS = {"sot_lima": "lima.jsonl", "sot_wizardlm": "wizardlm.jsonl"}
+# Labelled sets whose question texts keep their sources' licences: they live in a checkout's
+# third_party/ (provenance and licences in each folder's README), not in the wheel.
+THIRD_PARTY_DIR = _DATA_DIR.parent.parent / "third_party"
+EXTERNAL_SETS = {  # name: (folder under third_party/, file, the texts' licence)
+    "sot_lima": ("sot-router-labels", "lima.jsonl", "licensed non-commercial"),
+    "sot_wizardlm": ("sot-router-labels", "wizardlm.jsonl", "licensed non-commercial"),
+    "dolly_categories": ("dolly-categories", "dolly.jsonl", "CC BY-SA 3.0"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,18 +71,19 @@ class LabelledQuestion:
 
 
 def labelled_set_path(name_or_path: str | Path) -> Path:
-    """A named set shipped in sglang_specsot/data (e.g. "vicuna80"), one of the SoT authors'
-    sets in a checkout's third_party/ ("sot_lima", "sot_wizardlm"), or a .jsonl file path."""
+    """A named set shipped in sglang_specsot/data (e.g. "vicuna80"), one of the third-party
+    sets in a checkout's third_party/ (EXTERNAL_SETS), or a .jsonl file path."""
     path = Path(name_or_path)
     if path.is_file():
         return path
     if str(name_or_path) in EXTERNAL_SETS:
-        external = EXTERNAL_DIR / EXTERNAL_SETS[str(name_or_path)]
+        folder, file, licence = EXTERNAL_SETS[str(name_or_path)]
+        external = THIRD_PARTY_DIR / folder / file
         if not external.is_file():
             raise ValueError(
                 f"question set {str(name_or_path)!r} is not installed: it lives in a checkout of "
-                f"sglang-specsot at third_party/sot-router-labels/ (its question texts are licensed "
-                f"non-commercial, so the wheel leaves it out); run from a checkout or pass the file's path"
+                f"sglang-specsot at third_party/{folder}/ (its question texts are {licence}, "
+                f"so the wheel leaves it out); run from a checkout or pass the file's path"
             )
         return external
     named = _DATA_DIR / f"{name_or_path}.jsonl"

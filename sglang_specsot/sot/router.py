@@ -361,35 +361,45 @@ def _route_for_eval(question: str, classifier: QuestionClassifier | None) -> Rou
 
 
 ROUTERS = ("classifier", "rules")
-_USAGE = "usage: python -m sglang_specsot.sot.router eval FILE.jsonl|NAME [--router classifier|rules]"
+_USAGE = ("usage: python -m sglang_specsot.sot.router eval FILE.jsonl|NAME "
+          "[--router classifier|rules] [--head HEAD.json]")  # fmt: skip
+
+
+def _parse_eval_args(args: list[str]) -> tuple[str, str, str | None]:
+    """(set, router, head path or None) from `eval SET [--router R] [--head PATH]`."""
+    if len(args) < 2 or args[0] != "eval" or len(args) % 2:
+        raise SystemExit(_USAGE)
+    options = dict(zip(args[2::2], args[3::2]))
+    if len(options) != len(args[2:]) // 2 or set(options) - {"--router", "--head"}:
+        raise SystemExit(_USAGE)
+    router, head = options.get("--router", "classifier"), options.get("--head")
+    if router not in ROUTERS or (head is not None and router != "classifier"):
+        raise SystemExit(_USAGE)
+    return args[1], router, head
 
 
 def main(
     argv: Sequence[str] | None = None,
-    load_classifier: Callable[[], QuestionClassifier] | None = None,
+    load_classifier: Callable[[str | None], QuestionClassifier] | None = None,
 ) -> None:
     """The eval command: its last stdout line is {"n", "accuracy", "precision", "recall"}.
 
     `--router classifier` (the default, as on the server) needs `load_classifier`, which the
-    `python -m` entry below passes: loading the embedding model is not plain Python.
+    `python -m` entry below passes: loading the embedding model is not plain Python. It is
+    given `--head`'s path (a head `router_classifier train --out` wrote), or None for the
+    shipped head.
     """
-    args = list(sys.argv[1:] if argv is None else argv)
-    router = "classifier"
-    if len(args) == 4 and args[2] == "--router":
-        router = args.pop()
-        args.pop()
-    if len(args) != 2 or args[0] != "eval" or router not in ROUTERS:
-        raise SystemExit(_USAGE)
+    name, router, head = _parse_eval_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        load_labelled(args[1])  # a bad file is named before the embedding model loads
+        load_labelled(name)  # a bad file is named before the embedding model loads
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
     if router == "classifier" and load_classifier is None:
         raise SystemExit("error: --router classifier needs the embedding model; run the command "
                          "as `python -m sglang_specsot.sot.router`, or pass --router rules")  # fmt: skip
     try:
-        classifier = load_classifier() if router == "classifier" else None
-        result = evaluate(args[1], classifier)
+        classifier = load_classifier(head) if router == "classifier" else None
+        result = evaluate(name, classifier)
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
     line = {"n": result.total, "accuracy": round(result.accuracy, 4),
@@ -403,6 +413,6 @@ def main(
 # Only `python -m` runs this block, so the library stays plain Python (test_purity.py allows
 # a non-pure import here and nowhere else).
 if __name__ == "__main__":
-    from sglang_specsot.models.router_classifier import load_default_classifier
+    from sglang_specsot.models.router_classifier import load_classifier
 
-    main(load_classifier=load_default_classifier)
+    main(load_classifier=load_classifier)

@@ -314,7 +314,7 @@ def test_eval_command_names_the_bad_line(tmp_path, lines, message):
         assert message in str(exit_info.value.code)
 
 
-def _no_classifier():
+def _no_classifier(head=None):
     raise AssertionError("the classifier must not load for a bad file")
 
 
@@ -335,10 +335,34 @@ def test_eval_command_with_a_classifier(capsys, tmp_path):
     rows = [("Solve 3x = 12.", False), ("Why is the sky blue?", True), ("Tips for sleeping well?", False)]
     path.write_text("".join(json.dumps({"question": q, "sot_suitable": l}) + "\n" for q, l in rows))
     verdicts = {"Solve 3x = 12.": 0.99, "Why is the sky blue?": 0.7, "Tips for sleeping well?": 0.1}
-    main(["eval", str(path)], load_classifier=lambda: lambda q: Suitability(verdicts[q], 0.5))
+    main(["eval", str(path)], load_classifier=lambda head: lambda q: Suitability(verdicts[q], 0.5))
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0] == "router: the hard rules, then the question classifier"
     assert json.loads(lines[-1]) == {"n": 3, "accuracy": 1.0, "precision": 1.0, "recall": 1.0}
+
+
+def test_eval_command_scores_the_head_it_is_given(capsys, tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps({"question": "Why is the sky blue?", "sot_suitable": True}) + "\n")
+    heads = []
+    main(["eval", str(path), "--head", "other.json"],
+         load_classifier=lambda head: heads.append(head) or (lambda q: Suitability(0.9, 0.5)))  # fmt: skip
+    assert heads == ["other.json"] and json.loads(capsys.readouterr().out.splitlines()[-1])["recall"] == 1.0
+    for argv in (["eval", str(path), "--head"], ["eval", str(path), "--head", "h.json", "--router", "rules"],
+                 ["eval", str(path), "--model", "m"], ["eval", str(path), "--head", "a", "--head", "b"]):  # fmt: skip
+        with pytest.raises(SystemExit) as info:
+            main(argv, load_classifier=_no_classifier)
+        assert "usage:" in str(info.value.code), argv
+
+
+def test_eval_command_names_a_head_it_cannot_read(tmp_path):
+    from sglang_specsot.models.router_classifier import load_classifier
+
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps({"question": "Why is the sky blue?", "sot_suitable": True}) + "\n")
+    with pytest.raises(SystemExit) as info:  # read before the embedding model would load
+        main(["eval", str(path), "--head", str(tmp_path / "nope.json")], load_classifier=load_classifier)
+    assert "cannot read a router head" in str(info.value.code) and "nope.json" in str(info.value.code)
 
 
 def test_eval_command_says_how_to_get_the_classifier():
