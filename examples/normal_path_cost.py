@@ -1,10 +1,10 @@
 """What an answer costs on each request path of one server, measured side by side.
 
-Mode `auto` answers many questions normally: the router or the latency model steps aside, and
-the answer runs through the server-side runner (`sot.runner._normal`), which streams it
-internally, instead of SGLang's own route. That path must cost what plain decoding costs. This
-script asks one question on one plain server through each path, interleaved, the order rotated
-each round, the cache flushed before each answer, and appends one JSON line per answer:
+Mode `auto` answers many questions normally: where the router or the latency model steps aside,
+the chat hook hands the request to SGLang's own chat route after its decision (about 30 ms), so
+that answer must cost what plain decoding costs. This script asks one question on one plain
+server through each path, interleaved, the order rotated each round, the cache flushed before
+each answer, and appends one JSON line per answer:
 
     python examples/normal_path_cost.py --model qwen2.5-coder-1.5b --max-tokens 512 --rounds 3 \
         --paths generate,chat-auto --out results.jsonl
@@ -12,7 +12,7 @@ each round, the cache flushed before each answer, and appends one JSON line per 
 Paths: `generate` (SGLang's /generate, not streamed: what the end-to-end benchmark's plain
 cell sends), `generate-stream` (the same, streamed), `chat-off` (/v1/chat/completions with
 `specsot.mode` "off": SGLang's own chat route), `chat-auto` (mode "auto": the router, the
-latency model, then the runner's normal answer where it steps aside). A `chat-auto` line records
+latency model, then SGLang's chat route where it steps aside). A `chat-auto` line records
 the path it took; one that took SoT measures something else and says so.
 """
 
@@ -26,14 +26,13 @@ import urllib.request
 from pathlib import Path
 
 from sglang_specsot.bench.cells import flush_cache
-from sglang_specsot.bench.runner import rotated
+from sglang_specsot.bench.runner import COMMON, MEM_FRACTION, rotated
 from sglang_specsot.data import load_questions
 from sglang_specsot.launch import ServerProcess
 from sglang_specsot.models import fetch as fetch_model
 from sglang_specsot.sot.prompts import normal_messages
 
-SERVER_ARGS = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-tokens", "8192",
-               "--sleep-on-idle", "--enable-custom-logit-processor", "--mem-fraction-static", "0.9"]  # fmt: skip
+SERVER_ARGS = COMMON + ["--mem-fraction-static", MEM_FRACTION]  # the end-to-end benchmark's plain server
 PATHS = ("generate", "generate-stream", "chat-off", "chat-auto")
 
 
