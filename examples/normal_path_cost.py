@@ -84,11 +84,10 @@ def main() -> None:
     model = str(fetch_model(args.model))
     out = Path(args.out)
     with ServerProcess(model, SERVER_ARGS + ["--dtype", args.dtype], log_path=out.with_suffix(".server.log")) as server:
-        from transformers import AutoTokenizer
+        from sglang_specsot.frontend import chat_renderer  # imports sglang: after the server is up
 
         messages = normal_messages(question, None)
-        prompt = AutoTokenizer.from_pretrained(model).apply_chat_template(messages, tokenize=False,
-                                                                         add_generation_prompt=True)  # fmt: skip
+        prompt = chat_renderer(model)(messages)  # as the end-to-end benchmark renders its plain prompts
         cells = requests_for(server.base_url, prompt, messages, args.max_tokens)
         post(server.base_url + "/generate", {"text": prompt, "sampling_params": {"max_new_tokens": 8}})  # warm-up
         for round_ in range(args.rounds):
