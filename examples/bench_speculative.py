@@ -25,6 +25,13 @@ With --fixed, each also runs drafting its whole window every step ("-fixed",
 SGLANG_SPECSOT_FIXED_WINDOW=1), to compare with the cost-sized drafts. With --code NAME=DIR,
 each SPECSOT config also runs from the source tree DIR ("@NAME", e.g. a `git worktree` of
 another commit, put first on the server's PYTHONPATH): an A/B of two versions of the code.
+With --plain-twin, a second plain server ("plain-2") runs too, an A/A control: where the start
+order or the machine's drift moves a server's speed, plain-2 against plain shows by how much,
+and each config is also reported against both plain servers' geometric mean (start plain first
+and plain-2 last to bracket the others). With --step-logs, each SPECSOT server writes its step
+log (SGLANG_SPECSOT_STEP_LOG) beside its server log: each phase's time of each step, so its own
+work beside the target's forward is measured inside one server, whatever its start order
+(`examples/step_log_report.py`).
 Prints accept length, draft tokens spent per verify (meta_info spec_cap_length), output
 tokens/s and the ratio to plain decoding for each, and the machine's load average; for
 SPECSOT, also how often a draft at each chain depth was accepted given its parent was,
@@ -56,6 +63,7 @@ from sglang_specsot.launch import ServerProcess
 from sglang_specsot.models import fetch as fetch_model
 from sglang_specsot.sot import expansion_prompt
 from sglang_specsot.speculative.policy.config import FIXED_WINDOW_ENV
+from sglang_specsot.speculative.step_log import ENV as STEP_LOG_ENV
 from sglang_specsot.speculative.token_map import resolve_map
 from sglang_specsot.sot.runner import shared_prefix
 
@@ -64,6 +72,7 @@ COMMON = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--max-total-
 SKELETON = ["Set clear goals", "Prioritize tasks", "Avoid distractions", "Take short breaks",
             "Use a calendar", "Limit multitasking", "Delegate work", "Review your day"]  # fmt: skip
 SEED = 0
+PLAIN_TWIN = "plain-2"  # --plain-twin: a second plain server, the A/A control
 
 
 def fetch(name: str) -> str:
@@ -74,15 +83,17 @@ def fetch(name: str) -> str:
 def configs(
     draft_path: str | None, num_draft: int, steps: int, topk: int, model_tree: int, adaptive: bool = False,
     fixed: bool = False, bf16_draft: bool = False, variants: dict[str, str] | None = None,
-    token_map: str | None = None, code: dict[str, str] | None = None,
+    token_map: str | None = None, code: dict[str, str] | None = None, plain_twin: bool = False,
 ) -> dict[str, list[str]]:  # fmt: skip
     """Plain, NGRAM and SPECSOT from the SoT context alone; with a draft model also
     STANDALONE and SPECSOT, both drafting a `model_tree`-node tree (`steps` x `topk`) with it;
     SPECSOT's verify window holds 3 SoT-context nodes more. `fixed` adds a `-fixed` twin of
     each SPECSOT config without --speculative-adaptive (its server gets `server_env`);
-    `token_map` a `SPECSOT-hot` twin of SPECSOT whose draft head keeps that map's tokens."""
+    `token_map` a `SPECSOT-hot` twin of SPECSOT whose draft head keeps that map's tokens;
+    `plain_twin` a second plain server, `plain-2` (an A/A control)."""
     out = {
         "plain": [],
+        **({PLAIN_TWIN: []} if plain_twin else {}),
         "NGRAM": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(num_draft)],
         "SPECSOT-ctx": ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens", str(num_draft)],
     }
@@ -135,16 +146,21 @@ def parse_variants(specs: list[str], directory: Path, max_budget: int) -> dict[s
     return out
 
 
-def server_env(name: str, code: dict[str, str] | None = None, delay_sample: bool = False) -> dict[str, str]:
+def server_env(
+    name: str, code: dict[str, str] | None = None, delay_sample: bool = False, step_logs: Path | None = None
+) -> dict[str, str]:
     """A `-fixed` config drafts its whole window every step; the others size drafts from costs.
     A `-bf16` config keeps the draft model's weights as loaded (no int8 copy on CPU). An
     `@NAME` config imports sglang_specsot from `code[NAME]` (its PYTHONPATH comes first).
     `delay_sample`: plain decoding delays sampling, as SoT's skeleton constraint needs on
-    SGLang's overlap scheduler (what `bench e2e`'s plain server does)."""
+    SGLang's overlap scheduler (what `bench e2e`'s plain server does), its twin too.
+    `step_logs`: a SPECSOT server writes its step log there, as `steps-NAME.jsonl`."""
     base, _, tree = name.partition("@")
     env = {FIXED_WINDOW_ENV: "1"} if "-fixed" in base else {}
-    if delay_sample and base == "plain":
+    if delay_sample and base in ("plain", PLAIN_TWIN):
         env.update(DELAY_SAMPLE)
+    if step_logs is not None and base.startswith("SPECSOT"):
+        env[STEP_LOG_ENV] = str(step_logs / f"steps-{name}.jsonl")
     if base.endswith("-bf16"):
         env[DRAFT_INT8_ENV] = "off"
     if tree:
@@ -284,6 +300,11 @@ def main() -> None:
                         help="comma-separated configs in the order their servers start (default: the baseline, "
                              "then as listed); a server started later can run slower on a loaded machine, so "
                              "compare two runs with the order reversed")
+    parser.add_argument("--plain-twin", action="store_true",
+                        help=f"also run a second plain server, {PLAIN_TWIN!r}: an A/A control of start order and "
+                             "drift; each config is also reported against both plain servers")  # fmt: skip
+    parser.add_argument("--step-logs", action="store_true",
+                        help="each SPECSOT server writes its step log (phase times of every step) beside its log")
     parser.add_argument("--one-at-a-time", action="store_true",
                         help="one server alive at a time (a 1.5B target with a draft needs ~8 GB per server)")
     args = parser.parse_args()
@@ -313,16 +334,18 @@ def main() -> None:
     except ValueError as exc:
         parser.error(str(exc))
     every = configs(draft, args.num_draft_tokens, args.steps, args.topk, args.model_tree or 1 + args.steps * args.topk,
-                    args.adaptive, args.fixed, args.bf16_draft, variants, token_map, code)  # fmt: skip
+                    args.adaptive, args.fixed, args.bf16_draft, variants, token_map, code, args.plain_twin)  # fmt: skip
     if args.baseline not in every:
         parser.error(f"--baseline {args.baseline!r} is not a configuration of this run; choose from {sorted(every)}")
     sot = "sot" in loads  # server-side SoT: the skeleton constraint needs a logit processor
     common = COMMON + ["--dtype", args.dtype, "--mem-fraction-static", str(args.mem_fraction)]
     common += ["--enable-custom-logit-processor"] if sot else []
-    servers = {name: ServerProcess(model, common + extra, env=server_env(name, code, delay_sample=sot),
+    step_logs = logs if args.step_logs else None
+    always = (args.baseline, PLAIN_TWIN)  # run whatever --only says
+    servers = {name: ServerProcess(model, common + extra, env=server_env(name, code, sot, step_logs),
                                    log_path=logs / f"{name}.log")  # fmt: skip
                for name, extra in every.items()
-               if args.only is None or name == args.baseline or name in args.only.split(",")}
+               if args.only is None or name in always or name in args.only.split(",")}
     try:
         print(f"servers start in the order {start_order(list(servers), args.start_order)}", flush=True)
     except ValueError as exc:
@@ -470,12 +493,25 @@ def report(stats: dict, names: list[str], loads: list[str], args) -> None:
             spread = round_spread(s["rounds"], stats[(baseline, w)]["rounds"])
             print(f"{w:10} {name:14} {acc:>10} {spent:>13} {rate:8.2f} {rate / base:8.2f}x {spread:>13} "
                   f"{f'{same}/{n}':>13}")  # fmt: skip
+    if PLAIN_TWIN in names and "plain" in names:
+        print(f"\nagainst both plain servers (the geometric mean of plain's and {PLAIN_TWIN}'s tok/s):")
+        for w in loads:
+            cells = ", ".join(f"{n} {r:.2f}x" for n, r in against_both_plains(stats, names, w).items())
+            print(f"{w:10} {cells}")
     print("\nSPECSOT acceptance by chain depth, given the parent was accepted (accepted/reached):")
     for w in loads:
         for name in names:
             for source, c in sorted(stats[(name, w)]["depth"].items()):
                 cells = " ".join(f"{a}/{r}" for a, r in zip(c["accepted"], c["reached"]))
                 print(f"{w:10} {name:14} {source:9} {cells}")
+
+
+def against_both_plains(stats: dict, names: list[str], workload: str) -> dict[str, float]:
+    """Each config's tok/s over the geometric mean of the two plain servers' on `workload`: with
+    plain started first and its twin last, a start-order effect on the ones between cancels."""
+    rate = {n: stats[(n, workload)]["tokens"] / stats[(n, workload)]["seconds"] for n in names}
+    both = (rate["plain"] * rate[PLAIN_TWIN]) ** 0.5
+    return {n: rate[n] / both for n in names}
 
 
 def round_spread(rounds: dict, base: dict) -> str:

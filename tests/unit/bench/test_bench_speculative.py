@@ -159,3 +159,38 @@ def test_servers_start_in_the_order_asked_the_rest_after():
     assert bench.start_order(names, "SPECSOT,SPECSOT-ctx") == ["SPECSOT", "SPECSOT-ctx", "plain"]
     with pytest.raises(ValueError, match=r"--start-order names \['NGRAM'\]"):
         bench.start_order(names, "NGRAM")
+
+
+def test_a_plain_twin_is_a_second_plain_server_reported_against_both_plains(capsys):
+    from types import SimpleNamespace
+
+    names = bench.configs(None, 6, 4, 1, 5, plain_twin=True)
+    assert names[bench.PLAIN_TWIN] == names["plain"] == []
+    assert bench.PLAIN_TWIN not in bench.configs(None, 6, 4, 1, 5)
+    # The twin samples as plain does (delayed under server-side SoT).
+    assert bench.server_env(bench.PLAIN_TWIN, delay_sample=True) == bench.server_env("plain", delay_sample=True)
+
+    def stats(tokens: int, seconds: float) -> dict:
+        return {"tokens": tokens, "seconds": seconds, "accept": [], "spent": [], "depth": {}, "texts": {},
+                "rounds": {0: [tokens, seconds]}}  # fmt: skip
+
+    # plain 4 tok/s, its twin 1 tok/s: their geometric mean is 2, so a config at 2 tok/s is 1.00x.
+    runs = {("plain", "vicuna"): stats(400, 100.0), (bench.PLAIN_TWIN, "vicuna"): stats(100, 100.0),
+            ("SPECSOT-ctx", "vicuna"): stats(200, 100.0)}  # fmt: skip
+    names = ["plain", bench.PLAIN_TWIN, "SPECSOT-ctx"]
+    assert bench.against_both_plains(runs, names, "vicuna") == pytest.approx(
+        {"plain": 2.0, bench.PLAIN_TWIN: 0.5, "SPECSOT-ctx": 1.0}
+    )
+    args = SimpleNamespace(model="m", draft=None, steps=4, topk=1, questions=1, question_set="vicuna80", skip=0,
+                           rounds=1, max_new_tokens=8, points=4, dtype="bfloat16", baseline="plain")  # fmt: skip
+    bench.report(runs, names, ["vicuna"], args)
+    out = capsys.readouterr().out
+    assert "vicuna     plain 2.00x, plain-2 0.50x, SPECSOT-ctx 1.00x" in out
+
+
+def test_step_logs_go_to_each_specsot_server_alone(tmp_path):
+    env = bench.server_env("SPECSOT-ctx", step_logs=tmp_path)
+    assert env == {bench.STEP_LOG_ENV: str(tmp_path / "steps-SPECSOT-ctx.jsonl")}
+    assert bench.server_env("SPECSOT", step_logs=tmp_path)[bench.STEP_LOG_ENV].endswith("steps-SPECSOT.jsonl")
+    assert bench.STEP_LOG_ENV not in bench.server_env("plain", step_logs=tmp_path)  # plain has no SPECSOT worker
+    assert bench.STEP_LOG_ENV not in bench.server_env("SPECSOT-ctx")  # off unless asked
