@@ -27,8 +27,8 @@ each SPECSOT config also runs from the source tree DIR ("@NAME", e.g. a `git wor
 another commit, put first on the server's PYTHONPATH): an A/B of two versions of the code.
 With --plain-twin, a second plain server ("plain-2") runs too, an A/A control: where the start
 order or the machine's drift moves a server's speed, plain-2 against plain shows by how much,
-and each config is also reported against both plain servers' geometric mean (start plain first
-and plain-2 last to bracket the others). With --step-logs, each SPECSOT server writes its step
+and each config is also reported against both plain servers' geometric mean (plain starts first
+and plain-2 last unless --start-order says otherwise, so the two bracket the others). With --step-logs, each SPECSOT server writes its step
 log (SGLANG_SPECSOT_STEP_LOG) beside its server log: each phase's time of each step, so its own
 work beside the target's forward is measured inside one server, whatever its start order
 (`examples/step_log_report.py`).
@@ -93,7 +93,6 @@ def configs(
     `plain_twin` a second plain server, `plain-2` (an A/A control)."""
     out = {
         "plain": [],
-        **({PLAIN_TWIN: []} if plain_twin else {}),
         "NGRAM": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(num_draft)],
         "SPECSOT-ctx": ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens", str(num_draft)],
     }
@@ -123,6 +122,8 @@ def configs(
     for tree in code or ():
         for name in [n for n in out if n.startswith("SPECSOT") and "@" not in n]:
             out[f"{name}@{tree}"] = list(out[name])
+    if plain_twin:  # last, so by default it starts last: plain first and it bracket the rest
+        out[PLAIN_TWIN] = []
     return out
 
 
@@ -341,7 +342,7 @@ def main() -> None:
     common = COMMON + ["--dtype", args.dtype, "--mem-fraction-static", str(args.mem_fraction)]
     common += ["--enable-custom-logit-processor"] if sot else []
     step_logs = logs if args.step_logs else None
-    always = (args.baseline, PLAIN_TWIN)  # run whatever --only says
+    always = (args.baseline, PLAIN_TWIN)  # besides the configs --only names
     servers = {name: ServerProcess(model, common + extra, env=server_env(name, code, sot, step_logs),
                                    log_path=logs / f"{name}.log")  # fmt: skip
                for name, extra in every.items()

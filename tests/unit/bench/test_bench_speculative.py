@@ -167,6 +167,9 @@ def test_a_plain_twin_is_a_second_plain_server_reported_against_both_plains(caps
     names = bench.configs(None, 6, 4, 1, 5, plain_twin=True)
     assert names[bench.PLAIN_TWIN] == names["plain"] == []
     assert bench.PLAIN_TWIN not in bench.configs(None, 6, 4, 1, 5)
+    # By default the servers start in this order: plain first, its twin last, the rest between.
+    order = bench.start_order(list(bench.configs("/draft", 6, 4, 1, 5, plain_twin=True)), None)
+    assert order[0] == "plain" and order[-1] == bench.PLAIN_TWIN and "SPECSOT" in order[1:-1]
     # The twin samples as plain does (delayed under server-side SoT).
     assert bench.server_env(bench.PLAIN_TWIN, delay_sample=True) == bench.server_env("plain", delay_sample=True)
 
