@@ -28,10 +28,10 @@ another commit, put first on the server's PYTHONPATH): an A/B of two versions of
 With --plain-twin, a second plain server ("plain-2") runs too, an A/A control: where the start
 order or the machine's drift moves a server's speed, plain-2 against plain shows by how much,
 and each config is also reported against both plain servers' geometric mean (plain starts first
-and plain-2 last unless --start-order says otherwise, so the two bracket the others). With --step-logs, each SPECSOT server writes its step
-log (SGLANG_SPECSOT_STEP_LOG) beside its server log: each phase's time of each step, so its own
-work beside the target's forward is measured inside one server, whatever its start order
-(`examples/step_log_report.py`).
+and plain-2 last unless --start-order says otherwise, so the two bracket the others). With
+--step-logs, each SPECSOT server writes its step log (SGLANG_SPECSOT_STEP_LOG) beside its server
+log: each phase's time of each step, so its own work beside the target's forward is measured
+inside one server, whatever its start order (`examples/step_log_report.py`).
 Prints accept length, draft tokens spent per verify (meta_info spec_cap_length), output
 tokens/s and the ratio to plain decoding for each, and the machine's load average; for
 SPECSOT, also how often a draft at each chain depth was accepted given its parent was,
@@ -484,10 +484,10 @@ def report(stats: dict, names: list[str], loads: list[str], args) -> None:
     print(f"{'workload':10} {'config':14} {'accept len':>10} {'drafts/verify':>13} {'tok/s':>8} "
           f"{'vs ' + baseline:>9} {'rounds':>13} {'same as ' + baseline:>13}")  # fmt: skip
     for w in loads:
-        base = stats[(baseline, w)]["tokens"] / stats[(baseline, w)]["seconds"]
+        base = tok_per_s(stats[(baseline, w)])
         for name in names:
             s = stats[(name, w)]
-            rate = s["tokens"] / s["seconds"]
+            rate = tok_per_s(s)
             acc = f"{statistics.mean(s['accept']):.2f}" if s["accept"] else "-"
             spent = f"{statistics.mean(s['spent']):.2f}" if s["spent"] else "-"
             same, n = same_as(s["texts"], stats[(baseline, w)]["texts"])
@@ -507,10 +507,15 @@ def report(stats: dict, names: list[str], loads: list[str], args) -> None:
                 print(f"{w:10} {name:14} {source:9} {cells}")
 
 
+def tok_per_s(cell: dict) -> float:
+    """A config's output tokens per second on one workload, over every round."""
+    return cell["tokens"] / cell["seconds"]
+
+
 def against_both_plains(stats: dict, names: list[str], workload: str) -> dict[str, float]:
     """Each config's tok/s over the geometric mean of the two plain servers' on `workload`: with
     plain started first and its twin last, a start-order effect on the ones between cancels."""
-    rate = {n: stats[(n, workload)]["tokens"] / stats[(n, workload)]["seconds"] for n in names}
+    rate = {n: tok_per_s(stats[(n, workload)]) for n in names}
     both = (rate["plain"] * rate[PLAIN_TWIN]) ** 0.5
     return {n: rate[n] / both for n in names}
 
