@@ -54,6 +54,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
+from sglang_specsot.bench.ceiling import specsot_part
 from sglang_specsot.bench.cells import flush_cache
 from sglang_specsot.bench.configs import DELAY_SAMPLE, baseline_algorithm
 from sglang_specsot.bench.runner import rotated
@@ -417,18 +418,21 @@ def _start(name, server, loads) -> None:
 
 
 def _save_server_info(name: str, server) -> None:
-    """Keep a SPECSOT server's /server_info (cost model, acceptance by depth) beside its log,
-    for examples/speculation_ceiling.py --server-info."""
+    """Keep a SPECSOT server's state (its part of /server_info: cost model, acceptance by depth,
+    step times; and its verify window) beside its log as specsot-state-NAME.json, for
+    examples/speculation_ceiling.py --server-info. The rest of /server_info is the launch's
+    arguments, which the log already holds."""
     if not name.startswith("SPECSOT") or server.proc is None:
         return
     try:
         info = server.get("/server_info")
-    except OSError as exc:  # a dead server has nothing to report; its log says why
-        print(f"no /server_info from {name}: {exc}", flush=True)
+        state = {"speculative_num_draft_tokens": info.get("speculative_num_draft_tokens"), "specsot": specsot_part(info)}
+    except (OSError, ValueError) as exc:  # a dead server has nothing to report; its log says why
+        print(f"no SPECSOT state from {name}: {exc}", flush=True)  # and the servers after it still stop
         return
-    path = server.log_path.with_name(f"server_info-{name}.json")
-    path.write_text(json.dumps(info, indent=1, default=str))
-    print(f"{name}: /server_info saved to {path}", flush=True)
+    path = server.log_path.with_name(f"specsot-state-{name}.json")
+    path.write_text(json.dumps(state, indent=1, default=str))
+    print(f"{name}: its SPECSOT state saved to {path}", flush=True)
 
 
 def run_interleaved(servers, loads, stats, args) -> None:

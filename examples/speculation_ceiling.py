@@ -20,7 +20,7 @@ import urllib.request
 from itertools import zip_longest
 
 from sglang_specsot.costs.cost_model import CostModel, ForwardCost
-from sglang_specsot.bench.ceiling import measured_speedup_ceiling, parse_step_table, speedup_ceiling
+from sglang_specsot.bench.ceiling import measured_speedup_ceiling, parse_step_table, specsot_part, speedup_ceiling
 
 BATCH_SIZES = (1, 2, 4, 8, 16)
 GRID = (0.5, 0.6, 0.7, 0.8, 0.9)
@@ -28,7 +28,8 @@ GRID = (0.5, 0.6, 0.7, 0.8, 0.9)
 
 def load(url: str | None, path: str | None) -> dict:
     """SPECSOT's part of /server_info (`internal_states[0].specsot`), with the server's verify
-    window (`speculative_num_draft_tokens`) as `verify_width`."""
+    window (`speculative_num_draft_tokens`) as `verify_width`: None from a file that holds
+    SPECSOT's part alone (a benchmark folder's `specsot-state-*.json`)."""
     if (url is None) == (path is None):
         raise ValueError("pass exactly one of --url (a running SPECSOT server) or --server-info (a saved JSON)")
     if url is not None:
@@ -36,11 +37,11 @@ def load(url: str | None, path: str | None) -> dict:
             info = json.loads(r.read())
     else:
         with open(path) as f:
-            info = json.load(f)
-    specsot = info.get("internal_states", [{}])[0].get("specsot")
-    if specsot is None:
-        raise ValueError("no internal_states[0].specsot in the server info: is it a SPECSOT server?")
-    return {**specsot, "verify_width": info.get("speculative_num_draft_tokens")}
+            try:
+                info = json.load(f)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path} is not JSON ({exc}): pass a saved /server_info or specsot-state-*.json") from exc
+    return {**specsot_part(info), "verify_width": info.get("speculative_num_draft_tokens")}
 
 
 def cost_model(info: dict) -> CostModel:
@@ -101,7 +102,7 @@ def main() -> None:
               "has no match a step is plain, so check them against a step log (examples/step_log_report.py)")
     if hit:
         print(f"runner-ups: {hit:.3f} of those verified were taken; priced beside each drafted token, "
-              f"up to {width} nodes a request")
+              + (f"up to {width} nodes a request" if width else "the verify window unknown (a trimmed state does not hold it)"))
     header = ["bs", "measured steps", "measured"] + [f"p={p}" for p in GRID]
     print(" | ".join(f"{h:>14}" for h in header))
     for bs in BATCH_SIZES:

@@ -15,6 +15,23 @@ if TYPE_CHECKING:
     from sglang_specsot.costs.cost_model import CostModel
 
 
+def specsot_part(doc: Mapping) -> dict:
+    """SPECSOT's state out of any of the three shapes the benchmarks keep: a whole `/server_info`
+    (`internal_states[0].specsot`), a server_state.jsonl line (`specsot`), or that state alone
+    as the benchmark folders trim it (`specsot-state-*.json`, which holds `cost_model`)."""
+    if "specsot" in doc:
+        return doc["specsot"]
+    states = doc.get("internal_states")
+    if states:
+        if "specsot" not in states[0]:
+            raise ValueError("no internal_states[0].specsot in the server info: is it a SPECSOT server?")
+        return states[0]["specsot"]
+    if "cost_model" in doc:
+        return dict(doc)
+    raise ValueError("neither a /server_info, a server_state line nor a SPECSOT state (no internal_states, "
+                     "specsot or cost_model key): pass what a SPECSOT server's /server_info returned")  # fmt: skip
+
+
 def speedup_ceiling(
     cost: CostModel, bs: int, p_by_depth: Sequence[float], draft_model: bool, narrow_extend: bool = False,
     runner_up_hit: float = 0.0, max_width: int | None = None,

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_specsot.bench.ceiling import speedup_ceiling
+from sglang_specsot.bench.ceiling import specsot_part, speedup_ceiling
 from sglang_specsot.costs.cost_model import CostModel, ForwardCost
 
 BF16_BYTES = 2
@@ -194,10 +194,11 @@ def pooled_acceptance(states: Iterable[dict], source: str, min_reached: int = 30
 
 
 def specsot_states(path: Path) -> list[dict]:
-    """The `specsot` states a step log holds: a server_info JSON or a server_state.jsonl."""
+    """The `specsot` states a step log holds: a server_info JSON (whole or trimmed to SPECSOT's
+    part) or a server_state.jsonl."""
     text = path.read_text()
     docs = [json.loads(line) for line in text.splitlines() if line.strip()] if path.suffix == ".jsonl" else [json.loads(text)]
-    return [d.get("specsot") or d["internal_states"][0]["specsot"] for d in docs]
+    return [specsot_part(d) for d in docs]
 
 
 _NUMBERED = re.compile(r"^\s*\d+\.\s*", re.MULTILINE)

@@ -197,3 +197,34 @@ def test_step_logs_go_to_each_specsot_server_alone(tmp_path):
     assert bench.server_env("SPECSOT", step_logs=tmp_path)[bench.STEP_LOG_ENV].endswith("steps-SPECSOT.jsonl")
     assert bench.STEP_LOG_ENV not in bench.server_env("plain", step_logs=tmp_path)  # plain has no SPECSOT worker
     assert bench.STEP_LOG_ENV not in bench.server_env("SPECSOT-ctx")  # off unless asked
+
+
+class _Server:
+    """A stand-in with what `_save_server_info` reads: a log path, a process, /server_info."""
+
+    def __init__(self, tmp_path, info):
+        self.log_path, self.proc, self.info = tmp_path / "server.log", object(), info
+
+    def get(self, path):
+        assert path == "/server_info"
+        if isinstance(self.info, Exception):
+            raise self.info
+        return self.info
+
+
+def test_a_specsot_servers_state_is_kept_for_the_ceiling_tool(tmp_path, capsys):
+    import json
+
+    specsot = {"cost_model": {"target": {"probe_rows": [1], "probe_ms": [10.0], "overhead_ms": 0.1}}}
+    info = {"speculative_num_draft_tokens": 6, "model_path": "m", "internal_states": [{"specsot": specsot}]}
+    bench._save_server_info("SPECSOT-ctx", _Server(tmp_path, info))
+    saved = json.loads((tmp_path / "specsot-state-SPECSOT-ctx.json").read_text())
+    assert saved == {"speculative_num_draft_tokens": 6, "specsot": specsot}  # not the launch's arguments
+    bench._save_server_info("plain", _Server(tmp_path, info))  # no SPECSOT state to keep
+    assert not (tmp_path / "specsot-state-plain.json").exists()
+    # A dead server or one without SPECSOT's state is reported, not raised: the servers after it
+    # in the caller's `finally` must still stop.
+    bench._save_server_info("SPECSOT", _Server(tmp_path, OSError("refused")))
+    bench._save_server_info("SPECSOT-x", _Server(tmp_path, {"internal_states": [{}]}))
+    out = capsys.readouterr().out
+    assert "no SPECSOT state from SPECSOT: refused" in out and "no SPECSOT state from SPECSOT-x" in out
