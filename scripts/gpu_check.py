@@ -16,8 +16,9 @@ The stages live in gpu_stages.py: `cost` (forward time by rows, plain and verify
 random-weight Qwen2.5-1.5B-shaped model), `masks` (our tree masks read by SGLang's Triton
 extend-attention kernel against a dense reference) and `parity` (greedy SPECSOT against plain
 decoding through sglang.Engine: SPECSOT with its verify graphs per tier and without graphs, and
-with the target as its own draft model, with and without graphs, which must commit nearly its
-whole chain each step; plain with SGLang's decode graphs; each run's decode time, the second of
+with the target as its own draft model, with and without graphs, whose drafts must be accepted
+about as often as the model's next token survives losing the prompt's first token, which a
+standalone draft never sees; plain with SGLang's decode graphs; each run's decode time, the second of
 two calls, and how SPECSOT's verify steps ran). A stage that cannot run records what blocked it.
 SPECSOT_GPU_STAGES=parity (say) runs only the stages named.
 """

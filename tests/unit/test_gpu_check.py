@@ -124,6 +124,48 @@ def test_parity_prompts_are_fixed_and_in_the_vocabulary():
     assert all(0 <= t < plan.model.vocab for p in prompts for t in p)
 
 
+
+def _smoke_model():
+    return gpu_stages.random_qwen2(gpu_stages.SMOKE_MODEL, torch.float32, "cpu")
+
+
+def _greedy(model, prompt: list[int], n: int) -> list[int]:
+    ids = torch.tensor([prompt])
+    out = model.generate(ids, max_new_tokens=n, do_sample=False, attention_mask=torch.ones_like(ids), eos_token_id=None)
+    return out[0, len(prompt):].tolist()
+
+
+def test_the_smoke_model_answers_in_more_than_one_token():
+    # A model that repeats one token hides a draft that reads the wrong row: any row gives it.
+    model = _smoke_model()
+    for prompt in gpu_stages.parity_prompts(gpu_stages.SMOKE_PARITY):
+        assert len(set(_greedy(model, prompt, 16))) > 4
+
+
+def test_first_token_agreement_is_the_next_token_without_the_first_one_position_by_position():
+    model, plan = _smoke_model(), gpu_stages.SMOKE_PARITY
+    prompts = gpu_stages.parity_prompts(plan)
+    outputs = [_greedy(model, p, 12) for p in prompts]
+    agreeing, positions = gpu_stages.first_token_agreement(model, prompts, outputs)
+    # The same, one context at a time: with it and without its first token (positions from 0).
+    want = 0
+    with torch.no_grad():
+        for prompt, output in zip(prompts, outputs):
+            seq = prompt + output
+            for t in range(len(prompt), len(seq)):
+                full = model(torch.tensor([seq[:t]])).logits[0, -1].argmax().item()
+                ahead = model(torch.tensor([seq[1:t]]), position_ids=torch.arange(t - 1)[None]).logits[0, -1].argmax().item()
+                want += full == ahead
+    assert (agreeing, positions) == (want, 24)
+    assert 0 < agreeing < positions  # this model's next token does hinge on the first one
+
+
+def test_a_self_draft_short_of_the_first_token_agreement_is_named():
+    depth = {"model": {"reached": [30, 15, 5], "accepted": [15, 5, 2]}}  # 22 of 50
+    assert gpu_stages.self_draft_shortfall(depth, expected=0.5) is None
+    assert "22 of 50 drafts accepted (0.44)" in gpu_stages.self_draft_shortfall(depth, expected=0.7)
+    assert gpu_stages.self_draft_shortfall({}, expected=0.5) == "it never drafted"
+
 # --- the torch stand-in for sgl_kernel (scripts/gpu_shim), on CPU tensors --------------------
 
 
