@@ -17,6 +17,7 @@ before the attention backend is resolved (pipeline.py:241): no host change is ne
 from __future__ import annotations
 
 import logging
+import os
 
 from sglang_specsot.cpu.attention import BACKEND_NAME
 from sglang_specsot.host.adapter import ATTENTION_BACKEND_FLAGS
@@ -29,16 +30,23 @@ BACKEND_FLAGS = ATTENTION_BACKEND_FLAGS
 FIX = f"--attention-backend {BACKEND_NAME}"
 
 
-def verifies_drafts(backend: str | None, has_amx: bool) -> bool:
+def verifies_drafts(backend: str | None, has_amx: bool, triton_interpreted: bool = False) -> bool:
     """Whether `backend` can run a speculative verify on CPU (None: SGLang's CPU default)."""
     # intel_amx verifies (intel_amx_backend.py:83) but only runs with AMX; without it SGLang
-    # silently swaps in torch_native, as it does for an unset backend.
-    return backend == BACKEND_NAME or (backend in (None, "intel_amx") and has_amx)
+    # silently swaps in torch_native, as it does for an unset backend. SGLang's Triton backend
+    # verifies wherever Triton runs: on a CPU only under its interpreter (TRITON_INTERPRET=1),
+    # far too slow to serve; scripts/cuda_draft_twin.py runs SGLang's CUDA draft path so.
+    return (
+        backend == BACKEND_NAME
+        or (backend in (None, "intel_amx") and has_amx)
+        or (backend == "triton" and triton_interpreted)
+    )  # fmt: skip
 
 
 def spec_backend_declaration(
-    device: str | None, algorithm: str | None, chosen: dict[str, str | None], has_amx: bool
-) -> dict[str, str]:
+    device: str | None, algorithm: str | None, chosen: dict[str, str | None], has_amx: bool,
+    triton_interpreted: bool = False,
+) -> dict[str, str]:  # fmt: skip
     """The attention backend to declare for this launch ({} for none); ValueError when the
     user chose one that cannot verify drafts. `chosen` maps BACKEND_FLAGS fields to the
     user's raw values."""
@@ -51,7 +59,10 @@ def spec_backend_declaration(
         )  # fmt: skip
         # Also with AMX: intel_amx needs a CPU build of sgl-kernel, which our shim is not.
         return {"attention_backend": BACKEND_NAME}
-    bad = {field: value for field, value in chosen.items() if value is not None and not verifies_drafts(value, has_amx)}
+    bad = {
+        field: value for field, value in chosen.items()
+        if value is not None and not verifies_drafts(value, has_amx, triton_interpreted)
+    }  # fmt: skip
     # A split flag alone leaves the other phase on SGLang's CPU default.
     if chosen.get("attention_backend") is None and not verifies_drafts(None, has_amx):
         bad["attention_backend"] = None
@@ -78,7 +89,8 @@ def _declare_spec_backend(server_args, hf_config) -> dict[str, str]:
     from sglang_specsot.host import adapter as sgl
 
     device, algorithm, chosen = sgl.chosen_attention_backends(server_args)
-    return spec_backend_declaration(device, algorithm, chosen, sgl.get_platform().has_amx)
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    return spec_backend_declaration(device, algorithm, chosen, sgl.get_platform().has_amx, interpreted)
 
 
 def register_spec_backend_choice() -> None:

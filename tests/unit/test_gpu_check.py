@@ -28,6 +28,7 @@ def _load(name: str, path: Path, package_dir: Path | None = None):
 
 gpu_check = _load("specsot_gpu_check", ROOT / "scripts" / "gpu_check.py")
 gpu_stages = _load("specsot_gpu_stages", ROOT / "scripts" / "gpu_stages.py")
+cuda_twin = _load("specsot_cuda_draft_twin", ROOT / "scripts" / "cuda_draft_twin.py")
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -210,3 +211,23 @@ def test_a_bare_import_failure_is_reported_as_its_exception_and_frame():
     assert gpu_check._last_exception(stderr) == (
         "ModuleNotFoundError: No module named 'sgl_kernel' (File \"a.py\", line 3, in <module>)"
     )
+
+
+# --- scripts/cuda_draft_twin.py: its edits and verdict (the run itself is a long-tier test) ----
+
+
+def test_the_twins_edits_apply_once_each_to_the_installed_sglang():
+    cuda_twin.check_edits(cuda_twin.installed_sglang())  # raises naming the edit SGLang moved
+    assert set(cuda_twin.BRANCHES) == {"draft_positions", "draft_extend_layout", "draft_topk1", "draft_extend_inputs"}
+
+
+def test_the_twin_fails_unless_every_branch_ran_and_its_drafts_are_the_cpu_runtimes():
+    depth = {"extend": {"reached": [31, 19], "accepted": [19, 10]}}
+    twin = {"output_ids": [[1, 2]], "plain_output_ids": [[1, 2]], "acceptance_by_depth": depth}
+    ran = dict.fromkeys(cuda_twin.BRANCHES, 3)
+    assert cuda_twin.verdict(twin, {"acceptance_by_depth": depth}, ran) is None
+    assert "never ran" in cuda_twin.verdict(twin, {"acceptance_by_depth": depth}, {**ran, "draft_topk1": 0})
+    other = {"extend": {"reached": [36, 13], "accepted": [13, 8]}}
+    assert "other drafts" in cuda_twin.verdict(twin, {"acceptance_by_depth": other}, ran)
+    assert "differs from plain on prompts [0]" in cuda_twin.verdict(
+        {**twin, "output_ids": [[1, 3]]}, {"acceptance_by_depth": depth}, ran)

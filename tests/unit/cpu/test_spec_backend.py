@@ -66,6 +66,17 @@ def test_intel_amx_verifies_only_with_amx():
     assert spec_backend_declaration("cpu", "NGRAM", _chosen(attention_backend="intel_amx"), has_amx=True) == {}
 
 
+
+def test_triton_verifies_on_cpu_only_under_its_interpreter():
+    # Compiled Triton needs a GPU; interpreted, SGLang's Triton backend runs (slowly) on a CPU,
+    # which scripts/cuda_draft_twin.py uses to run SGLang's CUDA draft path here.
+    assert not verifies_drafts("triton", has_amx=False)
+    assert verifies_drafts("triton", has_amx=False, triton_interpreted=True)
+    chosen = _chosen(attention_backend="triton")
+    with pytest.raises(ValueError, match="--attention-backend triton cannot"):
+        spec_backend_declaration("cpu", "SPECSOT", chosen, has_amx=False)
+    assert spec_backend_declaration("cpu", "SPECSOT", chosen, has_amx=False, triton_interpreted=True) == {}
+
 # -- SGLang's own argument resolution, as `python -m sglang.launch_server` runs it ---------------
 
 RESOLVE = cpu_checks.add("spec-backend-resolution", """
