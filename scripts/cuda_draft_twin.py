@@ -21,7 +21,7 @@ but any slot, position or row the CUDA path got wrong changes it.
     .venv/bin/python scripts/cuda_draft_twin.py            # one JSON line; exit 1 where it fails
     .venv/bin/python scripts/cuda_draft_twin.py --mutate   # the negative control: must fail
 
-About 4 minutes on 2 cores, most of it three engines' start-ups.
+About 5 minutes on 2 cores, most of it three engines' start-ups.
 """
 
 from __future__ import annotations
@@ -139,33 +139,20 @@ def run_engines(mode: str) -> dict:
 
     sys.path.insert(0, str(HERE))
     import gpu_stages as gs
-    import sglang
 
     plan = gs.SMOKE_PARITY
-    backend = "triton" if mode == "twin" else "specsot_cpu"
+    # The parity stage's own engine runs (two calls, the second on a flushed cache), on the
+    # CPU (SGLANG_USE_CPU_ENGINE=1): SPECSOT's CPU runtime, or SGLang's Triton backend.
+    backend = {"attention_backend": "triton"} if mode == "twin" else {}
     with tempfile.TemporaryDirectory(prefix="specsot-cuda-twin-") as tmp:
         model_dir = gs.save_random_qwen2(plan, Path(tmp) / "model", torch.device("cpu"))  # seeded: the same model
         prompts = gs.parity_prompts(plan)
-
-        def generate(extra: dict):
-            engine = sglang.Engine(
-                model_path=str(model_dir), skip_tokenizer_init=True, dtype=plan.dtype, sampling_backend="pytorch",
-                random_seed=0, log_level="warning", device="cpu", attention_backend=backend,
-                max_total_tokens=4096, disable_cuda_graph=True, **extra,
-            )  # fmt: skip
-            try:
-                params = {"temperature": 0.0, "max_new_tokens": plan.max_new, "ignore_eos": True}
-                out = engine.generate(input_ids=prompts, sampling_params=params)
-                state = (engine.get_server_info().get("internal_states") or [{}])[0].get("specsot") or {}
-                return [o["output_ids"] for o in out], state
-            finally:
-                engine.shutdown()
-
         spec = {"speculative_algorithm": "SPECSOT", "speculative_num_draft_tokens": plan.draft_tokens,
-                "speculative_draft_model_path": str(model_dir)}  # fmt: skip
-        drafted, state = generate(spec)
-        plain = generate({})[0] if mode == "twin" else None
-    return {"output_ids": drafted, "plain_output_ids": plain, "acceptance_by_depth": state.get("acceptance_by_depth")}
+                "speculative_draft_model_path": str(model_dir), "disable_cuda_graph": True, **backend}  # fmt: skip
+        drafted, info = gs._engine_outputs(model_dir, plan, prompts, spec)
+        plain = gs._engine_outputs(model_dir, plan, prompts, backend)[0] if mode == "twin" else None
+    ids = lambda outputs: [o["output_ids"] for o in outputs] if outputs is not None else None  # noqa: E731
+    return {"output_ids": ids(drafted), "plain_output_ids": ids(plain), "acceptance_by_depth": info["acceptance_by_depth"]}
 
 
 def _child(mode: str, env: dict) -> tuple[dict, str]:

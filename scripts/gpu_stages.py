@@ -473,7 +473,7 @@ def _engine_outputs(model_dir: Path, plan: ParityPlan, prompts, extra: dict) -> 
     engine = sglang.Engine(
         model_path=str(model_dir), skip_tokenizer_init=True, dtype=plan.dtype, sampling_backend="pytorch",
         random_seed=0, log_level="info",  # info: a timed-out stage's stderr tail says how far start-up got
-        **_engine_kwargs(plan, engines_on_cpu()), **extra,
+        **{**_engine_kwargs(plan, engines_on_cpu()), **extra},  # extra may choose another backend
     )  # fmt: skip
     try:
         params = {"temperature": 0.0, "max_new_tokens": plan.max_new, "ignore_eos": True}

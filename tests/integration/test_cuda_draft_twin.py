@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.long]  # about 4 minutes a run on 2 cores
+pytestmark = [pytest.mark.integration, pytest.mark.long]  # about 5 minutes a run on 2 cores
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "cuda_draft_twin.py"
 
