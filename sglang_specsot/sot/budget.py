@@ -1,8 +1,10 @@
 """How long a SoT answer's parts may be: the length it aims at, and the cap it must fit in.
 
-The aim: a SoT answer about as long as the normal answer would be. The expected normal length
-(the server's recent normal answers, else `EXPECTED_ANSWER_TOKENS`), less the skeleton, is
-shared evenly by the points (`point_target`); each branch is asked for that length, ends at
+The aim: a SoT answer about as long as the normal answer would be. Nothing known before the
+branches run predicts one question's normal length, so the aim is one length per server: the
+geometric mean of its recent normal answers (else `AIM_ANSWER_TOKENS`), the length that keeps
+a SoT answer's ratio to the normal answer nearest 1 on the log scale a ratio is judged on.
+That aim, less the skeleton, is shared evenly by the points (`point_target`); each branch is asked for that length, ends at
 its first sentence end past it (sot.finish), and gets `predicted_length_slack` times it as its
 budget, the bound for a point that never ends a sentence.
 
@@ -22,10 +24,15 @@ from sglang_specsot.sot.planner import BranchPlan
 # The shortest skeleton that can hold two short points ("1. Cost\n2. Speed"); a cap that
 # leaves less is no SoT answer.
 MIN_SKELETON_TOKENS = 16
-# Until a server has seen normal answers of its own: the median length of the 1.5B's greedy
-# normal answers to the suitable questions of router_train at a 384-token cap (the tuning set;
-# docs/benchmarks.md#answer-length). Never the held-out questions the reports score on.
+# Until a server has seen normal answers of its own, the 1.5B's greedy normal answers to the
+# suitable questions of router_train at a 384-token cap (the tuning set;
+# docs/benchmarks.md#answer-length), never the held-out questions the reports score on:
+# their median, what a normal answer is expected to cost (sot.latency prices it) ...
 EXPECTED_ANSWER_TOKENS = 319
+# ... and their geometric mean, what a SoT answer aims at. The normal lengths spread 113-384
+# there; against one fixed length their ratios are least far from 1 in log terms at the
+# geometric mean, which the shorter answers pull below the median.
+AIM_ANSWER_TOKENS = 278
 # A point of one sentence is about this long: a shorter target would leave points empty.
 MIN_POINT_TOKENS = 24
 # A branch past its aim ends at its next sentence end (sot.finish): about half a sentence later,
@@ -40,9 +47,15 @@ def expected_tokens(expected: int | None, cap: int | None) -> int:
     return value if cap is None else min(cap, value)
 
 
+def aim_tokens(aim: int | None, cap: int | None) -> int:
+    """The length a SoT answer aims at within the cap (`aim` None: the prior)."""
+    value = AIM_ANSWER_TOKENS if aim is None else aim
+    return value if cap is None else min(cap, value)
+
+
 def point_target(expected: int, skeleton_tokens: int, points: int) -> int:
     """The tokens after which each of `points` points may end (at its next sentence) for the
-    SoT answer to be about `expected` tokens long: what the skeleton leaves, shared evenly,
+    SoT answer to be about `expected` tokens long (its aim): what the skeleton leaves, shared evenly,
     less the half sentence a point runs on past its aim; at least MIN_POINT_TOKENS.
 
     Shared evenly because nothing known before the branches run says one point needs more than

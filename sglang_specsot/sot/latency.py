@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from sglang_specsot.sot.budget import (
     HALF_SENTENCE_TOKENS,
+    aim_tokens,
     expected_tokens,
     fit_plan,
     point_target,
@@ -274,6 +275,13 @@ class LengthBook:
         """The median normal answer's completion tokens seen here; None before the first."""
         return int(statistics.median_low(self._normal)) if self._normal else None
 
+    def aim(self) -> int | None:
+        """What a SoT answer aims at: the geometric mean of the normal answers' completion tokens
+        seen here (sot.budget says why not their median); None before the first."""
+        if not self._normal:
+            return None
+        return max(1, round(statistics.geometric_mean(max(1, tokens) for tokens in self._normal)))
+
     def observe_sot(self, skeleton_tokens: int, branch_tokens: list[int]) -> None:
         self._push(self._skeleton, skeleton_tokens)
         self._push(self._points, len(branch_tokens))
@@ -289,9 +297,10 @@ class LengthBook:
               branch_prompt_tokens: int = 0) -> AnswerShape:  # fmt: skip
         """The expected shape of an answer capped at `cap` completion tokens (None: uncapped):
         the normal answer within the cap; the skeleton within its budget; the points' branches
-        within the budgets the runner would give them (each point aimed at its share of the
-        normal answer's length, sot/budget.py), each at most its recent median, else where a
-        point ends: half a sentence past its aim.
+        within the budgets the runner would give them were the SoT answer to aim at the normal
+        answer's expected length, each at most its recent median, else where a point ends: half
+        a sentence past its aim. Not at SoT's own aim (`aim`, below the median), so that SoT is
+        never chosen for writing less than the normal answer: speed counts at equal length.
         `branch_prompt_tokens` counts the branches' shared prompt without the skeleton's points,
         which the shape adds as the skeleton expected."""
         normal = expected_tokens(self.normal(), cap)
@@ -316,6 +325,7 @@ class LengthBook:
     def info(self) -> dict:
         return {"seen": {"normal": len(self._normal), "sot": len(self._skeleton)},
                 "median_normal_tokens": expected_tokens(self.normal(), None),
+                "aim_tokens": aim_tokens(self.aim(), None),
                 "median_skeleton_tokens": _median(self._skeleton, PRIOR_SKELETON_TOKENS),
                 "median_points": _median(self._points, PRIOR_POINTS)}  # fmt: skip
 

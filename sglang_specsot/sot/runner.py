@@ -21,7 +21,7 @@ from typing import Protocol, runtime_checkable
 
 from sglang_specsot.sot.asks import cover_asks, derived_parse
 from sglang_specsot.sot.budget import (
-    expected_tokens,
+    aim_tokens,
     fit_plan,
     min_sot_tokens,
     point_target,
@@ -85,9 +85,9 @@ class SoTOptions:
     # and in mode "auto" the hard rules read it too (a system prompt that asks for code,
     # JSON or brevity keeps the answer normal, whatever the question).
     system_prompt: str | None = None
-    # The normal answer's expected completion tokens (the server's recent normal answers to
-    # suitable questions), which a SoT answer aims to match (sot.budget); None: the prior.
-    expected_tokens: int | None = None
+    # The completion tokens a SoT answer aims at: the geometric mean of the server's recent
+    # normal answers to suitable questions (sot.budget); None: the prior.
+    aim_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -107,9 +107,9 @@ class SoTOptions:
             raise ValueError(
                 f"classifier must be a callable question -> Suitability or None, got {self.classifier!r}"
             )
-        expected = self.expected_tokens
-        if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool) or expected < 1):
-            raise ValueError(f"expected_tokens={expected!r} must be a positive integer (tokens) or None for the prior")
+        aim = self.aim_tokens
+        if aim is not None and (not isinstance(aim, int) or isinstance(aim, bool) or aim < 1):
+            raise ValueError(f"aim_tokens={aim!r} must be a positive integer (tokens) or None for the prior")
         system = self.system_prompt
         if system is not None and not (isinstance(system, str) and system.strip()):
             raise ValueError(f"system_prompt must be non-empty text or None, got {system!r}")
@@ -393,9 +393,9 @@ def _fitted_plan(
     parse, config = skeleton.parse, options.config
     if not parse.is_plan:
         return None, f"skeleton {parse.outcome}: {parse.reason}"
-    expected = expected_tokens(options.expected_tokens, options.max_new_tokens)
+    aim = aim_tokens(options.aim_tokens, options.max_new_tokens)
     points = min(len(parse.points), config.branch_cap)
-    target = point_target(expected, spent, points)
+    target = point_target(aim, spent, points)
     plan = fit_plan(plan_branches(parse, config, target), left, config)
     if plan is None:
         return None, f"the {left} tokens the cap left after the skeleton cannot hold {config.min_points} branches"

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import math
+import statistics
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from sglang_specsot.sot import SoTConfig
 from sglang_specsot.sot.budget import (
+    AIM_ANSWER_TOKENS,
     EXPECTED_ANSWER_TOKENS,
     HALF_SENTENCE_TOKENS,
     MIN_POINT_TOKENS,
+    aim_tokens,
     expected_tokens,
     fit_plan,
     min_sot_tokens,
@@ -73,6 +78,29 @@ def test_a_fitted_plan_never_exceeds_its_budget(budgets, budget):
 def test_the_answer_aims_at_the_normal_answers_length_within_the_cap():
     assert expected_tokens(None, None) == EXPECTED_ANSWER_TOKENS  # the prior, until one is seen
     assert expected_tokens(250, None) == 250 and expected_tokens(250, 120) == 120
+    assert aim_tokens(None, None) == AIM_ANSWER_TOKENS and aim_tokens(250, 120) == 120
+    # The aim's prior is the tuning answers' geometric mean, below their median: short normal
+    # answers pull it down, as they pull down the ratio a fixed length is judged by.
+    assert AIM_ANSWER_TOKENS < EXPECTED_ANSWER_TOKENS
+
+
+TUNING_NORMAL_TOKENS = (384, 113, 384, 319, 368, 204, 189, 305, 370, 266, 380, 327, 215)
+
+
+def test_the_priors_are_the_tuning_answers_median_and_geometric_mean():
+    # benchmarks/e2e-length-tuning-*: the 13 greedy normal answers the priors come from.
+    assert EXPECTED_ANSWER_TOKENS == statistics.median(TUNING_NORMAL_TOKENS)
+    assert AIM_ANSWER_TOKENS == round(statistics.geometric_mean(TUNING_NORMAL_TOKENS))
+
+
+def _squared_log_ratios(length: float, normals) -> float:
+    return sum(math.log(length / n) ** 2 for n in normals)
+
+
+def test_the_geometric_mean_is_the_fixed_length_nearest_the_normal_answers_in_ratio():
+    gm = statistics.geometric_mean(TUNING_NORMAL_TOKENS)
+    for other in (statistics.median(TUNING_NORMAL_TOKENS), statistics.mean(TUNING_NORMAL_TOKENS), gm * 0.9, gm * 1.1):
+        assert _squared_log_ratios(gm, TUNING_NORMAL_TOKENS) < _squared_log_ratios(other, TUNING_NORMAL_TOKENS)
 
 
 def test_points_share_what_the_skeleton_leaves_evenly_and_never_below_a_sentence():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_specsot.sot import SoTConfig
-from sglang_specsot.sot.budget import EXPECTED_ANSWER_TOKENS
+from sglang_specsot.sot.budget import AIM_ANSWER_TOKENS, EXPECTED_ANSWER_TOKENS
 from sglang_specsot.sot.latency import (
     MARGIN,
     PRIOR_SKELETON_TOKENS,
@@ -136,9 +136,11 @@ def test_bad_inputs_are_refused_naming_the_value_and_the_fix(make, named):
 def test_the_length_book_starts_from_priors_and_follows_what_it_sees():
     book, config = LengthBook(window=3), SoTConfig()
     prior = book.shape(config, None)
-    # Five points share what the prior normal length leaves after the prior skeleton.
+    # Five points share what the prior normal length leaves after the prior skeleton: SoT is
+    # priced writing as much as the normal answer, not its own shorter aim.
     aim = (EXPECTED_ANSWER_TOKENS - PRIOR_SKELETON_TOKENS) // 5
-    assert prior.normal_tokens == EXPECTED_ANSWER_TOKENS and book.normal() is None
+    assert prior.normal_tokens == EXPECTED_ANSWER_TOKENS and book.normal() is None is book.aim()
+    assert book.info()["aim_tokens"] == AIM_ANSWER_TOKENS
     assert prior.branch_tokens == (aim,) * 5
     assert book.shape(config, 100).normal_tokens == 100  # the cap bounds the normal answer
     for tokens in (60, 70, 80, 90):
@@ -146,10 +148,14 @@ def test_the_length_book_starts_from_priors_and_follows_what_it_sees():
     book.observe_sot(24, [40, 50, 45])
     seen = book.shape(config, None)
     assert seen.normal_tokens == 80 == book.normal() and seen.skeleton_tokens == 24  # the last 3: 70, 80, 90
+    assert book.aim() == round((70 * 80 * 90) ** (1 / 3)) == 80  # their geometric mean (79.6)
     # Three points aimed at (80 - 24) // 3 = 18 tokens, raised to a sentence (24); their budget,
     # 24 with the slack's headroom, is below the 45 the branches wrote.
     assert seen.branch_tokens == (round(24 * config.predicted_length_slack),) * 3
     assert book.info()["seen"] == {"normal": 3, "sot": 1}
+    for tokens in (30, 300, 310):  # one short answer pulls the aim far below the median
+        book.observe_normal(tokens)
+    assert book.normal() == 300 and book.aim() == round((30 * 300 * 310) ** (1 / 3)) == 141
 
 
 def test_a_priced_route_turns_normal_only_where_sot_would_be_slower_and_keeps_the_numbers():

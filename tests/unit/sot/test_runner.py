@@ -12,7 +12,7 @@ import pytest
 
 from sglang_specsot.sot import SoTConfig, merge_answer
 from sglang_specsot.sot.merge import format_point
-from sglang_specsot.sot.budget import EXPECTED_ANSWER_TOKENS, HALF_SENTENCE_TOKENS
+from sglang_specsot.sot.budget import AIM_ANSWER_TOKENS, HALF_SENTENCE_TOKENS
 from sglang_specsot.sot.prompts import length_phrase
 from sglang_specsot.sot.runner import (
     ANSWER_CHANNEL,
@@ -301,12 +301,12 @@ def test_a_cap_drops_later_points_before_starving_every_branch():
     assert {r.end_after for r in fake.of_role(BRANCH)} == {24}  # the aim, within the budget
 
 
-@pytest.mark.parametrize("expected, cap", [(None, None), (150, None), (600, None), (600, 300)])
-def test_the_points_aim_at_their_share_of_the_expected_answer_and_are_asked_for_it(expected, cap):
+@pytest.mark.parametrize("aim, cap", [(None, None), (150, None), (600, None), (600, 300)])
+def test_the_points_aim_at_their_share_of_the_answers_aim_and_are_asked_for_it(aim, cap):
     fake = FakeBackend()
-    answer = run(run_sot(QUESTION, fake, render, SoTOptions(mode="on", max_new_tokens=cap, expected_tokens=expected)))
+    answer = run(run_sot(QUESTION, fake, render, SoTOptions(mode="on", max_new_tokens=cap, aim_tokens=aim)))
     plan, skeleton = answer.branches.plan, answer.skeleton.result.completion_tokens
-    share = (min(cap or 10**6, expected or EXPECTED_ANSWER_TOKENS) - skeleton) // len(plan.branches)
+    share = (min(cap or 10**6, aim or AIM_ANSWER_TOKENS) - skeleton) // len(plan.branches)
     aim = share - HALF_SENTENCE_TOKENS  # a point ends at its first sentence end past its aim
     assert plan.point_tokens == aim
     budgets = [r.max_new_tokens for r in fake.of_role(BRANCH)]
@@ -435,7 +435,7 @@ def test_cancelling_the_answer_mid_branch_leaves_no_branch_running():
     [{"mode": "sometimes"}, {"max_new_tokens": 0}, {"max_new_tokens": True},
      {"skeleton_logit_processor": ""}, {"config": {"max_points": 3}},
      {"system_prompt": ""}, {"system_prompt": "  "}, {"system_prompt": 3},
-     {"expected_tokens": 0}, {"expected_tokens": True}, {"expected_tokens": 250.0}],  # fmt: skip
+     {"aim_tokens": 0}, {"aim_tokens": True}, {"aim_tokens": 250.0}],  # fmt: skip
 )
 def test_bad_options_are_value_errors(kwargs):
     with pytest.raises(ValueError):
