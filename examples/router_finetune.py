@@ -120,15 +120,10 @@ def cross_validate(out: Path) -> None:
 def choose(data: rc.TrainingSet, probabilities: np.ndarray) -> tuple[int, float, rc.RouterAgreement]:
     """(epochs, threshold, CV agreement): the most accurate with precision >= MIN_PRECISION.
     `probabilities[e]` are every question's held-out probabilities after epoch e + 1."""
-    best = None
-    for e, p in enumerate(probabilities):
-        for t in THRESHOLD_GRID:
-            a = rc.route_agreement(data.questions, data.labels, p, t)
-            if a.precision >= rc.MIN_PRECISION and (best is None or (a.accuracy, a.precision) > best[0]):
-                best = ((a.accuracy, a.precision), e + 1, t, a)
-    if best is None:
-        raise ValueError(f"no setting reaches cross-validated precision {rc.MIN_PRECISION}")
-    return best[1:]
+    candidates = (((e + 1, t), rc.route_agreement(data.questions, data.labels, p, t))
+                  for e, p in enumerate(probabilities) for t in THRESHOLD_GRID)  # fmt: skip
+    (epochs, threshold), agreement = rc.most_accurate(candidates)
+    return epochs, threshold, agreement
 
 
 def _rates(a: rc.RouterAgreement) -> dict:

@@ -76,19 +76,18 @@ def _features(stack: np.ndarray, mean: np.ndarray | None = None) -> tuple[np.nda
 def evaluate(out: Path) -> dict:
     data = rc.load_training_set(rc.TRAIN_SETS)
     stored = [np.load(out / f"{name}.npz") for name in rc.TRAIN_SETS]
-    best = None
-    for layer in [k for k in stored[0].files if k.startswith("L")]:
-        x, mean = _features(np.concatenate([s[layer] for s in stored]))
-        for l2 in L2_GRID:
-            p = rc.cross_validated_probabilities(x, data, l2)
-            for t in THRESHOLD_GRID:
-                a = rc.route_agreement(data.questions, data.labels, p, t)
-                key = (a.accuracy, a.precision)
-                if a.precision >= rc.MIN_PRECISION and (best is None or key > best[0]):
-                    best = (key, layer, l2, t, a, x, mean)
-    if best is None:
-        raise ValueError(f"no setting reaches cross-validated precision {rc.MIN_PRECISION}")
-    _, layer, l2, t, cv, x, mean = best
+    features = {}
+
+    def candidates():
+        for layer in [k for k in stored[0].files if k.startswith("L")]:
+            features[layer] = _features(np.concatenate([s[layer] for s in stored]))
+            for l2 in L2_GRID:
+                p = rc.cross_validated_probabilities(features[layer][0], data, l2)
+                for t in THRESHOLD_GRID:
+                    yield (layer, l2, t), rc.route_agreement(data.questions, data.labels, p, t)
+
+    (layer, l2, t), cv = rc.most_accurate(candidates())
+    x, mean = features[layer]
     head = rc.fit_head(x, data.labels, l2, t)
     check = np.load(out / "sot_wizardlm.npz")
     xc, _ = _features(check[layer], mean)

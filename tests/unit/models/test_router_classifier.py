@@ -54,6 +54,16 @@ def test_selection_is_the_most_accurate_point_precise_enough():
         rc.select([imprecise])
 
 
+def test_the_rule_serves_any_grid_and_any_precision_floor():
+    # The examples choose depths, epochs or thresholds by the same rule (rc.most_accurate).
+    grid = [(("L12", 3), RouterAgreement(20, 4, 0, 176)), (("L20", 4), RouterAgreement(16, 1, 4, 179)),
+            (("L20", 5), RouterAgreement(16, 1, 4, 179))]  # fmt: skip
+    assert rc.most_accurate(grid)[0] == ("L20", 4)  # of equals, the first
+    assert rc.most_accurate(grid, min_precision=0.80)[0] == ("L12", 3)  # precision 0.83 admitted
+    with pytest.raises(ValueError, match="precision 0.99"):
+        rc.most_accurate(grid, min_precision=0.99)
+
+
 def test_route_agreement_scores_the_routing_as_shipped():
     questions = ["Solve for x: 2x = 4.", "How can I sleep better?", "Why is the sky blue?"]
     labels = np.array([0.0, 1.0, 1.0])
