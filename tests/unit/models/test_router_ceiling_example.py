@@ -7,6 +7,7 @@ import importlib.util
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from sglang_specsot.models import router_classifier as rc
 
@@ -52,3 +53,13 @@ def test_features_are_computed_once_per_set():
     cached = ceiling._cached(lambda name, questions: calls.append(name) or np.zeros((len(questions), 2)))
     cached(SET, ["a"]), cached(SET, ["a"])
     assert calls == [SET]
+
+
+def test_probe_features_are_the_stored_depth_normalised_and_checked_against_the_set(tmp_path):
+    stack = np.array([[3.0, 4.0], [0.0, 2.0]])
+    np.savez(tmp_path / f"{SET}.npz", labels=np.zeros(2), L20=stack)
+    x = ceiling.probe_features(tmp_path, "L20")(SET, ["q1", "q2"])
+    unit = np.array([[0.6, 0.8], [0.0, 1.0]])
+    assert np.allclose(x, (unit - unit.mean(0)) * 10)
+    with pytest.raises(ValueError, match="re-run extract"):
+        ceiling.probe_features(tmp_path, "L20")(SET, ["q1", "q2", "q3"])
