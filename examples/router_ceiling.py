@@ -34,19 +34,14 @@ MIN_PRECISION = 0.80  # the bar issue 58 sets on the independent check
 Features = Callable[[str, Sequence[str]], np.ndarray]
 
 
-def _rates(a) -> dict:
-    return {"accuracy": round(a.accuracy, 4), "precision": round(a.precision, 4), "recall": round(a.recall, 4)}
-
-
 def _best(questions: Sequence[str], labels: np.ndarray, probabilities: dict[float, np.ndarray]) -> dict | None:
     """The most accurate (L2, threshold) with precision >= MIN_PRECISION (the trainer's rule)."""
-    candidates = (((l2, t), rc.route_agreement(questions, labels, p, t))
-                  for l2, p in probabilities.items() for t in THRESHOLDS)  # fmt: skip
+    points = (rc.GridPoint(l2, t, rc.route_agreement(questions, labels, p, t))
+              for l2, p in probabilities.items() for t in THRESHOLDS)  # fmt: skip
     try:
-        (l2, t), agreement = rc.most_accurate(candidates, MIN_PRECISION)
+        return rc.most_accurate(((point, point.agreement) for point in points), MIN_PRECISION)[0].row()
     except ValueError:
         return None
-    return {"l2": l2, "threshold": t, **_rates(agreement)}
 
 
 def ceiling(name: str, features: Features) -> dict:

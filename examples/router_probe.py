@@ -76,17 +76,14 @@ def _features(stack: np.ndarray, mean: np.ndarray | None = None) -> tuple[np.nda
 def evaluate(out: Path) -> dict:
     data = rc.load_training_set(rc.TRAIN_SETS)
     stored = [np.load(out / f"{name}.npz") for name in rc.TRAIN_SETS]
-    features = {}
-
-    def candidates():
-        for layer in [k for k in stored[0].files if k.startswith("L")]:
-            features[layer] = _features(np.concatenate([s[layer] for s in stored]))
-            for l2 in L2_GRID:
-                p = rc.cross_validated_probabilities(features[layer][0], data, l2)
-                for t in THRESHOLD_GRID:
-                    yield (layer, l2, t), rc.route_agreement(data.questions, data.labels, p, t)
-
-    (layer, l2, t), cv = rc.most_accurate(candidates())
+    layers = [k for k in stored[0].files if k.startswith("L")]
+    features = {layer: _features(np.concatenate([s[layer] for s in stored])) for layer in layers}
+    candidates = []
+    for layer in layers:
+        for l2 in L2_GRID:
+            p = rc.cross_validated_probabilities(features[layer][0], data, l2)
+            candidates += [((layer, l2, t), rc.route_agreement(data.questions, data.labels, p, t)) for t in THRESHOLD_GRID]
+    (layer, l2, t), cv = rc.most_accurate(candidates)
     x, mean = features[layer]
     head = rc.fit_head(x, data.labels, l2, t)
     check = np.load(out / "sot_wizardlm.npz")

@@ -4,9 +4,9 @@ The aim: a SoT answer about as long as the normal answer would be. Nothing known
 branches run predicts one question's normal length, so the aim is one length per server: the
 geometric mean of its recent normal answers (else `AIM_ANSWER_TOKENS`), the length that keeps
 a SoT answer's ratio to the normal answer nearest 1 on the log scale a ratio is judged on.
-That aim, less the skeleton, is shared evenly by the points (`point_target`); each branch is asked for that length, ends at
-its first sentence end past it (sot.finish), and gets `predicted_length_slack` times it as its
-budget, the bound for a point that never ends a sentence.
+That aim, less the skeleton, is shared evenly by the points (`point_target`); each branch is
+asked for that length, ends at its first sentence end past it (sot.finish), and gets
+`predicted_length_slack` times it as its budget, the bound for a point that never ends a sentence.
 
 The cap: a client's `max_tokens` caps the whole answer (what OpenAI clients expect), not each
 generation. The skeleton gets its configured budget, less what `min_points` branches of
@@ -43,20 +43,22 @@ HALF_SENTENCE_TOKENS = 12
 
 def expected_tokens(expected: int | None, cap: int | None) -> int:
     """The normal answer's expected length within the cap (`expected` None: the prior)."""
-    value = EXPECTED_ANSWER_TOKENS if expected is None else expected
-    return value if cap is None else min(cap, value)
+    return _within_cap(EXPECTED_ANSWER_TOKENS if expected is None else expected, cap)
 
 
 def aim_tokens(aim: int | None, cap: int | None) -> int:
     """The length a SoT answer aims at within the cap (`aim` None: the prior)."""
-    value = AIM_ANSWER_TOKENS if aim is None else aim
-    return value if cap is None else min(cap, value)
+    return _within_cap(AIM_ANSWER_TOKENS if aim is None else aim, cap)
+
+
+def _within_cap(tokens: int, cap: int | None) -> int:
+    return tokens if cap is None else min(cap, tokens)
 
 
 def point_target(expected: int, skeleton_tokens: int, points: int) -> int:
     """The tokens after which each of `points` points may end (at its next sentence) for the
-    SoT answer to be about `expected` tokens long (its aim): what the skeleton leaves, shared evenly,
-    less the half sentence a point runs on past its aim; at least MIN_POINT_TOKENS.
+    SoT answer to be about `expected` tokens long (its aim): what the skeleton leaves, shared
+    evenly, less the half sentence a point runs on past its aim; at least MIN_POINT_TOKENS.
 
     Shared evenly because nothing known before the branches run says one point needs more than
     another; the skeleton counts because its titles are part of the answer a reader gets."""

@@ -280,7 +280,7 @@ class LengthBook:
         seen here (sot.budget says why not their median); None before the first."""
         if not self._normal:
             return None
-        return max(1, round(statistics.geometric_mean(max(1, tokens) for tokens in self._normal)))
+        return round(statistics.geometric_mean(max(1, tokens) for tokens in self._normal))  # an empty answer counts 1
 
     def observe_sot(self, skeleton_tokens: int, branch_tokens: list[int]) -> None:
         self._push(self._skeleton, skeleton_tokens)
