@@ -90,13 +90,26 @@ def smollm2_parity(smollm2_path) -> tuple[list[str], list[list[int]]]:
     return plain_reference(smollm2_path, cpu_args(max_total_tokens=8192), SMOLLM2_PARITY_TOKENS)
 
 
-@pytest.fixture(scope="module")
-def smollm2_server(smollm2_path) -> Iterator[ServerProcess]:
-    """A plain SmolLM2 server per module, set up for the disconnect tests at little cost: at
-    debug level SGLang logs each request it aborts (scheduler.py:5722, 5805), and a load
-    snapshot published every decode step (not every 15th) keeps /v1/loads one step behind."""
+# The plugin's trace (sglang_specsot_bootstrap.pth): each process that loads it appends a line.
+PLUGIN_TRACE_ENV = "SGLANG_SPECSOT_TRACE_FILE"
+
+
+@pytest.fixture(scope="session")
+def smollm2_server(smollm2_path, tmp_path_factory) -> Iterator[ServerProcess]:
+    """The session's plain SmolLM2 server, shared by the modules that need nothing but a plain
+    server (a start is most of a small module's cost on two cores), set up for the disconnect
+    tests at little cost: at debug level SGLang logs each request it aborts (scheduler.py:5722,
+    5805), and a load snapshot published every decode step (not every 15th) keeps /v1/loads one
+    step behind. `trace_path` is the plugin's trace of the processes it loaded in.
+
+    A module that compares answers across servers flushes its KV cache first
+    (`bench.cells.flush_cache`). Server-side SoT's length book learns only from normal answers
+    its latency model chose in mode "auto" (serving/chat.py); of the modules sharing this server
+    only test_sot_server.py asks for those, so what it learns stays within that module."""
+    trace = tmp_path_factory.mktemp("plugin-trace") / "plugin.jsonl"
     args = cpu_args() + ["--log-level", "debug", "--load-snapshot-publish-interval", "1"]
-    with ServerProcess(smollm2_path, args) as server:
+    with ServerProcess(smollm2_path, args, env={PLUGIN_TRACE_ENV: str(trace)}) as server:
+        server.trace_path = trace
         yield server
 
 
@@ -184,7 +197,8 @@ WATCHED_ARGS = ["--log-level", "debug", "--load-snapshot-publish-interval", "1",
 # One SPECSOT server (SmolLM2-135M) with custom logit processors on and its log watched, shared by
 # the bad-input, bad-request and fault modules: each starts from whatever the others left, which
 # is the point of those tests (a server that keeps serving), and a server start is most of a
-# small module's cost on two cores. Its teardown, after the session's last request to it, proves
+# small module's cost on two cores. The frontend and skeleton-constraint modules compare its
+# greedy answers with a plain server's, after flushing its cache. Its teardown, after the session's last request to it, proves
 # SGLang's strict idle memory check ran and found nothing.
 SHARED_SPECSOT_ARGS = cpu_args() + SPECSOT + ["--enable-custom-logit-processor"] + WATCHED_ARGS
 

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from sglang_specsot.bench.cells import flush_cache
 from sglang_specsot.launch import ServerProcess
 from tests.integration.conftest import cpu_args
 
@@ -66,12 +67,11 @@ def chat_prompts(smollm2_path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def plain_server(smollm2_path, tmp_path_factory):
-    trace = tmp_path_factory.mktemp("trace") / "plugin.jsonl"
-    server = ServerProcess(smollm2_path, COMMON, env={"SGLANG_SPECSOT_TRACE_FILE": str(trace)})
-    with server:
-        server.trace_path = trace
-        yield server
+def plain_server(smollm2_server):
+    """The session's plain SmolLM2 server (COMMON's arguments, debug logging and the plugin's
+    trace besides), its KV cache flushed: batch 1 and batch 4 below start from the same state."""
+    flush_cache(smollm2_server.base_url, timeout=60)
+    return smollm2_server
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_specsot.launch import ServerProcess
 from sglang_specsot.sot import SoTConfig
 from sglang_specsot.sot.runner import SoTOptions
-from tests.integration.conftest import cpu_args
 from tests.integration.gateway import gateway, http
 
 pytestmark = pytest.mark.integration
@@ -22,10 +20,10 @@ CONFIG = {"skeleton_max_tokens": 96, "max_points": 3, "max_running": 2, "default
 
 
 @pytest.fixture(scope="module")
-def server_and_gateway(smollm2_path, tmp_path_factory):
-    with ServerProcess(smollm2_path, cpu_args()) as server:
-        with gateway([server.base_url], tmp_path_factory.mktemp("gateway") / "smg.log") as url:
-            yield server.base_url, url
+def server_and_gateway(smollm2_server, tmp_path_factory):
+    """The session's plain SmolLM2 server, and the gateway in front of it."""
+    with gateway([smollm2_server.base_url], tmp_path_factory.mktemp("gateway") / "smg.log") as url:
+        yield smollm2_server.base_url, url
 
 
 def _chat(base: str, model: str, **extra) -> dict:

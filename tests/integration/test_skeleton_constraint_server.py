@@ -11,11 +11,12 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
+from sglang_specsot.bench.cells import flush_cache
 from sglang_specsot.launch import ServerProcess
 from sglang_specsot.serving.skeleton_constraint import skeleton_processor_for
 from sglang_specsot.sot import SoTConfig, parse_skeleton, skeleton_prompt
 from sglang_specsot.sot.runner import SoTOptions
-from tests.integration.conftest import SPECSOT, cpu_args, scheduler_loop_line
+from tests.integration.conftest import cpu_args, scheduler_loop_line
 
 pytestmark = pytest.mark.integration
 
@@ -59,14 +60,17 @@ def plain(smollm2_path, prompts) -> dict[str, list[dict]]:
 
 
 @pytest.fixture(scope="module")
-def specsot(smollm2_path, prompts, plain) -> dict:
+def specsot(smollm2_path, prompts, plain, shared_specsot_server) -> dict:
+    """The session's SPECSOT server (custom logit processors on, as COMMON has them), its KV
+    cache and drafting corpus flushed so that nothing is reused from other modules' answers."""
     from sglang_specsot.frontend import SoTEndpoint, answer_question
 
+    server = shared_specsot_server
     processor = skeleton_processor_for(smollm2_path, CONFIG)
-    with ServerProcess(smollm2_path, COMMON + SPECSOT) as server:
-        outputs = _generate(server, prompts, processor)
-        answer = answer_question(SoTEndpoint(server.base_url), QUESTIONS[0], options=SoTOptions("on", CONFIG))
-        return {"outputs": outputs, "answer": answer, "log": server.log_path.read_text()}
+    flush_cache(server.base_url, timeout=60)
+    outputs = _generate(server, prompts, processor)
+    answer = answer_question(SoTEndpoint(server.base_url), QUESTIONS[0], options=SoTOptions("on", CONFIG))
+    return {"outputs": outputs, "answer": answer, "log": server.log_path.read_text()}
 
 
 def test_constrained_skeletons_are_plans_within_bounds_that_end_cleanly(plain):

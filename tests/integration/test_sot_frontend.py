@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_specsot.launch import ServerProcess
+from sglang_specsot.bench.cells import flush_cache
 from sglang_specsot.sot import SoTConfig
 from sglang_specsot.sot.runner import SoTOptions
-from tests.integration.conftest import SPECSOT, cpu_args
 
 pytestmark = pytest.mark.integration
 
@@ -24,6 +23,9 @@ CONFIG = SoTConfig(skeleton_max_tokens=96, max_points=3, max_running=2, default_
 def endpoint(smollm2_server):
     from sglang_specsot.frontend import SoTEndpoint
 
+    # The session's plain server: its KV cache flushed, so that the answer compared with a
+    # SPECSOT server's below reuses nothing from other modules' answers to the same question.
+    flush_cache(smollm2_server.base_url, timeout=60)
     return SoTEndpoint(smollm2_server.base_url)
 
 
@@ -101,13 +103,18 @@ def test_unusable_skeleton_falls_back_to_the_normal_answer(endpoint, render):
     assert answer.normal.result.completion_tokens > 0 and answer.answer == answer.normal.result.text
 
 
-def test_same_greedy_answer_on_a_specsot_server(smollm2_path, render, sot_answer):
+def test_same_greedy_answer_on_a_specsot_server(shared_specsot_server, render, sot_answer):
     from sglang_specsot.frontend import SoTEndpoint, answer_question
 
     # Speculation is lossless, so the whole program (skeleton, every branch) must not change.
-    with ServerProcess(smollm2_path, cpu_args() + SPECSOT) as server:
-        endpoint = SoTEndpoint(server.base_url)
-        answer = answer_question(endpoint, SUITABLE, render, SoTOptions("auto", CONFIG, MAX_TOKENS))
+    # The session's SPECSOT server, its KV cache and drafting corpus flushed: nothing is reused
+    # from the other modules' answers to this question. It runs custom logit processors, which
+    # the plain server does not: the skeleton stays unconstrained on both (the constrained
+    # skeleton's parity is test_skeleton_constraint_server.py's).
+    flush_cache(shared_specsot_server.base_url, timeout=60)
+    endpoint = SoTEndpoint(shared_specsot_server.base_url)
+    options = SoTOptions("auto", CONFIG, MAX_TOKENS)
+    answer = answer_question(endpoint, SUITABLE, render, options, constrain_skeleton=False)
     assert answer.skeleton.text == sot_answer.skeleton.text
     assert [b.result.text for b in answer.branches.results] == [b.result.text for b in sot_answer.branches.results]
     assert answer.answer == sot_answer.answer
