@@ -42,7 +42,9 @@ pytestmark = pytest.mark.integration
 COMMON = cpu_args(max_total_tokens=8192, mem_fraction_static=0.5)
 MAX_NEW = 16
 assert MAX_NEW <= min(QWEN05_PARITY_TOKENS, SMOLLM2_PARITY_TOKENS)  # references: prefixes of the shared runs
-NUM_PROMPTS = 36  # 28 questions and the 8 branch prompts: every batch size 1..8 once
+# The shared plain runs' first 8 batches, every size 1..8 once: Qwen's 28 questions and 8 branch
+# prompts; SmolLM2's first 36 questions (its branch prompts come after its 42 questions).
+NUM_PROMPTS = 36
 # The draft's int8 weights (cpu/draft_int8.py) on the overlap configs, whatever this machine's
 # timing would choose, one kernel each: the chain's w8a8 in every product up to 16 rows, the
 # tree's weight-only int8 up to 4 (its batches of 1 and 2; wider, in float32, it costs

@@ -44,7 +44,7 @@ pytestmark = pytest.mark.integration
 COMMON = cpu_args(max_total_tokens=8192, mem_fraction_static=0.5)
 MAX_NEW = 16
 assert MAX_NEW <= SMOLLM2_PARITY_TOKENS  # the reference: a prefix of the session's plain run
-NUM_PROMPTS = 36  # 28 questions and the 8 branch prompts: every batch size 1..8 once
+NUM_PROMPTS = 36  # the plain run's first 8 batches, every size 1..8 once (SmolLM2's: all questions)
 # A 3-step chain (4 nodes) plus 2 SoT-context nodes in a 6-token verify window.
 CHAIN = ["--speculative-num-steps", "3", "--speculative-num-draft-tokens", "6"]
 DUMMY = ["--speculative-draft-load-format", "dummy"]
@@ -168,6 +168,7 @@ def _accept_length(server, groups) -> float:
     return sum(lengths) / len(lengths)
 
 
+@pytest.mark.long  # two more servers comparing accept lengths: benchmark-like; parity is above
 def test_eagle3_head_leaves_the_context_its_accepted_drafts(smollm2_path, head, tmp_path):
     """The same SoT groups on two servers with the cost-aware policy: the SoT context alone, and
     the random head merged with it. A head whose drafts are never accepted must not take the
