@@ -9,8 +9,6 @@ same model's normal answer from the same program (mode "off"), and print both wi
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 from sglang_specsot.data import load_questions
 from sglang_specsot.launch import ServerProcess

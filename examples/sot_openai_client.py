@@ -11,9 +11,7 @@ sends a system message first: SoT plans and writes the answer under it.
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 from openai import OpenAI
 
