@@ -7,7 +7,8 @@ shipped, hard rules first) and the best accuracy any L2 strength and threshold r
 precision >= 0.80 is printed. Every choice is made on the held-out folds' own labels, so the
 figure is an optimistic bound for that representation: a classifier trained on other questions,
 by other hands, and checked on this set has the same label noise and a shift besides.
-`--transfer` adds the other bound: trained on one set, the best any threshold reaches on another.
+With both sets measured it adds the other bound: trained on one set, the best any threshold reaches
+on the other.
 
     .venv/bin/python examples/router_ceiling.py                       # all-MiniLM-L6-v2 embeddings
     .venv/bin/python examples/router_ceiling.py --probe OUT --layer L20  # router_probe.py's hidden states
@@ -88,7 +89,7 @@ def probe_features(out: Path, layer: str) -> Features:
 
 
 def _cached(features: Features) -> Features:
-    """`features`, computed once per set (a set is measured alone and again in --transfer)."""
+    """`features`, computed once per set (a set is measured alone and again across sets)."""
     seen: dict[str, np.ndarray] = {}
 
     def once(name: str, questions: Sequence[str]) -> np.ndarray:
@@ -110,7 +111,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     features = _cached(embedding_features() if args.probe is None else probe_features(args.probe, args.layer))
     for name in args.sets:
         print(json.dumps(ceiling(name, features)), flush=True)
-    print(json.dumps(transfer(*TRANSFER, features)), flush=True)
+    if set(TRANSFER) <= set(args.sets):  # both sets measured: the bound across them too
+        print(json.dumps(transfer(*TRANSFER, features)), flush=True)
 
 
 if __name__ == "__main__":

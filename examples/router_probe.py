@@ -7,7 +7,7 @@ hidden state at that position may already say whether the answer will be a list.
 measures that, offline, with the same training sets, grid rule and check as
 `python -m sglang_specsot.models.router_classifier train`:
 
-    .venv/bin/python examples/router_probe.py extract MODEL_DIR OUT   # hidden states per set (resumable)
+    .venv/bin/python examples/router_probe.py extract MODEL_DIR OUT   # hidden states per set (resumable; --dtype)
     .venv/bin/python examples/router_probe.py evaluate OUT            # CV choice, then the check, once
 
 `extract` keeps the last position's hidden state (the generation prompt's last token) at four
@@ -37,16 +37,16 @@ L2_GRID = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0)
 THRESHOLD_GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 
 
-def extract(model_dir: Path, out: Path) -> None:
+def extract(model_dir: Path, out: Path, dtype: str = "bfloat16", sets: tuple[str, ...] = SETS) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.bfloat16).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval()
     n = model.config.num_hidden_layers
     layers = sorted({n // 2, 2 * n // 3, 5 * n // 6, n})
-    for name in SETS:
+    for name in sets:
         path = out / f"{name}.npz"
         if path.exists():
             continue  # resumable: a set is written whole or not at all
@@ -100,11 +100,14 @@ def main() -> None:
     e = sub.add_parser("extract")
     e.add_argument("model_dir", type=Path)
     e.add_argument("out", type=Path)
+    e.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"),
+                   help="float32 where the CPU has no native bf16 (AVX2 only): several times faster there")
+    e.add_argument("--sets", nargs="+", default=list(SETS), help="the labelled sets to extract (default: all)")
     v = sub.add_parser("evaluate")
     v.add_argument("out", type=Path)
     args = parser.parse_args()
     if args.command == "extract":
-        extract(args.model_dir, args.out)
+        extract(args.model_dir, args.out, args.dtype, tuple(args.sets))
     else:
         print(json.dumps(evaluate(args.out)))
 
