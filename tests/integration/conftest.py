@@ -198,8 +198,8 @@ WATCHED_ARGS = ["--log-level", "debug", "--load-snapshot-publish-interval", "1",
 # the bad-input, bad-request and fault modules: each starts from whatever the others left, which
 # is the point of those tests (a server that keeps serving), and a server start is most of a
 # small module's cost on two cores. The frontend and skeleton-constraint modules compare its
-# greedy answers with a plain server's, after flushing its cache. Its teardown, after the session's last request to it, proves
-# SGLang's strict idle memory check ran and found nothing.
+# greedy answers with a plain server's, after flushing its cache. Its teardown, after the
+# session's last request to it, proves SGLang's strict idle memory check ran and found nothing.
 SHARED_SPECSOT_ARGS = cpu_args() + SPECSOT + ["--enable-custom-logit-processor"] + WATCHED_ARGS
 
 
