@@ -565,3 +565,31 @@ __all__ = sorted(
      "draft_model_context", "incremental_streaming_output", "validate_chat_request", "model_class_can_capture_aux",
      "model_architecture_known"]
 )  # fmt: skip
+
+
+# -- launch refusals (speculative/backend_choice.py) -----------------------------------------
+
+
+def linear_attention_config_name(model_config) -> str | None:
+    """The class name of the model's hybrid linear-attention / Mamba config, or None: the
+    rule by which SGLang wraps the model's attention in HybridLinearAttnBackend
+    (attention_registry.py:392), whose verify walks a tree only for topk > 1."""
+    from sglang.srt.configs.hybrid_arch import mambaish_config
+
+    config = mambaish_config(model_config)
+    return None if config is None else type(config).__name__
+
+
+def splitkv_verify_on() -> bool:
+    """Whether SGLang's Triton verify would run its split-KV kernel, which is causal: ROCm
+    gfx95 with SGLANG_ENABLE_SPLITKV_VERIFY on (its default) and topk 1 (triton_backend.py:236)."""
+    from sglang.srt import utils
+    from sglang.srt.environ import envs
+    from sglang.srt.runtime_context import get_platform
+
+    if not get_platform().is_hip:
+        return False
+    return bool(utils.is_gfx95_supported() and envs.SGLANG_ENABLE_SPLITKV_VERIFY.get())
+
+
+__all__ += ["linear_attention_config_name", "splitkv_verify_on"]

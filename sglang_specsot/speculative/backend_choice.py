@@ -14,11 +14,17 @@ registry (`register_model_override_predicate`), which argument resolution runs
 (model_hook.py:233) before it fills the default backend: no backend chosen -> a tree backend
 is chosen and logged; a backend chosen that cannot attend by the tree -> the launch stops,
 naming the flag and the fix.
+
+Some launches would pass that check and still verify every tree as a chain, silently: wrong
+tokens past the first branch, with nothing in the log. They are refused here too, before any
+weight loads (`silent_chain_refusal`): FlashInfer on an MLA model, a hybrid linear-attention
+or Mamba model, and ROCm's split-KV verify.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from sglang_specsot.host import adapter as sgl
 
@@ -31,18 +37,43 @@ TREE_BACKENDS = ("triton", "flashinfer")
 BACKEND_FLAGS = sgl.ATTENTION_BACKEND_FLAGS
 
 
-def tree_backend(has_flashinfer: bool, plain_mha: bool) -> str:
+@dataclass(frozen=True, slots=True)
+class ModelFacts:
+    """What the silent-chain refusals read of the model and the machine, as SGLang's own rules
+    for choosing a verify kernel read them (the defaults: a launch none of them applies to)."""
+
+    mla: bool = False  # SGLang attends with an MLA backend (its use_mla_backend)
+    architecture: str = ""  # the model's first architecture, for the messages
+    linear_attention: str | None = None  # the hybrid linear-attention / Mamba config's class
+    splitkv_verify: bool = False  # ROCm gfx95 with SGLANG_ENABLE_SPLITKV_VERIFY on
+
+
+# Why a launch that captures verify graphs verifies with Triton, for the log and /server_info.
+GRAPHS_WITH_TRITON = (
+    "SPECSOT captures its verify graphs with Triton: SGLang's Triton capture is shown to carry "
+    "SPECSOT's tree mask (scripts/own_capture_twin.py runs it), FlashInfer's capture cannot be run "
+    "where this project is tested, so it is not used for graphs (pass --attention-backend "
+    "flashinfer to choose it anyway, or --disable-cuda-graph to verify eagerly with it)"
+)
+
+
+def tree_backend(has_flashinfer: bool, plain_mha: bool, graphs: bool = False) -> str:
     """FlashInfer where it imports and serves the model (SGLang's own rule for a model
-    without FA3, model_override_base.py:332: MHA without attention sinks), else Triton."""
-    return "flashinfer" if has_flashinfer and plain_mha else "triton"
+    without FA3, model_override_base.py:332: MHA without attention sinks) and verifies
+    eagerly; Triton where verify graphs are captured (GRAPHS_WITH_TRITON), or elsewhere."""
+    return "flashinfer" if has_flashinfer and plain_mha and not graphs else "triton"
 
 
 def tree_backend_declaration(
-    device: str | None, algorithm: str | None, chosen: dict[str, str | None], default: str
-) -> dict[str, str]:
+    device: str | None, algorithm: str | None, chosen: dict[str, str | None], default: str,
+    facts: ModelFacts = ModelFacts(),
+) -> dict[str, str]:  # fmt: skip
     """The attention backend to declare for this launch ({} for none); ValueError when the
     user chose one that cannot attend by a tree. `chosen` maps BACKEND_FLAGS fields to the
     user's raw values; `default` is the tree backend for a flag left unset."""
+    refusal = silent_chain_refusal(device, algorithm, chosen, facts)
+    if refusal is not None:
+        raise ValueError(refusal)
     if str(device).split(":")[0] != "cuda" or str(algorithm).upper() != ALGORITHM:
         return {}
     bad = {field: value for field, value in chosen.items() if value is not None and value not in TREE_BACKENDS}
@@ -57,6 +88,47 @@ def tree_backend_declaration(
         "token trees (SGLang's default on Hopper, FA3, verifies only a chain)", ALGORITHM, default,
     )  # fmt: skip
     return {"attention_backend": default}
+
+
+def silent_chain_refusal(
+    device: str | None, algorithm: str | None, chosen: dict[str, str | None], facts: ModelFacts
+) -> str | None:
+    """Why this launch would verify every tree as a chain with no error (None where it would
+    not): SGLang's verify kernels in these configurations follow the causal order of the
+    window and ignore the tree mask, which only its EAGLE with topk > 1 would not hit."""
+    if str(algorithm).upper() != ALGORITHM:
+        return None
+    spec = f"--speculative-algorithm {ALGORITHM}"
+    if facts.linear_attention is not None:
+        # hybrid_linear_attn_backend.py:298: the linear-attention / Mamba state follows the
+        # tree (retrieve_next_token/sibling) only where topk > 1; SPECSOT runs topk 1.
+        return (
+            f"{spec} on --model-path of architecture {facts.architecture} ({facts.linear_attention}): "
+            "its linear-attention / Mamba layers update their state along the verify window as a "
+            "chain (SGLang walks the tree only for --speculative-eagle-topk > 1, which SPECSOT "
+            f"does not run), so every branching tree would be verified wrong. Drop {spec} for "
+            "this model (SGLang's EAGLE with --speculative-eagle-topk > 1 verifies trees on it)"
+        )  # fmt: skip
+    if str(device).split(":")[0] != "cuda":
+        return None
+    flashinfer = {f: v for f, v in chosen.items() if v == "flashinfer"}
+    if facts.mla and flashinfer:
+        named = " and ".join(f"{BACKEND_FLAGS[f]} flashinfer" for f in flashinfer)
+        # flashinfer_mla_backend.py:1108-1181: the verify plan is causal and the mask dropped.
+        return (
+            f"{spec} with {named} on an MLA model ({facts.architecture}): FlashInfer's MLA "
+            "verify plans causal attention and drops the tree mask, so every branching tree "
+            "would be verified as a chain. Use --attention-backend triton, or pass no "
+            "attention-backend flag to have one chosen for you"
+        )  # fmt: skip
+    if facts.splitkv_verify:
+        # triton_backend.py:236: on gfx95 with topk 1 Triton's verify is split-KV, causal.
+        return (
+            f"{spec} on ROCm gfx95 with SGLANG_ENABLE_SPLITKV_VERIFY=1 (SGLang's default there): "
+            "Triton's split-KV verify kernel attends causally and ignores the tree mask, so every "
+            "branching tree would be verified as a chain. Set SGLANG_ENABLE_SPLITKV_VERIFY=0"
+        )  # fmt: skip
+    return None
 
 
 def _refusal(bad: dict[str, str]) -> str:
@@ -77,9 +149,18 @@ def _declare_tree_backend(server_args, hf_config) -> dict[str, str]:
     # A provider in SGLang's override registry: (record, hf_config) -> declarations.
     device, algorithm, chosen = sgl.chosen_attention_backends(server_args)
     # The model's config is built by now (model_hook.py:165) and memoized on the record.
-    plain_mha = not sgl.use_mla_backend(server_args) and not sgl.model_config_of(server_args).has_attention_sinks
-    default = tree_backend(sgl.get_platform().has_flashinfer, plain_mha)
-    return tree_backend_declaration(device, algorithm, chosen, default)
+    mla = sgl.use_mla_backend(server_args)
+    model_config = sgl.model_config_of(server_args)
+    plain_mha = not mla and not model_config.has_attention_sinks
+    graphs = sgl.decode_graphs_asked(server_args)
+    default = tree_backend(sgl.get_platform().has_flashinfer, plain_mha, graphs)
+    if graphs and default != tree_backend(sgl.get_platform().has_flashinfer, plain_mha):
+        logger.info(GRAPHS_WITH_TRITON)
+    facts = ModelFacts(
+        mla=mla, architecture=(model_config.hf_config.architectures or ["?"])[0],
+        linear_attention=sgl.linear_attention_config_name(model_config), splitkv_verify=sgl.splitkv_verify_on(),
+    )  # fmt: skip
+    return tree_backend_declaration(device, algorithm, chosen, default, facts)
 
 
 def register_tree_backend_choice() -> None:
