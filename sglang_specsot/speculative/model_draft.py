@@ -154,12 +154,7 @@ class DraftSeams:
             stoppable = contextlib.nullcontext()
         with self._steps(steps), self._width(size), sgl.draft_model_context(self.parallel_layout), stoppable:
             verify_input = self.draft(batch)
-        bs = len(batch.reqs)
-        return trees_from_links(
-            verify_input.draft_token.view(bs, -1).cpu(),
-            verify_input.retrieve_next_token.cpu(),
-            verify_input.retrieve_next_sibling.cpu(),
-        )
+        return read_trees(verify_input, len(batch.reqs))
 
     def _seen(self, logits: torch.Tensor) -> list[float]:
         """A draft forward's rows: the draft's probability of the token it drafts (its
@@ -339,6 +334,18 @@ class RunnerUps:
 
     def forget(self, rid: str) -> None:
         self.first.pop(rid, None)
+
+
+def read_trees(verify_input, bs: int) -> list[DraftTree]:
+    """Host `DraftTree`s of SGLang's draft output: its tokens and links in one read, the one
+    wait for the device a draft model adds to a step (and the read that waits for the last
+    step's committed tokens too, `host_sync`)."""
+    packed = torch.stack([
+        verify_input.draft_token.view(bs, -1).to(torch.int64),
+        verify_input.retrieve_next_token.view(bs, -1).to(torch.int64),
+        verify_input.retrieve_next_sibling.view(bs, -1).to(torch.int64),
+    ]).cpu()  # shape: (3, bs, n)
+    return trees_from_links(packed[0], packed[1], packed[2])
 
 
 def trees_from_links(

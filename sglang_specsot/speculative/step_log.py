@@ -8,8 +8,8 @@ accepted, the step's wall-clock time, and the cost model's learned overheads and
 model's deferred-extend counters at that point, the time of each phase (draft, verify, the
 target's forward, draft-extend), and every candidate width's expected tokens and ms, so a
 choice can be checked against what the steps really cost (`examples/step_log_report.py`
-summarises a log). Off by default: with it on, each step reads the accept lengths back to
-the host.
+summarises a log). Off by default; on, it reads nothing more from the device than the step
+already does (the accept lengths come with the committed tokens, `host_sync.Committed`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class StepRecord:
     expected_ms: float | None
     explored: bool
     draft_source: str  # where the first draft token came from: context, extend, catch_up
-    step_ms: float  # draft + verify + draft-extend, wall clock
+    step_ms: float  # draft + verify + draft-extend, wall clock: the host's milliseconds of the step
     # What the policy weighed, by verify width: [expected tokens, expected ms] (adaptive only).
     candidates: dict[str, list[float]] | None
     first_draft_q: list[float] | None  # the draft model's top-1 probability of its first draft

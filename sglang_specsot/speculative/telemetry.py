@@ -59,10 +59,12 @@ class Telemetry:
     def start(self, catch_ups: int) -> StepClock:
         return StepClock(catch_ups, self.device_times)
 
-    def finish(self, clock: StepClock, proposal: Proposal, result, verified: Verified, extended: bool, drafter) -> list[StepOutcome]:  # fmt: skip
+    def finish(self, clock: StepClock, proposal: Proposal, result, verified: Verified, extended: bool, drafter,
+               accept_lens: list[int]) -> list[StepOutcome]:  # fmt: skip
         """The outcomes the policy may learn from now: this step's where the host waited for
         it, else the earlier steps whose device events have completed (their verify forwards
-        teach the target's cost model here). The step log records this step either way."""
+        teach the target's cost model here). The step log records this step either way, from
+        the accept lengths the host already read (`accept_lens`): it adds no read of its own."""
         self.steps += 1
         if self.steps % _COST_LOG_EVERY == 0:
             logger.info("SPECSOT cost model after %d steps: %s", self.steps, self.cost.info())
@@ -73,7 +75,7 @@ class Telemetry:
             extended_on_plain_step=extended, timed=self.timed, caught_up=drafter.catch_ups != clock.catch_ups,
         )  # fmt: skip
         if self.step_log is not None:
-            self.step_log.write(self._record(clock, outcome, proposal, result, drafter.step_log_fields(proposal)))
+            self.step_log.write(self._record(clock, outcome, proposal, result, accept_lens, drafter.step_log_fields(proposal)))
         if self.device_times is None:
             return [outcome]
         self.device_times.push(outcome, clock.target_rows, clock.step_events())
@@ -87,9 +89,10 @@ class Telemetry:
         times = self.device_times
         return None if times is None else {"pending_steps": len(times.pending), "dropped_steps": times.dropped}
 
-    def _record(self, clock: StepClock, outcome: StepOutcome, proposal: Proposal, result, fields: dict) -> StepRecord:  # fmt: skip
+    def _record(self, clock: StepClock, outcome: StepOutcome, proposal: Proposal, result, accept_lens: list[int],
+                fields: dict) -> StepRecord:  # fmt: skip
         decision, trees = outcome.decision, proposal.trees
-        accepted = [min(k - 1, t.height) for k, t in zip(result.accept_lens.tolist(), trees)]
+        accepted = [min(k - 1, t.height) for k, t in zip(accept_lens, trees)]
         plan = decision.plan if decision.adaptive else None
         phases = {
             "draft": clock.ms("draft", "start"), "verify": clock.ms("verify", "draft"),

@@ -58,6 +58,26 @@ def tree_mask_layout(device: torch.device | str) -> TreeMaskLayout:
     return TreeMaskLayout.QLEN_ONLY if torch.device(device).type == "cpu" else TreeMaskLayout.FULL
 
 
+def ancestor_mask(parents: torch.Tensor, height: int) -> torch.Tensor:
+    """The QLEN_ONLY mask of trees given by their parents: row i marks node i and its
+    ancestors (`draft_tree.tree_mask`), built on the parents' device in `height` gathers, so
+    the host does O(1) work per tree instead of O(n^2), and nothing is copied.
+
+    parents: (bs, n) int, parents[b, 0] == -1 (the root), parents[b, i] < i.
+    height: the longest root-to-leaf path in edges over the batch (climbs needed).
+    Returns (bs * n * n,) bool on `parents`'s device, request-major then row-major.
+    """
+    bs, n = parents.shape
+    up = parents.to(torch.int64).clamp(min=0)  # the root climbs to itself: past it nothing changes
+    node = torch.arange(n, dtype=torch.int64, device=parents.device).expand(bs, n)
+    mask = torch.zeros(bs, n, n, dtype=torch.bool, device=parents.device)
+    mask.scatter_(2, node.unsqueeze(2), True)
+    for _ in range(height):
+        node = up.gather(1, node)
+        mask.scatter_(2, node.unsqueeze(2), True)
+    return mask.reshape(-1)
+
+
 def full_layout_indptr(prefix_lens: torch.Tensor, n: int) -> torch.Tensor:
     """Where each request's rows start in the FULL layout, and the end: the `mask_indptr` the
     Triton backend builds for TARGET_VERIFY (triton_backend.py:1051-1055).

@@ -7,9 +7,10 @@ from __future__ import annotations
 import torch
 
 from sglang_specsot.host import adapter as sgl
-from sglang_specsot.speculative.draft_tree import DraftTree, tree_mask
+from sglang_specsot.speculative.draft_tree import DraftTree
+from sglang_specsot.speculative.host_sync import to_device
 from sglang_specsot.speculative.inputs import SoTVerifyInput
-from sglang_specsot.speculative.tree_masks import TreeMaskLayout, verify_custom_mask
+from sglang_specsot.speculative.tree_masks import TreeMaskLayout, ancestor_mask, verify_custom_mask
 
 
 def build_verify_input(
@@ -21,9 +22,13 @@ def build_verify_input(
     layout, and the mask handed to attention is expanded to `layout`. `capture_hidden_mode`:
     FULL where an EAGLE head's extend reads the target's hidden states of every node."""
     n, bs = trees[0].size, len(trees)
-    mask = torch.tensor([tree_mask(t, n) for t in trees], dtype=torch.bool).flatten()  # shape: (bs * n * n,)
-    tokens = torch.tensor([tok for t in trees for tok in t.tokens], dtype=torch.int64)  # shape: (bs * n,)
-    mask, tokens = mask.to(device), tokens.to(device)
+    assert all(t.size == n for t in trees), "a step's trees are padded to one width"
+    # Tokens and parents in one host tensor, one copy that does not block; the mask is then
+    # built on the device from the parents (O(bs * n) on the host, not O(bs * n^2)).
+    host = torch.tensor([[t.tokens, t.parents] for t in trees], dtype=torch.int64)  # shape: (bs, 2, n)
+    on_device = to_device(host, device)
+    tokens = on_device[:, 0].reshape(-1)  # shape: (bs * n,)
+    mask = ancestor_mask(on_device[:, 1], max(t.height for t in trees))  # shape: (bs * n * n,)
     positions, links = _roots_alone(batch.seq_lens, bs) if n == 1 else _reconstructed(mask, batch.seq_lens, bs, n)
     custom_mask = mask
     if layout != TreeMaskLayout.QLEN_ONLY:

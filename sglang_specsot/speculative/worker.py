@@ -15,6 +15,7 @@ contract and nothing of how drafts are made or priced.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 
 import torch
 
@@ -27,10 +28,12 @@ from sglang_specsot.speculative.device_times import DeviceStepTimes, cuda_timing
 from sglang_specsot.speculative.draft_tree import pad_tree
 from sglang_specsot.speculative.drafters import Drafter, Proposal
 from sglang_specsot.speculative.drafters.context import ContextDrafting
+from sglang_specsot.speculative.host_sync import Committed, PendingCommit
 from sglang_specsot.speculative.inputs import SoTDraftInput, SoTVerifyInput
 from sglang_specsot.speculative.malloc_trim import MallocTrim
 from sglang_specsot.speculative.memory import PythonTrace, memory_report
 from sglang_specsot.speculative.policy.config import ADAPTIVE, FIXED, adaptive_config
+from sglang_specsot.speculative.policy.values import Verified
 from sglang_specsot.speculative.policy.step_policy import StepPolicy
 from sglang_specsot.speculative.requests import RequestBook
 from sglang_specsot.speculative.root_commit import commits_argmax, root_argmax
@@ -42,6 +45,22 @@ from sglang_specsot.speculative.verify_input import along_accepted_paths, build_
 from sglang_specsot.speculative.verify_runners import EagerVerify, verify_runner
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class VerifiedStep:
+    """A decode step after verify, until the host has taken in what it committed (`settle`):
+    at the step's end, or where the drafter `settles_late` at the next step's draft, once the
+    draft model's own read has waited for the device (the policy then learns a step late)."""
+
+    reqs: tuple  # the step's requests (the scheduler may filter its batch before the settle)
+    result: object  # the step's GenerationBatchResult
+    proposal: Proposal
+    clock: StepClock | None
+    commit: PendingCommit  # the committed tokens' copy to the host, queued at verify end
+    committed: Committed | None = field(default=None, init=False)  # set by SpecSoTWorker.accept
+    verified: Verified | None = field(default=None, init=False)  # set by SpecSoTWorker.accept
+    extended: bool = field(default=False, init=False)  # set by SpecSoTWorker.draft_extend
 
 
 class SpecSoTWorker(sgl.SpecWorkerBase):
@@ -86,6 +105,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._trace = PythonTrace.from_env()  # SGLANG_SPECSOT_TRACEMALLOC: a leak hunt's tracing
         self.trimmer = MallocTrim.from_env()  # SGLANG_SPECSOT_MALLOC_TRIM_S: kept heap memory returned
         self._loop_logged = False
+        self._pending: VerifiedStep | None = None  # the last decode step, until settled
 
     def _drafter(self, server_args, gpu_id: int, nccl_port: int, target_worker) -> Drafter:
         """The SoT context alone, or a draft model merged with it (--speculative-draft-model-path)."""
@@ -165,6 +185,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         return (target, dw.draft_attn_backend, dw.draft_extend_attn_backend or dw.draft_runner.attn_backend)
 
     def clear_cache_pool(self) -> None:
+        self.settle()
         self.drafter.clear()
         self.requests.clear()
         # What drafting earned is kept (step costs, drafting runs): reset, every flush would
@@ -191,6 +212,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
         self._begin_step(on_publish)
         if not batch.forward_mode.is_decode():
+            self.settle()
             return self._forward_prefill(batch, on_publish, pp_proxy_tensors)
         clock = self.telemetry.start(self.drafter.catch_ups)
         verify_input, proposal = self.draft(batch)
@@ -199,11 +221,23 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         if on_publish is not None:
             on_publish(result.new_seq_lens)  # before draft-extend: the fence is at verify end
         clock.mark("verify")
-        verified, extended = self.draft_extend(batch, result, proposal)
+        self._pending = self.draft_extend(batch, result, proposal, clock)
         clock.mark("draft_extend")
-        for outcome in self.telemetry.finish(clock, proposal, result, verified, extended, self.drafter):
-            self.planners[outcome.decision.planner].observe(outcome)
+        if not self.drafter.settles_late:
+            self.settle()
         return result
+
+    def settle(self) -> None:
+        """The last decode step's committed tokens into the drafter and the policy, and its
+        outcome into the ledgers; a no-op where it is settled already."""
+        step, self._pending = self._pending, None
+        if step is None:
+            return
+        if step.verified is None:
+            self.accept(step)
+        for outcome in self.telemetry.finish(step.clock, step.proposal, step.result, step.verified, step.extended,
+                                             self.drafter, step.committed.lens):  # fmt: skip
+            self.planners[outcome.decision.planner].observe(outcome)
 
     def _begin_step(self, on_publish) -> None:
         # Only the overlap event loop passes on_publish (scheduler.py:4690); the sync loop
@@ -246,7 +280,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     def draft(self, batch) -> tuple[SoTVerifyInput, Proposal]:
         """One tree per request within the policy's budgets, all padded to one width."""
         decision = self.policy.decide(self.requests.view(batch.reqs), self.drafter.pricing(batch))
-        proposal = self.drafter.draft(batch, decision, self.policy)
+        proposal = self.drafter.draft(batch, decision, self.policy, self.settle)
         # The widest tree sets the window, padded to a tier where graphs replay: where no
         # request has a draft, verify is a plain decode.
         n = self.verifier.tiers.padded(max(t.size for t in proposal.trees))
@@ -334,7 +368,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         # Built from the host trees: no device readback, and constrained requests stay
         # constrained for every drafted token (spec_utils.build_grammar_vocab_mask).
         next_token, next_sibling = host_links(verify_input.host_trees, verify_input.draft_token_num)
-        tree = sgl.GrammarTree.from_host(next_token, next_sibling, verify_input.draft_token.cpu().view(len(batch.reqs), -1))
+        tokens = torch.tensor([t.tokens for t in verify_input.host_trees], dtype=torch.int64)  # shape: (bs, n)
+        tree = sgl.GrammarTree.from_host(next_token, next_sibling, tokens)
         return sgl.build_grammar_vocab_mask(
             reqs=batch.reqs, tree=tree, sampling_info=batch.sampling_info,
             device=verify_input.retrieve_next_token.device, barrier=None,
@@ -342,12 +377,23 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
 
     # -- draft-extend ----------------------------------------------------------------------
 
-    def draft_extend(self, batch, result, proposal: Proposal):
-        """The committed tokens into the drafter's context and the policy's estimates, then
-        the drafter's own extend; requests that left the decode batch are forgotten."""
-        verified = self.drafter.accept(batch, result, proposal)
-        self.planners[proposal.decision.planner].learn(proposal.decision.view, verified)
-        extended = self.drafter.draft_extend(batch, result, proposal, self.policy)
-        for rid in self.requests.decoded(tuple(req.rid for req in batch.reqs)):
+    def draft_extend(self, batch, result, proposal: Proposal, clock: StepClock | None = None) -> VerifiedStep:
+        """The drafter's own extend, after the committed tokens went into its context and the
+        policy's estimates (`accept`) unless the drafter `settles_late`: its extend reads
+        nothing on the host, so the committed tokens are read at its next draft."""
+        step = VerifiedStep(tuple(batch.reqs), result, proposal, clock, PendingCommit.of(result))
+        if not self.drafter.settles_late:
+            self.accept(step)
+        step.extended = self.drafter.draft_extend(batch, result, proposal, self.policy)
+        return step
+
+    def accept(self, step: VerifiedStep) -> None:
+        """The committed tokens (read here: the step's one blocking read, unless an earlier
+        read has waited for them) into the drafter's context and the policy's estimates;
+        requests that left the decode batch are forgotten."""
+        step.committed = step.commit.settle()
+        step.verified = self.drafter.accept(step.reqs, step.committed, step.proposal)
+        decision = step.proposal.decision
+        self.planners[decision.planner].learn(decision.view, step.verified)
+        for rid in self.requests.decoded(tuple(req.rid for req in step.reqs)):
             self._forget(rid)
-        return verified, extended

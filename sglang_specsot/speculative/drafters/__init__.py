@@ -3,8 +3,9 @@
 Every drafter does the same four things for the worker, which runs every drafter alike:
 
 - `pricing(batch)` / `costs`: what its drafts cost, for the budget policy (`policy/values.py`);
-- `draft(batch, decision, policy)`: one tree per request within the decision's budgets;
-- `accept(batch, result, proposal)`: the committed tokens into the SoT context, and what
+- `draft(batch, decision, policy, settle)`: one tree per request within the decision's budgets,
+  calling `settle()` before it reads the SoT context (the last step's committed tokens go in);
+- `accept(reqs, committed, proposal)`: the committed tokens into the SoT context, and what
   verify accepted of its drafts (`Verified`, the policy's evidence);
 - `draft_extend(batch, result, proposal, policy)`: whatever its next draft needs (a draft
   model's forward over the committed tokens, or deferring it).
@@ -12,10 +13,12 @@ Every drafter does the same four things for the worker, which runs every drafter
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from sglang_specsot.speculative.draft_tree import DraftTree
+from sglang_specsot.speculative.host_sync import Committed
 from sglang_specsot.speculative.policy.step_policy import StepPolicy
 from sglang_specsot.speculative.policy.values import (
     DraftCosts,
@@ -40,12 +43,15 @@ class Proposal:
 
 class Drafter(Protocol):
     costs: DraftCosts
+    # Whether a step's committed tokens may wait for the next draft's `settle()`: its
+    # draft-extend reads nothing of them on the host.
+    settles_late: bool
 
     def pricing(self, batch) -> StepPricing: ...
 
-    def draft(self, batch, decision: StepDecision, policy: StepPolicy) -> Proposal: ...
+    def draft(self, batch, decision: StepDecision, policy: StepPolicy, settle: Callable[[], None]) -> Proposal: ...
 
-    def accept(self, batch, result, proposal: Proposal) -> Verified: ...
+    def accept(self, reqs, committed: Committed, proposal: Proposal) -> Verified: ...
 
     def draft_extend(self, batch, result, proposal: Proposal, policy: StepPolicy) -> bool: ...  # a deferrable extend ran
 

@@ -8,12 +8,13 @@ a wider one, so a wider step's measured time bounds a narrower one's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sglang_specsot.costs.cost_model import CostModel
 from sglang_specsot.speculative.context_draft import ContextDrafter
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.drafters import Proposal
+from sglang_specsot.speculative.host_sync import Committed
 from sglang_specsot.speculative.inputs import SoTDraftInput
 from sglang_specsot.speculative.policy.acceptance import FirstDraftCalibration
 from sglang_specsot.speculative.policy.step_policy import StepPolicy
@@ -61,6 +62,9 @@ class CalibratedFirsts:
 class ContextDrafting:
     """The SoT context's trees; also the context every other drafter fills its trees from."""
 
+    # Its next draft reads the committed tokens first thing: read at the step's end.
+    settles_late = False
+
     def __init__(self, requests: RequestBook, cost: CostModel, adaptive: bool):
         self.requests = requests
         self.context = ContextDrafter()
@@ -97,7 +101,8 @@ class ContextDrafting:
     def pricing(self, batch) -> CalibratedFirsts:
         return self.calibrated
 
-    def draft(self, batch, decision: StepDecision, policy: StepPolicy) -> Proposal:
+    def draft(self, batch, decision: StepDecision, policy: StepPolicy, settle: Callable[[], None] = lambda: None) -> Proposal:
+        settle()  # the histories must hold the last step's committed tokens
         sizes = decision.sizes
         trees = tuple(self.tree(req, n) for req, n in zip(batch.reqs, sizes))
         if max(sizes) == 1 and self.costs.learns_from_shadows:
@@ -112,11 +117,11 @@ class ContextDrafting:
         for req in batch.reqs:
             self.shadows.add(req.rid, self.context.propose(req.rid, nodes))
 
-    def accept(self, batch, result, proposal: Proposal) -> Verified:
+    def accept(self, reqs, committed: Committed, proposal: Proposal) -> Verified:
         """The committed tokens into the histories; what verify accepted of each tree: every
         draft it committed, whatever path through the tree it took."""
-        rows, lens = committed_rows(result)
-        shadows = self.append(batch, rows, lens)
+        lens = committed.lens
+        shadows = self.append(reqs, committed.rows, lens)
         self.calibrate(proposal, lens)
         return verified(proposal, [k - 1 for k in lens], shadows, sum(lens))
 
@@ -130,11 +135,11 @@ class ContextDrafting:
             if tree.size > 1:
                 self.calibration.observe(f, k > 1)
 
-    def append(self, batch, rows: list[list[int]], lens: list[int]) -> list[tuple[int, int, int]]:
+    def append(self, reqs, rows: list[list[int]], lens: list[int]) -> list[tuple[int, int, int]]:
         """Each request's committed tokens (the first `lens` of its row) into its history;
         returns (request, depth, accepted) of the shadow drafts they walked."""
         shadows = []
-        for i, (req, row, k) in enumerate(zip(batch.reqs, rows, lens)):
+        for i, (req, row, k) in enumerate(zip(reqs, rows, lens)):
             if self.context.has(req.rid):
                 self.context.append(req.rid, row[:k])
                 shadows.extend((i, depth, accepted) for depth, accepted in self.shadows.advance(req.rid, row[:k]))
@@ -170,9 +175,3 @@ def verified(proposal: Proposal, accepted: list[int], shadows: list, committed: 
     depths = tuple(t.height for t in proposal.trees)
     return Verified(depths, tuple(min(a, d) for a, d in zip(accepted, depths)), proposal.source, tuple(shadows), committed)
 
-
-def committed_rows(result) -> tuple[list[list[int]], list[int]]:
-    """Each request's verify row of tokens from the root (its first `accept_len` committed)
-    and its accept length, on the host."""
-    n = result.speculative_num_draft_tokens
-    return result.next_token_ids.view(-1, n).cpu().tolist(), result.accept_lens.tolist()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sglang_specsot.costs.cost_model import CostModel
@@ -21,17 +22,14 @@ from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.drafters import Proposal
 from sglang_specsot.speculative.drafters import model_chains as chains
 from sglang_specsot.speculative.drafters import context_alone
-from sglang_specsot.speculative.drafters.context import (
-    ContextDrafting,
-    committed_rows,
-    verified,
-)
+from sglang_specsot.speculative.drafters.context import ContextDrafting, verified
 from sglang_specsot.speculative.drafters.context_alone import ContextAlone
 from sglang_specsot.speculative.drafters.model_extend import (
     DeferredExtend,
     leading_agreement,
 )
 from sglang_specsot.speculative.extend_backlog import ExtendBacklog
+from sglang_specsot.speculative.host_sync import Committed
 from sglang_specsot.speculative.inputs import SoTDraftInput
 from sglang_specsot.speculative.draft_kind import draft_kind
 from sglang_specsot.speculative.model_draft import DraftSeams, RunnerUps, SoTDraftModel, SoTEagleHead
@@ -213,6 +211,14 @@ class ModelDrafting:
     def catch_ups(self) -> int:
         return 0 if self.deferred is None else self.deferred.backlog.catch_ups
 
+    @property
+    def settles_late(self) -> bool:
+        """Whether a step's committed tokens may wait for the next draft: SGLang's own extend
+        (as on a GPU) reads them on the device, so they are read after the next draft model's
+        forwards, with its tree, in one wait. A deferred extend or an adaptive chain reads them
+        on the host (both run on the CPU draft backend only, where reads cost no wait)."""
+        return self.deferred is None and not self.chain_adaptive
+
     def pricing(self, batch) -> ModelPricing:
         return ModelPricing(self, batch)
 
@@ -226,15 +232,18 @@ class ModelDrafting:
 
     # -- draft -----------------------------------------------------------------------------
 
-    def draft(self, batch, decision: StepDecision, policy: StepPolicy) -> ModelProposal:
+    def draft(self, batch, decision: StepDecision, policy: StepPolicy, settle: Callable[[], None] = lambda: None) -> ModelProposal:  # fmt: skip
         """The model's trees, cut to the plan's budgets (or where its confidence stops them),
-        with runner-ups where they pay, each filled with SoT-context nodes to its budget."""
+        with runner-ups where they pay, each filled with SoT-context nodes to its budget.
+        `settle()` runs before the SoT context is read: after the model's forwards and its
+        tree's read where it can (`settles_late`), so that read's wait covers both."""
         self.takes_runner_ups  # noqa: B018 - decided at the first draft (see there)
-        if self.alone is not None:
-            alone = self.alone.decide(decision.view)
-            if self.alone.beats(alone, decision):
-                return ModelProposal(self.alone.trees(batch, alone), "context", alone)
-            self.alone.propose_shadows(batch)
+        alone = None if self.alone is None else self.alone.decide(decision.view)
+        if alone is not None and self.alone.beats(alone, decision):
+            settle()
+            return ModelProposal(self.alone.trees(batch, alone), "context", alone)
+        if not self.settles_late:
+            settle()
         sizes, source, fed, stop = decision.sizes, "context", None, None
         seeds: list[DraftTree | None] = [None] * len(sizes)
         long_match = chains.long_match_chains(self, batch)
@@ -258,6 +267,9 @@ class ModelDrafting:
             if stop is not None:  # the chains end where the draft's confidence said
                 sizes = [1 + d for d in stop.depths()]
                 self.chain_depths[stop.depth - 1] += 1
+        settle()  # the model's tree is on the host: its read waited for the committed tokens too
+        if alone is not None:
+            self.alone.propose_shadows(batch)
         notes = None
         if self.chain_adaptive:
             seeds = [chain_prefix(seed, n - 1) for seed, n in zip(seeds, sizes)]
@@ -304,11 +316,11 @@ class ModelDrafting:
 
     # -- after verify ----------------------------------------------------------------------
 
-    def accept(self, batch, result, proposal: ModelProposal) -> Verified:
+    def accept(self, reqs, committed: Committed, proposal: ModelProposal) -> Verified:
         """As the context's, except that with runner-ups a request's acceptance is how far
         its chain was right (what plans and ChainStop price); a runner-up taken is counted apart."""
-        rows, lens = committed_rows(result)
-        shadows = self.context.append(batch, rows, lens)
+        rows, lens = committed.rows, committed.lens
+        shadows = self.context.append(reqs, rows, lens)
         if proposal.decision.planner == context_alone.NAME:  # the context's own policy learns it all
             self.context.calibrate(proposal, lens)
             return verified(proposal, [k - 1 for k in lens], shadows, sum(lens))

@@ -75,6 +75,7 @@ def _worker(config, model: CostModel, requests: RequestBook, drafter, step_log) 
     worker.device_support, worker._trace, worker._loop_logged = device.NO_DEVICE_SUPPORT, None, True
     worker.verifier = EagerVerify(WINDOW, "a unit test's worker")
     worker.trimmer = MallocTrim(0.0)  # steps of a unit test never trim the test process's heap
+    worker._pending = None
     return worker
 
 

@@ -14,6 +14,7 @@ from sglang_specsot.costs.cost_model import CostModel, ForwardCost
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.drafters import model_chains as chains
 from sglang_specsot.speculative.drafters.model import ModelProposal
+from sglang_specsot.speculative.host_sync import read_committed
 from sglang_specsot.speculative.model_draft import RunnerUps
 from sglang_specsot.speculative.policy.acceptance import FirstDraftCalibration
 from sglang_specsot.speculative.policy.chains import ChainStop
@@ -199,7 +200,7 @@ def test_runner_ups_join_chains_where_rows_are_free_and_acceptance_learns_the_ch
     # r1's chain was right twice.
     result = SimpleNamespace(next_token_ids=torch.tensor([1, 42, 77, 0, 0, 0, 5, 6, 88, 0, 0, 0]),
                              accept_lens=torch.tensor([3, 3]), speculative_num_draft_tokens=6)  # fmt: skip
-    assert drafter.accept(step, result, proposal).accepted == (1, 2)
+    assert drafter.accept(step.reqs, read_committed(result), proposal).accepted == (1, 2)
     assert drafter.runner_up_counts["accepted"] == 1
     # Nothing to add where the cost model prices every row: 1,000 ms a row more.
     drafter.cost.target = ForwardCost(probe_rows=(1, 64), probe_ms=(100.0, 64000.0))
@@ -261,5 +262,5 @@ def test_the_context_alone_takes_the_step_where_its_own_plan_commits_more_per_ms
     worker.draft_extend(step, result, proposal)
     assert (worker.policy.steps, drafter.alone.policy.steps) == (before_main, before_ctx + 1)
     # On the model's own steps the context's shadows go to the context's policy only.
-    verified = drafter.accept(step, result, ModelProposal(trees, "extend", model_decision))
+    verified = drafter.accept(step.reqs, read_committed(result), ModelProposal(trees, "extend", model_decision))
     assert verified.shadows == () and isinstance(verified, Verified)

@@ -232,7 +232,7 @@ def test_a_plain_step_that_flushed_is_not_what_a_plain_step_costs():
         result = SimpleNamespace(speculative_num_draft_tokens=width, accept_lens=torch.tensor([1]))
         proposal = Proposal(trees, "extend", decision(step))
         (outcome,) = telemetry.finish(clock, proposal, result, Verified((width - 1,), (0,), "extend", committed=1),
-                                      extended, worker.drafter)  # fmt: skip
+                                      extended, worker.drafter, [1])  # fmt: skip
         before = worker.policy.measured.steps
         worker.policy.observe(outcome)
         return worker.policy.measured.steps > before

@@ -24,6 +24,7 @@ from sglang_specsot.cpu.attention import verify_window_masks
 from sglang_specsot.speculative.draft_tree import DraftTree, tree_mask
 from sglang_specsot.speculative.tree_masks import (
     TreeMaskLayout,
+    ancestor_mask,
     full_layout_indptr,
     full_layout_mask,
     tree_mask_layout,
@@ -291,3 +292,15 @@ def test_hidden_rows_follow_the_accepted_paths():
     accept_index = torch.tensor([[0, 2, -1], [3, 4, 5]])  # request 0 accepted node 2 (a second child)
     out = along_accepted_paths(rows, accept_index)
     assert out[:, 0].tolist() == [0, 2, 0, 3, 4, 5] and out.shape == rows.shape
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_device_built_mask_is_the_host_trees_ancestor_mask(seed):
+    # build_verify_input builds the mask from the parents on the device; it must be the
+    # host's ancestor-or-self mask of every (branching, padded) tree, cell for cell.
+    rng = random.Random(seed)
+    n, bs = rng.choice([1, 2, 4, 8, 16]), rng.randrange(1, 6)
+    trees = [random_tree(rng, n) for _ in range(bs)]
+    parents = torch.tensor([t.parents for t in trees], dtype=torch.int64)
+    want = torch.tensor([tree_mask(t, n) for t in trees], dtype=torch.bool).flatten()
+    assert torch.equal(ancestor_mask(parents, max(t.height for t in trees)), want)

@@ -14,10 +14,12 @@ from sglang_specsot.speculative import requests as requests_module
 from sglang_specsot.speculative import step_log
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.drafters import Proposal
+from sglang_specsot.speculative.host_sync import Committed, PendingCommit
 from sglang_specsot.speculative.policy.config import FIXED_WINDOW_ENV, AdaptiveConfig, adaptive_config, budget_mode
 from sglang_specsot.speculative.policy.values import StepDecision, Verified
 from sglang_specsot.speculative.requests import RequestBook
 from sglang_specsot.speculative.telemetry import StepClock
+from sglang_specsot.speculative.worker import VerifiedStep
 from tests.unit.speculative.builders import WINDOW, batch, context_worker, cost, decide, set_target
 
 
@@ -109,7 +111,7 @@ def test_the_step_log_records_what_the_policy_chose_and_what_verify_accepted(tmp
     clock.marks = {"start": 0.0, "draft": 0.001, "verify": 0.101, "draft_extend": 0.1234}
     clock.target_ms = 95.0
     verified = Verified(tuple(t.height for t in trees), (2, 0), "context", committed=4)
-    worker.telemetry.finish(clock, Proposal(trees, "context", decision), result, verified, False, worker.drafter)
+    worker.telemetry.finish(clock, Proposal(trees, "context", decision), result, verified, False, worker.drafter, [3, 1])
     (line,) = (tmp_path / "steps.jsonl").read_text().splitlines()
     record = json.loads(line)
     assert record["bs"] == 2 and record["ps"] == [0.5, 0.5] and record["width"] == max(sizes) > 1
@@ -132,7 +134,8 @@ def test_a_decode_steps_phase_times_in_the_step_log_are_its_own(tmp_path, monkey
     worker = context_worker(AdaptiveConfig(buckets=((1, (0, 1)),)), step_log=step_log.StepLog.from_env())
     worker.telemetry.timed = True
     step = SimpleNamespace(reqs=[SimpleNamespace(rid="r0")], forward_mode=SimpleNamespace(is_decode=lambda: True))
-    result = SimpleNamespace(accept_lens=torch.tensor([2]), speculative_num_draft_tokens=2, new_seq_lens=None)
+    result = SimpleNamespace(accept_lens=torch.tensor([2]), next_token_ids=torch.tensor([0, 1]),
+                             speculative_num_draft_tokens=2, new_seq_lens=None)  # fmt: skip
     view = worker.requests.view(step.reqs)
 
     def draft(batch):
@@ -145,8 +148,10 @@ def test_a_decode_steps_phase_times_in_the_step_log_are_its_own(tmp_path, monkey
         clock.target_ms = 10.0
         return result
 
-    def draft_extend(batch, result, proposal):
-        return Verified((1,), (1,), "context", committed=2), False
+    def draft_extend(batch, result, proposal, clock):
+        step = VerifiedStep(tuple(batch.reqs), result, proposal, clock, PendingCommit.of(result))
+        step.committed, step.verified = Committed([[0, 1]], [2]), Verified((1,), (1,), "context", committed=2)
+        return step
 
     worker.draft, worker.verify, worker.draft_extend = draft, verify, draft_extend
     assert worker.forward_batch_generation(step) is result
