@@ -12,6 +12,10 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+# Where a run's time went (--times-report) and the default tier's guards (collection floor,
+# skip allow-list); pytester for the tests of both.
+pytest_plugins = ["tests.ci_times", "tests.ci_guards", "pytester"]
+
 # Every machine of this project is a CPU: run SGLang's CPU path in-process too, set before
 # anything imports SGLang (is_cpu() is read at import time all over SGLang). Tests of the
 # import hook's behaviour without it run in subprocesses with their own environment.
@@ -105,30 +109,17 @@ def pytest_addoption(parser):
 
 def pytest_collection_modifyitems(config, items):
     tier = config.getoption("--tier")
-    if tier == "all":
-        return
-    keep, drop = [], []
-    for item in items:
-        (keep if (item.get_closest_marker("long") is not None) == (tier == "long") else drop).append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        items[:] = keep
+    if tier != "all":
+        keep, drop = [], []
+        for item in items:
+            (keep if (item.get_closest_marker("long") is not None) == (tier == "long") else drop).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
+    # Unit tests first: a run cut at its time limit keeps every unit result. The sort is
+    # stable, so each module's tests (and the servers its fixtures share) stay together.
+    items.sort(key=lambda item: item.nodeid.startswith("tests/integration/"))
 
 
 def pytest_report_header(config):
     return f"test tier: {config.getoption('--tier')} (scripts/test.sh [--long | --all]; tests/README.md)"
-
-
-# Per-test times, appended as each phase ends (so a run cut short still leaves them), when
-# SPECSOT_TEST_TIMES names a file: how a tier's budget is checked and kept (tests/README.md).
-TIMES_ENV = "SPECSOT_TEST_TIMES"
-
-
-def pytest_runtest_logreport(report):
-    path = os.environ.get(TIMES_ENV)
-    if path:
-        import json
-
-        line = {"nodeid": report.nodeid, "when": report.when, "s": round(report.duration, 3), "outcome": report.outcome}
-        with open(path, "a") as out:
-            out.write(json.dumps(line) + "\n")
