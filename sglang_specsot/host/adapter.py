@@ -593,3 +593,25 @@ def splitkv_verify_on() -> bool:
 
 
 __all__ += ["linear_attention_config_name", "splitkv_verify_on"]
+
+
+# -- a draft on a prefix of the target's vocabulary (speculative/vocab.py) -------------------
+
+
+def clamp_draft_input_ids(draft_runner, size: int) -> None:
+    """Make the draft model's embedding read ids at or past `size` as id `size - 1`.
+
+    A draft whose vocabulary is a prefix of the target's is fed the target's committed tokens,
+    which may lie past its rows; SGLang's VocabParallelEmbedding does not mask them at TP 1
+    (vocab_parallel_embedding.py:516), so the gather would read out of bounds. The draft then
+    drafts from a stand-in token, and verify rejects what it gets wrong: output is unchanged."""
+    embedding = draft_runner.model.get_input_embeddings()
+    last = size - 1
+
+    def clamp(module, args):
+        return (args[0].clamp(max=last), *args[1:])
+
+    embedding.register_forward_pre_hook(clamp)
+
+
+__all__ += ["clamp_draft_input_ids"]

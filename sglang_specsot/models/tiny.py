@@ -165,7 +165,7 @@ def _write_checkpoint(out: Path, spec: TinySpec) -> None:
         pad_token=SPECIAL_TOKENS[0], unk_token=None, chat_template=CHAT_TEMPLATE,
         model_input_names=MODEL_INPUT_NAMES, clean_up_tokenization_spaces=False, model_max_length=4096,
     )
-    model = _random_model(spec, [backend.token_to_id(t) for t in SPECIAL_TOKENS])
+    model = _random_model(spec, [backend.token_to_id(t) for t in SPECIAL_TOKENS], backend.get_vocab_size())
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     finish_config_json(out, ROPE_THETA)
@@ -173,7 +173,7 @@ def _write_checkpoint(out: Path, spec: TinySpec) -> None:
     make_readable(out)
 
 
-def _random_model(spec: TinySpec, special_ids: list[int]):
+def _random_model(spec: TinySpec, special_ids: list[int], tokenizer_size: int):
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
@@ -189,5 +189,31 @@ def _random_model(spec: TinySpec, special_ids: list[int]):
     )
     torch.manual_seed(spec.seed)
     model = LlamaForCausalLM(config).to(getattr(torch, spec.dtype))
+    with torch.no_grad():
+        # Rows past the tokenizer's ids are padding, as a real checkpoint's (Qwen2.5 pads its
+        # 151,665 ids to 151,936 or 152,064): zero logits, never the greedy choice.
+        model.lm_head.weight[tokenizer_size:] = 0
     model.generation_config = GenerationConfig(bos_token_id=endoftext, eos_token_id=im_end, pad_token_id=endoftext)
     return model
+
+
+def cut_vocabulary(model_dir: str | Path, out_dir: str | Path, vocab_size: int) -> Path:
+    """A copy of the tiny model at `model_dir` with only its first `vocab_size` embedding and
+    LM-head rows, on the same tokenizer: a draft whose vocabulary is a prefix of the model's
+    (as Qwen2.5-0.5B's 151,936 of the 7B's 152,064), agreeing with it on every id it has."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    src, out = Path(model_dir), Path(out_dir)
+    shutil.copytree(src, out)
+    weights = load_file(out / "model.safetensors")
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        weights[name] = weights[name][:vocab_size].contiguous()
+    save_file(weights, out / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((out / "config.json").read_text())
+    config["vocab_size"] = vocab_size
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    make_readable(out)
+    return out

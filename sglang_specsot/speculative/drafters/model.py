@@ -30,6 +30,7 @@ from sglang_specsot.speculative.drafters.model_extend import (
 )
 from sglang_specsot.speculative.extend_backlog import ExtendBacklog
 from sglang_specsot.speculative.host_sync import Committed
+from sglang_specsot.speculative import vocab
 from sglang_specsot.speculative.inputs import SoTDraftInput
 from sglang_specsot.speculative.draft_kind import draft_kind
 from sglang_specsot.speculative.model_draft import DraftSeams, RunnerUps, SoTDraftModel, SoTEagleHead
@@ -406,22 +407,16 @@ def timed_call(cost: CostModel, timed: bool, rows: int, extend, *args):
 
 
 def check_vocab_compatible(target_worker, draft: DraftSeams) -> None:
-    """The draft must speak the target's token ids: same vocab size and the same mapping."""
+    """The draft must speak the target's token ids: the same vocabulary or a prefix of it, on
+    a tokenizer that maps the ids both have alike (vocab.py). A prefix draft's embedding reads
+    committed ids past its rows as its last row (the drafts then miss, verify decides)."""
     target_size = target_worker.model_runner.model_config.vocab_size
     draft_size = draft.draft_runner.model_config.vocab_size
     path = sgl.get_spec().speculative_draft_model_path
-    fix = "use a draft model with the target's tokenizer, or drop --speculative-draft-model-path to draft from the SoT context alone"
-    if target_size != draft_size:
-        raise ValueError(
-            f"SPECSOT: --speculative-draft-model-path={path!r} has vocab_size={draft_size}, "
-            f"the target has vocab_size={target_size}; {fix}"
-        )
-    target_tok, draft_tok = target_worker.tokenizer, draft.draft_worker.tokenizer
-    if target_tok is not None and draft_tok is not None and target_tok.get_vocab() != draft_tok.get_vocab():
-        raise ValueError(
-            f"SPECSOT: --speculative-draft-model-path={path!r} maps tokens to other ids than the target "
-            f"(same vocab_size {target_size}); {fix}"
-        )
+    vocab.check_draft_vocabulary(path, target_size, draft_size, target_worker.tokenizer, draft.draft_worker.tokenizer)
+    if draft_size < target_size:
+        sgl.clamp_draft_input_ids(draft.draft_runner, draft_size)
+        logger.info("SPECSOT draft vocabulary: the first %d of the target's %d ids", draft_size, target_size)
 
 
 def chain_prefix(seed: DraftTree | None, budget: int) -> DraftTree | None:
