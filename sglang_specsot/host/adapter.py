@@ -115,6 +115,10 @@ PRIVATE_FIELDS: dict[tuple[str, str], dict[str, str]] = {
 INSTANCE_ATTRIBUTES: dict[tuple[str, str], tuple[str, ...]] = {
     ("sglang.srt.managers.tokenizer_manager", "TokenizerManager"): ("incremental_streaming_output",),
     ("sglang.srt.model_executor.model_runner", "ModelRunner"): ("init_new_workspace",),
+    # What SPECSOT's verify graphs are captured with (verify_graph_runner_cls).
+    ("sglang.srt.model_executor.runner.decode_cuda_graph_runner", "DecodeCudaGraphRunner"): (
+        "buffers", "speculative_num_draft_tokens",
+    ),
 }
 
 
@@ -211,6 +215,14 @@ def verify_graphs_wanted() -> bool:
     return not (graph.disable_cuda_graph or graph.disable_decode_cuda_graph or backend == "disabled")
 
 
+def decode_graphs_asked(server_args) -> bool:
+    """Whether the user's flags ask for decode graphs, as an override provider sees them while
+    SGLang resolves the server's arguments (the raw flags that `verify_graphs_wanted` reads
+    resolved once the server runs)."""
+    off = getattr(server_args, "disable_cuda_graph", False) or getattr(server_args, "disable_decode_cuda_graph", False)
+    return not (off or getattr(server_args, "cuda_graph_backend_decode", None) == "disabled")
+
+
 @contextlib.contextmanager
 def decode_graphs_on(width: int, num_steps: int | None = None):
     """SGLang's resolved config as a verify of `width` rows per request sees it, with decode
@@ -242,10 +254,14 @@ def decode_graphs_on(width: int, num_steps: int | None = None):
         get_context().override("specsot.verify_capture_restore", **backup)
 
 
-def capture_verify_graphs(model_runner, width: int):
+def capture_verify_graphs(model_runner, width: int, dummy_input):
     """(attention backend, decode graph runner) of the target's TARGET_VERIFY at `width` rows
     per request, as EAGLEWorkerV2.build_adaptive_runtime_state builds a target state
-    (eagle_worker_v2.py:1795-1825): a fresh backend, whose buffers the runner's graphs read."""
+    (eagle_worker_v2.py:1795-1825): a fresh backend, whose buffers the runner's graphs read.
+
+    The runner is SGLang's decode graph runner class with its capture input replaced
+    (`verify_graph_runner_cls`): `dummy_input(custom_mask, width)` builds the verify input every
+    graph is captured with, from the runner's own static mask buffer."""
     from sglang.srt.model_executor.graph_shared_output import GraphSharedOutput
 
     with decode_graphs_on(width):
@@ -259,10 +275,50 @@ def capture_verify_graphs(model_runner, width: int):
             backend = model_runner._get_attention_backend(init_new_workspace=True)
         finally:
             model_runner.init_new_workspace = init_new_workspace
-        runner_cls = model_runner._decode_cuda_graph_runner_cls()
-        runner = runner_cls(model_runner, attn_backend=backend, speculative_num_steps=max(width - 1, 1),
+        runner_cls = verify_graph_runner_cls(model_runner._decode_cuda_graph_runner_cls())
+        runner = runner_cls(model_runner, dummy_input, attn_backend=backend, speculative_num_steps=max(width - 1, 1),
                             speculative_num_draft_tokens=width)  # fmt: skip
     return backend, runner
+
+
+_verify_runner_classes: dict[type, type] = {}
+
+
+def verify_graph_runner_cls(base: type) -> type:
+    """SGLang's decode graph runner class `base`, capturing with a plugin's verify input.
+
+    SGLang builds a graph's capture input in `capture_prepare` -> `get_spec_info`
+    (decode_cuda_graph_runner.py:1166, :2069), which knows only its own algorithms (EAGLE,
+    STANDALONE, DFlash, NGRAM) and returns None for any other: the graph is then captured
+    without a tree mask (triton_backend.py:1321-1330 bakes USE_CUSTOM_MASK off) and every
+    replay verifies the tree as a causal chain, whatever mask the replay copies in. The
+    subclass returns the plugin's input instead, built on the runner's own mask buffer
+    (`self.buffers.custom_mask`, which the replay's metadata fills) at its captured width."""
+    if base not in _verify_runner_classes:
+
+        class VerifyGraphRunner(base):
+            def __init__(self, model_runner, dummy_input, **kwargs):
+                self.dummy_input = dummy_input  # read by get_spec_info while __init__ captures
+                super().__init__(model_runner, **kwargs)
+
+            def get_spec_info(self, num_tokens: int):
+                spec_info = self.dummy_input(self.buffers.custom_mask, self.speculative_num_draft_tokens)
+                # As SGLang's EAGLE input (decode_cuda_graph_runner.py:2095): MTP-style
+                # models read spec_info.hidden_states in their forward.
+                spec_info.hidden_states = _zero_hidden_states(self.model_runner, num_tokens)
+                return spec_info
+
+        VerifyGraphRunner.__name__ = VerifyGraphRunner.__qualname__ = f"SpecSoTVerify{base.__name__}"
+        _verify_runner_classes[base] = VerifyGraphRunner
+    return _verify_runner_classes[base]
+
+
+def _zero_hidden_states(model_runner, num_tokens: int):
+    """Zero hidden states for `num_tokens` rows in the model's width, dtype and device."""
+    import torch
+
+    hidden = model_runner.model_config.hidden_size
+    return torch.zeros((num_tokens, hidden), dtype=model_runner.dtype, device=model_runner.device)
 
 
 def new_forward_batch(batch, model_runner):

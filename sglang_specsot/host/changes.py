@@ -480,14 +480,16 @@ register_host_change(
         hook_type="around",
         hook=None,  # speculative/verify_input.py: dummy_verify_input_around
         why=(
-            "A TARGET_VERIFY graph is captured with the verify input create_dummy_verify_input "
-            "builds (sglang/srt/speculative/spec_info.py:476-548, called from "
-            "model_executor/runner/base_runner.py:653), which dispatches on SGLang's own "
-            "algorithms only and returns None for a plugin's: the graph is then captured without "
-            "a tree mask (triton_backend.py:1321-1330) and would verify every tree as a causal "
-            "chain. No registry or spec-class method supplies it; the hook returns SPECSOT's "
-            "input (the runner's mask buffer, the tier's width) for SPECSOT's target runner and "
-            "calls SGLang's function for everything else."
+            "SGLang's warm-up forward (BaseRunner._dummy_run, model_executor/runner/base_runner.py:"
+            "653, run by the FlashInfer autotune before the first capture, :408) builds its "
+            "TARGET_VERIFY input with create_dummy_verify_input (sglang/srt/speculative/"
+            "spec_info.py:476-548), which dispatches on SGLang's own algorithms only and returns "
+            "None for a plugin's; the hook returns SPECSOT's input (the runner's mask buffer, its "
+            "width) for SPECSOT's target runner and calls SGLang's function for everything else. "
+            "The verify graphs' capture takes its input elsewhere, from DecodeCudaGraphRunner."
+            "get_spec_info (decode_cuda_graph_runner.py:2069), which never calls this function: "
+            "SPECSOT's runner class answers there (host/adapter.py verify_graph_runner_cls, a "
+            "subclass, no host change); the diff gives both seams to a registered algorithm."
         ),
         patch="dummy-verify-input-plugin.diff",
     )

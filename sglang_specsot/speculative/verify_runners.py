@@ -3,11 +3,11 @@
 The worker *has* one of these; each runs the target's TARGET_VERIFY forward of a batch whose
 trees are already padded to `tiers.padded(width)` and says whether a graph replayed.
 
-- `EagerVerify`: every width is a tier; SGLang's eager forward (a CPU; a GPU with graphs off
-  or a capture that failed, with its reason logged and reported).
+- `EagerVerify`: every width is a tier; SGLang's eager forward (a CPU; a GPU with graphs
+  turned off by flag, the reason reported).
 - `TierGraphVerify`: one SGLang decode graph runner per tier, captured in TARGET_VERIFY mode
-  with SPECSOT's dummy verify input (host change specsot-dummy-verify-input), each with its
-  own attention backend (a runner's `init_cuda_graph_state` sizes its backend's buffers, which
+  with SPECSOT's dummy verify input (SGLang's runner subclassed so that `get_spec_info`
+  returns it, `adapter.verify_graph_runner_cls`), each with its own attention backend (a runner's `init_cuda_graph_state` sizes its backend's buffers, which
   its graphs read by address). A step installs its tier's pair on the target's model runner,
   as SGLang's `EAGLEWorkerV2.apply_runtime_state` does, and SGLang's own dispatch
   (model_runner.py:1990-2010, `can_run_graph`) replays the graph or falls back to eager.
@@ -17,10 +17,13 @@ trees are already padded to `tiers.padded(width)` and says whether a graph repla
 from __future__ import annotations
 
 import logging
+import functools
 from dataclasses import dataclass
 
 from sglang_specsot.host import adapter as sgl
+from sglang_specsot.speculative.backend_choice import GRAPHS_WITH_TRITON
 from sglang_specsot.speculative.policy.tiers import TierCounts, VerifyTiers
+from sglang_specsot.speculative.verify_input import dummy_verify_input
 
 logger = logging.getLogger(__name__)
 
@@ -71,24 +74,34 @@ class TierGraphVerify:
         return target
 
     def info(self) -> dict:
-        return {"graphs": True, "tiers": list(self.tiers.widths), **self.counts.info()}
+        backend = type(self.states[self.tiers.window].attn_backend).__name__
+        why = {"attention_backend_why": GRAPHS_WITH_TRITON} if backend.startswith("Triton") else {}
+        return {"graphs": True, "tiers": list(self.tiers.widths), "attention_backend": backend, **why,
+                **self.counts.info()}  # fmt: skip
 
 
 def capture_tier_graphs(model_runner, tiers: VerifyTiers) -> TierGraphVerify:
-    """Capture every tier's verify graphs, widest first (smaller captures reuse its pool)."""
+    """Capture every tier's verify graphs, widest first (smaller captures reuse its pool),
+    each with SPECSOT's verify input and its tree mask (an EAGLE head's target graphs also
+    output every row's hidden states, which its draft-extend reads)."""
+    dummy = functools.partial(dummy_verify_input, capture_hidden=model_runner.spec_algorithm.is_eagle())
     states = {}
     for width in sorted(tiers.widths, reverse=True):
-        backend, runner = sgl.capture_verify_graphs(model_runner, width)
+        backend, runner = sgl.capture_verify_graphs(model_runner, width, dummy)
         states[width] = TierState(width, backend, runner)
         logger.info("SPECSOT captured verify graphs at width %d for batch sizes %s", width, runner.capture_bs)
     return TierGraphVerify(tiers, states, model_runner)
 
 
-def verify_runner(model_runner, tiers: VerifyTiers):
-    """The verify runner of a GPU server that wants graphs: graphs at `tiers`; a capture that
-    fails is logged, reported, and verify runs eagerly at every width."""
+def verify_runner(model_runner, tiers: VerifyTiers) -> TierGraphVerify:
+    """The verify runner of a GPU server that wants graphs: graphs at `tiers`. A capture that
+    fails stops the start-up: verifying eagerly instead would serve at a fraction of the speed
+    the user asked for with nothing but a log line to say so."""
     try:
         return capture_tier_graphs(model_runner, tiers)
-    except Exception as exc:  # noqa: BLE001 - any capture failure leaves a server that verifies eagerly
-        logger.warning("SPECSOT: capturing verify graphs failed (%s: %s); verifying eagerly", type(exc).__name__, exc)
-        return EagerVerify(tiers.window, f"capture failed: {type(exc).__name__}: {exc}")
+    except Exception as exc:
+        raise RuntimeError(
+            f"SPECSOT: capturing the target's verify graphs at widths {list(tiers.widths)} failed "
+            f"({type(exc).__name__}: {exc}). Fix the cause, or pass --disable-cuda-graph (or "
+            "--disable-decode-cuda-graph) to verify eagerly"
+        ) from exc

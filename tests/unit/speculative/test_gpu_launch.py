@@ -76,10 +76,18 @@ def _captures_decode_graphs(sa: ServerArgs) -> bool:
 
 
 @pytest.mark.parametrize("draft_model", [False, True], ids=["context-draft", "draft-model"])
-@pytest.mark.parametrize(("has_flashinfer", "chosen"), [(False, "triton"), (True, "flashinfer")])
-def test_backend_choice_on_hopper_is_a_tree_backend(resolve, draft_model, has_flashinfer, chosen):
-    sa = resolve(has_flashinfer=has_flashinfer, draft_model=draft_model, speculative_algorithm="SPECSOT")
-    assert _attention(sa) == (chosen, chosen)  # FlashInfer only where it imports
+@pytest.mark.parametrize(
+    ("has_flashinfer", "graphs_off", "chosen"),
+    [(False, False, "triton"), (True, False, "triton"), (True, True, "flashinfer"), (False, True, "triton")],
+)
+def test_backend_choice_on_hopper_is_a_tree_backend(resolve, draft_model, has_flashinfer, graphs_off, chosen, caplog):
+    caplog.set_level("INFO", logger="sglang_specsot.speculative.backend_choice")
+    flags = {"disable_cuda_graph": True} if graphs_off else {}
+    sa = resolve(has_flashinfer=has_flashinfer, draft_model=draft_model, speculative_algorithm="SPECSOT", **flags)
+    # FlashInfer only where it imports and no verify graph is captured: SGLang's Triton
+    # capture is the one shown to carry the tree (tests/unit/speculative/test_own_capture.py).
+    assert _attention(sa) == (chosen, chosen)
+    assert ("captures its verify graphs with Triton" in caplog.text) == (has_flashinfer and not graphs_off)
 
 
 def test_backend_choice_leaves_other_launches_to_sglang(resolve):
@@ -190,13 +198,15 @@ class _RunnerWithoutSharedLogits:
         return "backend"
 
     def _decode_cuda_graph_runner_cls(self):
-        def runner(model_runner, attn_backend, speculative_num_steps, speculative_num_draft_tokens):
-            # SGLang's DecodeCudaGraphRunner takes its logits buffer here (decode_cuda_graph_runner.py:475)
-            buffer = model_runner.graph_shared_output.get_logits_buffer(8, rows=4 * speculative_num_draft_tokens)
-            self.rows_per_request_seen.append(buffer.shape[0] // 4)
-            return "runner"
+        seen = self.rows_per_request_seen
 
-        return runner
+        class Runner:
+            def __init__(self, model_runner, attn_backend, speculative_num_steps, speculative_num_draft_tokens):
+                # SGLang's DecodeCudaGraphRunner takes its logits buffer here (decode_cuda_graph_runner.py:475)
+                buffer = model_runner.graph_shared_output.get_logits_buffer(8, rows=4 * speculative_num_draft_tokens)
+                seen.append(buffer.shape[0] // 4)
+
+        return Runner
 
 
 def test_verify_capture_builds_the_shared_logits_buffer_sglang_skipped(resolve):
@@ -207,5 +217,6 @@ def test_verify_capture_builds_the_shared_logits_buffer_sglang_skipped(resolve):
     runner = _RunnerWithoutSharedLogits(seen)
     with _scheduler_context(sa):
         for width in (1, 4, 6):
-            assert adapter.capture_verify_graphs(runner, width) == ("backend", "runner")
+            backend, graphs = adapter.capture_verify_graphs(runner, width, dummy_input=lambda mask, w: None)
+            assert backend == "backend" and graphs.dummy_input(None, width) is None  # SPECSOT's runner class
     assert seen == [1, 4, 6]

@@ -1,5 +1,6 @@
-"""How a verify runs: tier graphs installed per step, eager fallback with its reason, and the
-dummy verify input SPECSOT's target graphs are captured with (host change
+"""How a verify runs: tier graphs installed per step, a capture failure stopping the start-up,
+and the dummy verify input SPECSOT's target graphs are captured with (the capture's through
+adapter.verify_graph_runner_cls; SGLang's warm-up's through host change
 specsot-dummy-verify-input)."""
 
 from __future__ import annotations
@@ -29,17 +30,22 @@ class FakeTarget:
 
 
 def _fake_capture(calls):
-    def capture(model_runner, width):
+    def capture(model_runner, width, dummy_input):
         calls.append(width)
+        assert dummy_input(torch.zeros(4, dtype=torch.bool), width).draft_token_num == width
         return f"backend-{width}", SimpleNamespace(width=width, capture_bs=[1, 2, 4])
 
     return capture
 
 
+def _model_runner(**fields):
+    return SimpleNamespace(spec_algorithm=SimpleNamespace(is_eagle=lambda: False), **fields)
+
+
 def test_tier_graphs_install_each_steps_tier_and_count_replays(monkeypatch):
     calls = []
     monkeypatch.setattr(verify_runners.sgl, "capture_verify_graphs", _fake_capture(calls), raising=False)
-    runner = SimpleNamespace(attn_backend="init", decode_cuda_graph_runner=None)
+    runner = _model_runner(attn_backend="init", decode_cuda_graph_runner=None)
     verify = verify_runners.verify_runner(runner, VerifyTiers.powers(8))
     assert calls == [8, 4, 2, 1]  # widest first: the smaller captures reuse its memory pool
     target = FakeTarget(runner)
@@ -54,21 +60,20 @@ def test_tier_graphs_install_each_steps_tier_and_count_replays(monkeypatch):
 
 def test_tier_step_sglang_runs_eagerly_is_counted_eager(monkeypatch):
     monkeypatch.setattr(verify_runners.sgl, "capture_verify_graphs", _fake_capture([]), raising=False)
-    runner = SimpleNamespace(attn_backend="init", decode_cuda_graph_runner=None)
+    runner = _model_runner(attn_backend="init", decode_cuda_graph_runner=None)
     verify = verify_runners.verify_runner(runner, VerifyTiers.powers(4))
     verify.forward(FakeTarget(runner, replays=False), batch=None, width=2)
     assert verify.info()["eager_by_width"] == {"2": 1} and verify.info()["replayed_by_width"] == {}
 
 
-def test_tier_capture_that_fails_verifies_eagerly_and_says_why(monkeypatch, caplog):
-    def fail(model_runner, width):
+def test_tier_capture_that_fails_stops_the_start_up_naming_the_flag(monkeypatch):
+    def fail(model_runner, width, dummy_input):
         raise RuntimeError("out of graph memory")
 
     monkeypatch.setattr(verify_runners.sgl, "capture_verify_graphs", fail, raising=False)
-    verify = verify_runners.verify_runner(SimpleNamespace(), VerifyTiers.powers(8))
-    assert isinstance(verify, verify_runners.EagerVerify)
-    assert verify.tiers == VerifyTiers.every(8)  # nothing padded where nothing replays
-    assert "out of graph memory" in verify.info()["why_not"] and "verifying eagerly" in caplog.text
+    with pytest.raises(RuntimeError) as err:
+        verify_runners.verify_runner(_model_runner(), VerifyTiers.powers(8))
+    assert "out of graph memory" in str(err.value) and "--disable-cuda-graph" in str(err.value)
 
 
 def test_tier_dummy_verify_input_is_specsots_at_the_tiers_width():
