@@ -43,14 +43,14 @@ class PendingCommit:
         bs = accept_lens.shape[0]
         # One tensor, so one copy: column 0 the accept length, then the verify row.
         packed = torch.cat([accept_lens.view(bs, 1).to(torch.int64), next_token_ids.view(bs, width).to(torch.int64)], dim=1)
+        # Pinned where the device can copy into it without the host (CUDA); a CPU run copies
+        # the same way, so one path serves both (a few hundred ints).
+        self.host = torch.empty(packed.shape, dtype=torch.int64, pin_memory=packed.is_cuda)
+        self.host.copy_(packed, non_blocking=True)
         self.done = None
         if packed.is_cuda:
-            self.host = torch.empty(packed.shape, dtype=torch.int64, pin_memory=True)
-            self.host.copy_(packed, non_blocking=True)
             self.done = torch.cuda.Event()
             self.done.record()
-        else:
-            self.host = packed  # the host's already (a CPU run): nothing to copy
 
     @classmethod
     def of(cls, result) -> PendingCommit:
