@@ -671,3 +671,18 @@ def clamp_draft_input_ids(draft_runner, size: int) -> None:
 
 
 __all__ += ["clamp_draft_input_ids"]
+
+
+# -- one set of timings for every TP rank (speculative/rank_agreement.py) --------------------
+
+
+def tp_cpu_group() -> tuple[object, int, int]:
+    """(the TP group's CPU (gloo) group, its first rank's global rank, its size), as SGLang's
+    own rank-0 broadcasts use it (GroupCoordinator.broadcast_object, spec_tp_sync.py)."""
+    from sglang.srt.distributed import get_tp_group
+
+    group = get_tp_group()
+    return group.cpu_group, group.ranks[0], group.world_size
+
+
+__all__ += ["tp_cpu_group"]

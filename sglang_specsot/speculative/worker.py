@@ -35,6 +35,7 @@ from sglang_specsot.speculative.memory import PythonTrace, memory_report
 from sglang_specsot.speculative.policy.config import ADAPTIVE, FIXED, adaptive_config
 from sglang_specsot.speculative.policy.values import Verified
 from sglang_specsot.speculative.policy.step_policy import StepPolicy
+from sglang_specsot.speculative.rank_agreement import RankAgreement, TimingLedger
 from sglang_specsot.speculative.requests import RequestBook
 from sglang_specsot.speculative.root_commit import commits_argmax, root_argmax
 from sglang_specsot.speculative.static_shape import StaticShapeVerify, static_shape_requested
@@ -75,8 +76,11 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self.device = sgl.get_device().device
         self.device_type = torch.device(self.device).type  # "cpu", "cuda", ...
         self.num_draft_tokens: int = sgl.get_spec().speculative_num_draft_tokens
+        # Every TP rank plans from rank 0's times: its start-up probe, and each step's
+        # (`self.timings`), or the ranks' collectives could mismatch (rank_agreement.py).
+        self.agreement = RankAgreement.for_tp()
         # Measured on every start-up and published in /server_info: SoT's routing prices by it.
-        target_cost = probe_or_none(self.model_runner.model, "target")
+        target_cost = self.agreement.agree(probe_or_none(self.model_runner.model, "target"))
         self.cost = CostModel(target=target_cost or unmeasured())
         if target_cost is not None:
             published.publish(target_cost)
@@ -88,6 +92,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         # The SoT context: every drafter's trees are filled from it, and it alone may draft.
         self.context = ContextDrafting(self.requests, self.cost, adaptive=self.adaptive is not None)
         self.drafter: Drafter = self._drafter(server_args, gpu_id, nccl_port, target_worker)
+        # One pickle: the draft's curve keeps the target's as its prior.
+        self.cost.target, self.cost.draft = self.agreement.agree((self.cost.target, self.cost.draft))
         # An EAGLE head's extends read the target's hidden states of the prefill and of every
         # verify (EAGLE-3: its aux layers', concatenated); nothing else reads them.
         reads = self.draft_worker is not None and self.draft_worker.reads_target_hidden
@@ -98,6 +104,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         # Every policy that plans steps, by the name its decisions carry: the worker's, and any
         # of the drafter's own; each learns only from the steps it planned.
         self.planners = {self.policy.name: self.policy, **self.drafter.policies()}
+        self.timings = TimingLedger(self.agreement, self.cost, self.planners)
         self.mask_layout = tree_mask_layout(self.device)
         logger.info("SPECSOT verify tree mask layout: %s", self.mask_layout.name)
         self.verifier = self._eager_or_twin()  # on CUDA, graphs replace it once captured (init_cuda_graphs)
@@ -210,6 +217,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     # -- one step --------------------------------------------------------------------------
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
+        self.timings.agree()  # every rank: the times rank 0 measured, before anything is planned
         self._begin_step(on_publish)
         if not batch.forward_mode.is_decode():
             self.settle()
@@ -237,7 +245,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             self.accept(step)
         for outcome in self.telemetry.finish(step.clock, step.proposal, step.result, step.verified, step.extended,
                                              self.drafter, step.committed.lens):  # fmt: skip
-            self.planners[outcome.decision.planner].observe(outcome)
+            self.timings.observe(outcome.decision.planner, outcome)
 
     def _begin_step(self, on_publish) -> None:
         # Only the overlap event loop passes on_publish (scheduler.py:4690); the sync loop

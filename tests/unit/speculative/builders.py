@@ -23,6 +23,7 @@ from sglang_specsot.speculative.policy.config import AdaptiveConfig
 from sglang_specsot.speculative.policy.planning import StepPlan
 from sglang_specsot.speculative.policy.step_policy import StepPolicy
 from sglang_specsot.speculative.policy.values import StepDecision
+from sglang_specsot.speculative.rank_agreement import SOLO, TimingLedger
 from sglang_specsot.speculative.requests import RequestBook
 from sglang_specsot.speculative.telemetry import Telemetry
 from sglang_specsot.speculative.verify_runners import EagerVerify
@@ -72,6 +73,8 @@ def _worker(config, model: CostModel, requests: RequestBook, drafter, step_log) 
     worker.telemetry.step_log, worker.telemetry.device_times = step_log, None
     worker.policy = StepPolicy(config, WINDOW, drafter.costs, log_candidates=step_log is not None)
     worker.planners = {worker.policy.name: worker.policy, **drafter.policies()}
+    worker.agreement = SOLO  # one rank: times apply as measured
+    worker.timings = TimingLedger(SOLO, model, worker.planners)
     worker.device_support, worker._trace, worker._loop_logged = device.NO_DEVICE_SUPPORT, None, True
     worker.verifier = EagerVerify(WINDOW, "a unit test's worker")
     worker.trimmer = MallocTrim(0.0)  # steps of a unit test never trim the test process's heap
