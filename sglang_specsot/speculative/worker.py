@@ -288,6 +288,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     def draft(self, batch) -> tuple[SoTVerifyInput, Proposal]:
         """One tree per request within the policy's budgets, all padded to one width."""
         decision = self.policy.decide(self.requests.view(batch.reqs), self.drafter.pricing(batch))
+        self.room_for_draft_mask()
         proposal = self.drafter.draft(batch, decision, self.policy, self.settle)
         # The widest tree sets the window, padded to a tier where graphs replay: where no
         # request has a draft, verify is a plain decode.
@@ -299,6 +300,18 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             batch, trees, tags, self.device, self.mask_layout, context_len, self.target_capture
         )
         return verify_input, proposal
+
+    def room_for_draft_mask(self) -> None:
+        """The window tier's attention backend on the target, for a draft model's draft: SGLang's
+        draft writes its own tree mask into the installed backend's buffer, checking only the
+        batch size (eagle_worker_common.py:405-413, VerifyMask.fits). A narrower tier's buffer
+        (one row per request after a width-1 step) would be written past its end at long
+        context; the window's holds any draft tree (at most the window's nodes), and each
+        verify installs its own tier again."""
+        states = getattr(self.verifier, "states", None)  # TierGraphVerify's captured tiers
+        if self.draft_worker is None or not states:
+            return
+        self.model_runner.attn_backend = states[max(states)].attn_backend
 
     # -- verify ----------------------------------------------------------------------------
 
