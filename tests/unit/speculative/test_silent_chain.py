@@ -111,6 +111,18 @@ def test_silent_chain_hybrid_linear_attention_is_refused_naming_flag_and_fix(lau
     )
 
 
+def test_silent_chain_hybrid_linear_attention_is_refused_on_a_cpu_too(tmp_path):
+    register_specsot()
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_NEXT))
+    saved = dict(os.environ)
+    try:
+        with pytest.raises(ValueError, match="Qwen3NextForCausalLM .*Drop --speculative-algorithm SPECSOT"):
+            ServerArgs(model_path=str(tmp_path), device="cpu", speculative_algorithm="SPECSOT").resolve_once()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def test_silent_chain_hybrid_model_facts_come_from_sglangs_rule():
     from sglang.srt.configs.model_config import ModelConfig
 
