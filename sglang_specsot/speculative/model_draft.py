@@ -250,11 +250,37 @@ class DraftSeams:
         return first.topk_p, first.topk_index
 
     def extend_after_verify(self, batch, result) -> None:
-        """Draft-extend over this step's verify window; fills `result.next_draft_input`."""
+        """Draft-extend over this step's verify window; fills `result.next_draft_input`. Where
+        its graph is captured at the full window only (`fixed_window`), a narrower step's
+        extend runs at the window too, so the graph replays instead of an eager forward."""
         width = result.speculative_num_draft_tokens
         assert 1 <= width <= self.verify_width, f"verify window {width} outside [1, {self.verify_width}]"
+        if self.fixed_window and width < self.verify_width:
+            self._extend_at_window(batch, result)
+            return
         with self._width(width), sgl.draft_model_context(self.parallel_layout):
             self._draft_extend(batch, result)
+
+    def _extend_at_window(self, batch, result) -> None:
+        """The draft-extend of a step verified narrower than the window, run over the window as
+        SGLang's always is: the rows past the step's own are its last token again, past every
+        accept length, so they write draft KV only into the slots the step reserved beyond
+        what it committed (SGLang's extend writes its rejected rows' there too) and never
+        reach the next draft's input (`select_index` reads the last accepted row)."""
+        window, bs = self.verify_width, len(batch.reqs)
+        wide = widened_result(result, bs, window)
+        saved = batch.out_cache_loc  # the verify's slots, `width` per request
+        batch.out_cache_loc = sgl.assign_extend_cache_locs_func(
+            req_pool_indices=batch.req_pool_indices, req_to_token=batch.req_to_token_pool.req_to_token,
+            start_offset=batch.seq_lens, end_offset=batch.seq_lens + window,
+            batch_size=bs, draft_token_num=window, device=batch.seq_lens.device,
+        )  # fmt: skip
+        try:
+            with self._width(window), sgl.draft_model_context(self.parallel_layout):
+                self._draft_extend(batch, wide)
+        finally:
+            batch.out_cache_loc = saved
+        result.next_draft_input = wide.next_draft_input
 
 
 class SoTDraftModel(DraftSeams, sgl.DraftModelWorker):
@@ -334,6 +360,28 @@ class RunnerUps:
 
     def forget(self, rid: str) -> None:
         self.first.pop(rid, None)
+
+
+def widened_result(result, bs: int, window: int):
+    """A copy of a verify's result as if it had verified `window` rows per request: each
+    request's row padded with its last token, and (for a head) its target hidden states with
+    their last row; accept lengths as they were. The original is untouched."""
+    width = result.speculative_num_draft_tokens
+    pad = window - width
+
+    def widen(rows: torch.Tensor) -> torch.Tensor:  # shape: (bs * width, ...) -> (bs * window, ...)
+        by_request = rows.view(bs, width, *rows.shape[1:])
+        tail = by_request[:, -1:].expand(bs, pad, *rows.shape[1:])
+        return torch.cat([by_request, tail], dim=1).reshape(bs * window, *rows.shape[1:])
+
+    wide = copy.copy(result)
+    wide.next_token_ids = widen(result.next_token_ids)
+    wide.speculative_num_draft_tokens = window
+    hidden = getattr(result.logits_output, "hidden_states", None)
+    if hidden is not None:
+        wide.logits_output = copy.copy(result.logits_output)
+        wide.logits_output.hidden_states = widen(hidden)
+    return wide
 
 
 def read_trees(verify_input, bs: int) -> list[DraftTree]:
