@@ -91,7 +91,7 @@ def full_layout_indptr(prefix_lens: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def full_layout_mask(
-    qlen_mask: torch.Tensor, prefix_lens: torch.Tensor, n: int, prefix_lens_sum: int
+    qlen_mask: torch.Tensor, prefix_lens: torch.Tensor, n: int, prefix_lens_sum: int, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """The FULL-layout mask of a QLEN_ONLY one: each draft row sees its request's whole prefix
     and, inside the window, the nodes its QLEN_ONLY row marks.
@@ -103,7 +103,10 @@ def full_layout_mask(
         SGLang sizes its own FULL mask by when the sum is not on the host
         (srt/speculative/eagle_worker_common.py:417-425). Cells past the layout's end are True
         and no reader reaches them: both index from the per-request offsets.
-    Returns (n * prefix_lens_sum + bs * n * n,) bool on `qlen_mask`'s device.
+    out: a flat buffer at least that long to write it into (an attention backend's own, as
+        SGLang's EAGLE writes its tree into `verify_mask.buffer`); None: a new tensor.
+    Returns (n * prefix_lens_sum + bs * n * n,) bool on `qlen_mask`'s device (`out`'s dtype
+    and a view of it where given).
 
     Built with no host sync, so it can run ahead of the device: the sizes come from the
     arguments, and the window cells are written by one scatter.
@@ -113,20 +116,27 @@ def full_layout_mask(
         f"a QLEN_ONLY mask of {bs} requests with {n} draft tokens has {bs * n * n} bool cells, "
         f"got {qlen_mask.numel()} of {qlen_mask.dtype}"
     )
-    full = torch.ones(n * prefix_lens_sum + bs * n * n, dtype=torch.bool, device=qlen_mask.device)
-    full[_window_cells(prefix_lens, n).reshape(-1)] = qlen_mask.reshape(-1)
+    size = n * prefix_lens_sum + bs * n * n
+    if out is None:
+        full = torch.ones(size, dtype=torch.bool, device=qlen_mask.device)
+    else:
+        assert out.dim() == 1 and out.numel() >= size, f"a mask buffer of {out.numel()} cells for a mask of {size}"
+        full = out[:size]
+        full.fill_(True)
+    full[_window_cells(prefix_lens, n).reshape(-1)] = qlen_mask.reshape(-1).to(full.dtype)
     return full
 
 
 def verify_custom_mask(
-    qlen_mask: torch.Tensor, prefix_lens: torch.Tensor, n: int, prefix_lens_sum: int, layout: TreeMaskLayout
-) -> torch.Tensor:
+    qlen_mask: torch.Tensor, prefix_lens: torch.Tensor, n: int, prefix_lens_sum: int, layout: TreeMaskLayout,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:  # fmt: skip
     """The verify input's `custom_mask` in `layout`, from a QLEN_ONLY mask (arguments as in
     `full_layout_mask`). The QLEN_ONLY mask itself stays what
     `reconstruct_indices_from_tree_mask` reads, whatever the attention's layout."""
     if layout == TreeMaskLayout.QLEN_ONLY:
         return qlen_mask
-    return full_layout_mask(qlen_mask, prefix_lens, n, prefix_lens_sum)
+    return full_layout_mask(qlen_mask, prefix_lens, n, prefix_lens_sum, out)
 
 
 def _window_cells(prefix_lens: torch.Tensor, n: int) -> torch.Tensor:

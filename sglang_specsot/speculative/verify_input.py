@@ -15,12 +15,14 @@ from sglang_specsot.speculative.tree_masks import TreeMaskLayout, ancestor_mask,
 
 def build_verify_input(
     batch, trees: list[DraftTree], tags: tuple, device, layout: TreeMaskLayout, max_context_len: int,
-    capture_hidden_mode=None,
+    capture_hidden_mode=None, mask_buffer: torch.Tensor | None = None,
 ) -> SoTVerifyInput:  # fmt: skip
     """The verify input of equal-size host trees (padded to the step's width); the links are
     rebuilt from the QLEN mask, which SGLang's reconstruction reads whatever the backend's
     layout, and the mask handed to attention is expanded to `layout`. `capture_hidden_mode`:
-    FULL where an EAGLE head's extend reads the target's hidden states of every node."""
+    FULL where an EAGLE head's extend reads the target's hidden states of every node.
+    `mask_buffer`: the buffer the step's attention backend reads the FULL mask from (its
+    graphs by address), written in place instead of a new mask copied there at replay."""
     n, bs = trees[0].size, len(trees)
     assert all(t.size == n for t in trees), "a step's trees are padded to one width"
     # Tokens and parents in one host tensor, one copy that does not block; the mask is then
@@ -32,7 +34,8 @@ def build_verify_input(
     positions, links = _roots_alone(batch.seq_lens, bs) if n == 1 else _reconstructed(mask, batch.seq_lens, bs, n)
     custom_mask = mask
     if layout != TreeMaskLayout.QLEN_ONLY:
-        custom_mask = verify_custom_mask(mask, batch.seq_lens, n, _prefix_lens_sum(batch, max_context_len), layout)
+        prefix_sum = _prefix_lens_sum(batch, max_context_len)
+        custom_mask = verify_custom_mask(mask, batch.seq_lens, n, prefix_sum, layout, mask_buffer)
     return SoTVerifyInput(
         draft_token=tokens, custom_mask=custom_mask, positions=positions,
         retrieve_index=links[0], retrieve_next_token=links[1], retrieve_next_sibling=links[2],

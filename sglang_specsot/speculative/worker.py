@@ -40,7 +40,7 @@ from sglang_specsot.speculative.requests import RequestBook
 from sglang_specsot.speculative.root_commit import commits_argmax, root_argmax
 from sglang_specsot.speculative.static_shape import StaticShapeVerify, static_shape_requested
 from sglang_specsot.speculative.telemetry import StepClock, Telemetry
-from sglang_specsot.speculative.tree_masks import tree_mask_layout
+from sglang_specsot.speculative.tree_masks import TreeMaskLayout, tree_mask_layout
 from sglang_specsot.speculative.policy.tiers import VerifyTiers
 from sglang_specsot.speculative.verify_input import along_accepted_paths, build_verify_input, host_links
 from sglang_specsot.speculative.verify_runners import EagerVerify, verify_runner
@@ -297,9 +297,23 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         context_len = self.model_runner.model_config.context_len
         tags = self.requests.tag_tuple(batch.reqs)
         verify_input = build_verify_input(
-            batch, trees, tags, self.device, self.mask_layout, context_len, self.target_capture
-        )
+            batch, trees, tags, self.device, self.mask_layout, context_len, self.target_capture,
+            self.mask_buffer(n, len(trees)),
+        )  # fmt: skip
         return verify_input, proposal
+
+    def mask_buffer(self, width: int, bs: int):
+        """The mask buffer of the tier that verifies `width` rows, where its backend reads our
+        FULL layout and the batch fits: the tree is written there, as SGLang's EAGLE writes its
+        own (eagle_worker_common.py:405-413), so no new mask is made and copied each step."""
+        states = getattr(self.verifier, "states", None)  # TierGraphVerify's captured tiers
+        state = states.get(width) if states else None
+        verify_mask = getattr(state.attn_backend, "verify_mask", None) if state is not None else None
+        if verify_mask is None or not verify_mask.is_read or not verify_mask.fits(bs):
+            return None
+        if self.mask_layout != TreeMaskLayout.FULL or int(verify_mask.mode) != int(TreeMaskLayout.FULL):
+            return None
+        return verify_mask.buffer
 
     def room_for_draft_mask(self) -> None:
         """The window tier's attention backend on the target, for a draft model's draft: SGLang's

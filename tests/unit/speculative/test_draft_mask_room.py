@@ -94,3 +94,28 @@ def test_the_width_1_tiers_buffer_is_too_small_for_the_drafts_tree(sglang_tree_k
     verifier.forward(target, None, 1)
     with pytest.raises((IndexError, RuntimeError, AssertionError)):
         _draft_writes_its_tree(sglang_tree_kernel, model_runner)
+
+
+def test_the_verify_tree_is_written_into_its_tiers_mask_buffer():
+    # Deliver 5: the step's FULL-layout mask goes into the buffer the tier's graphs read (as
+    # SGLang's EAGLE writes its tree), the same cells a new mask would hold.
+    import random
+
+    from sglang_specsot.speculative.tree_masks import TreeMaskLayout
+    from sglang_specsot.speculative.verify_input import build_verify_input
+    from tests.unit.speculative.builders import random_tree
+
+    model_runner = SimpleNamespace(attn_backend=None, decode_cuda_graph_runner=None)
+    worker = SpecSoTWorker.__new__(SpecSoTWorker)
+    worker.verifier, worker.mask_layout = _tiers(model_runner), TreeMaskLayout.FULL
+    buffer = worker.mask_buffer(4, BS)
+    assert buffer is worker.verifier.states[4].attn_backend.verify_mask.buffer
+    assert worker.mask_buffer(4, BS + 1) is None  # past the captured batch size: a mask of its own
+    rng = random.Random(0)
+    trees = [random_tree(rng, 4) for _ in range(BS)]
+    seq_lens = torch.tensor([30, 7])
+    batch = SimpleNamespace(seq_lens=seq_lens, seq_lens_sum=37)
+    made = build_verify_input(batch, trees, (), "cpu", TreeMaskLayout.FULL, CONTEXT)
+    written = build_verify_input(batch, trees, (), "cpu", TreeMaskLayout.FULL, CONTEXT, mask_buffer=buffer)
+    assert written.custom_mask.data_ptr() == buffer.data_ptr()
+    assert torch.equal(written.custom_mask.bool(), made.custom_mask)
