@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from sglang_specsot.launch import ServerProcess
+from sglang_specsot.serving.router_choice import ROUTER_ENV
 from sglang_specsot.speculative.policy import config as policy_config
-from tests.integration.parity import plain_reference
+from tests.integration.parity import PARITY_QUESTIONS, plain_reference, plain_reference_on
 
 # SGLang's context-only SPECSOT: no draft model, a 6-token verify window.
 SPECSOT = ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens", "6"]
@@ -28,6 +29,14 @@ STRICT_MEM_CHECK_ENV = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}
 # parity tests that must see verify run on every step.
 FIXED_WINDOW_ENV = {policy_config.FIXED_WINDOW_ENV: "1"}
 LEAK_NEEDLES = ("memory leak detected", "double free", "use-after-free")
+# Servers that never route an "auto" SoT request with the question classifier: without this, each
+# one loads the classifier's sentence embedder in a background thread at start-up
+# (serving/router_choice.warm_up), on the two cores its start-up timing probes measure. The
+# classifier's server path runs on the session's plain server (test_sot_server.py, mode "auto").
+RULES_ROUTER_ENV = {ROUTER_ENV: "rules"}
+# Every server samples from the same seed each run: SGLang's --random-seed seeds its sampling, so a
+# sampling test (the chi-squared of test_specsot_eagle3.py) draws the same tokens every run.
+SERVER_SEED = 0
 
 
 def scheduler_loop_line(overlap: bool) -> str:
@@ -43,12 +52,23 @@ def cpu_args(max_total_tokens: int = 4096, mem_fraction_static: float | None = 0
 
     --sleep-on-idle makes the idle scheduler poll once a second (idle_sleeper.py: poll(1000))
     instead of spinning, so on_idle, and its memory check, runs about once a second.
+    --random-seed fixes what sampled requests draw, run after run.
     """
     args = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--dtype", "float32",
-            "--max-total-tokens", str(max_total_tokens), "--sleep-on-idle"]  # fmt: skip
+            "--max-total-tokens", str(max_total_tokens), "--sleep-on-idle", "--random-seed", str(SERVER_SEED)]  # fmt: skip
     if mem_fraction_static is not None:
         args += ["--mem-fraction-static", str(mem_fraction_static)]
     return args
+
+
+# What the plugin tells a CPU user to add, and says it chose when a speculative launch names no backend.
+FIX = "--attention-backend specsot_cpu"
+
+
+def without_backend(args: list[str]) -> list[str]:
+    """`args` without their --attention-backend: a launch as a CPU user writes it."""
+    i = args.index("--attention-backend")
+    return args[:i] + args[i + 2 :]
 
 
 # Plain greedy answers to the parity prompts, this many new tokens each, decoded once per
@@ -56,12 +76,11 @@ def cpu_args(max_total_tokens: int = 4096, mem_fraction_static: float | None = 0
 # batch shapes, a shorter run's tokens are a prefix of these, so a test with a smaller cap
 # compares with `ids[:cap]`, and one that needs fewer prompts takes the first whole batches,
 # instead of decoding them again (minutes a run on a CPU).
-SMOLLM2_PARITY_TOKENS = 32
+# 28 questions and the 8 branch prompts are 36 prompts, every batch size 1..8 once (8 batches
+# where 50 prompts took 13); 24 tokens each (from 50 x 32: 54% of the decode steps' tokens).
+SMOLLM2_PARITY_TOKENS = 24
 QWEN05_PARITY_TOKENS = 24
-# The draft-model runs of Qwen 0.5B in float32 cost decode steps, which grow with the number
-# of batches: 28 questions and the 8 branch prompts are 36 prompts, every batch size 1..8
-# once (8 batches where the 50 prompts take 13).
-QWEN05_PARITY_QUESTIONS = 28
+QWEN05_PARITY_QUESTIONS = PARITY_QUESTIONS
 DRAFT_LAYERS = 12  # of 24: agrees with the target often, not always
 
 
@@ -85,9 +104,11 @@ def qwen05_parity(qwen05_path) -> tuple[list[str], list[list[int]]]:
 
 
 @pytest.fixture(scope="session")
-def smollm2_parity(smollm2_path) -> tuple[list[str], list[list[int]]]:
-    """The 50 parity prompts in SmolLM2's chat format, and plain decoding's greedy ids for them."""
-    return plain_reference(smollm2_path, cpu_args(max_total_tokens=8192), SMOLLM2_PARITY_TOKENS)
+def smollm2_parity(smollm2_path, smollm2_server) -> tuple[list[str], list[list[int]]]:
+    """The 36 parity prompts in SmolLM2's chat format, and plain decoding's greedy ids for them,
+    decoded on the session's plain server (its cache flushed first) rather than a server of their
+    own: one SmolLM2 start less."""
+    return plain_reference_on(smollm2_server, smollm2_path, SMOLLM2_PARITY_TOKENS)
 
 
 # The plugin's trace (sglang_specsot_bootstrap.pth): each process that loads it appends a line.
@@ -139,7 +160,8 @@ def leak_checked_server(
 ) -> Iterator[ServerProcess]:
     """A server under SGLang's strict idle memory check; once the caller is done with it, this
     proves the check ran after the last request and found nothing, or fails."""
-    with ServerProcess(model_path, args, env={**STRICT_MEM_CHECK_ENV, **(env or {})}, log_path=log_path) as server:
+    env = {**STRICT_MEM_CHECK_ENV, **RULES_ROUTER_ENV, **(env or {})}
+    with ServerProcess(model_path, args, env=env, log_path=log_path) as server:
         yield server
         assert_idle_memory_check_passed(server)
 

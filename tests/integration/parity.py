@@ -1,6 +1,8 @@
-"""The greedy-parity workload shared by the SPECSOT server tests: 50 prompts, batch sizes 1..8."""
+"""The greedy-parity workload shared by the SPECSOT server tests: 36 prompts, batch sizes 1..8."""
 
 from __future__ import annotations
+
+import functools
 
 from sglang_specsot.data import load_questions
 from sglang_specsot.sot import expansion_prompt
@@ -18,7 +20,19 @@ def chunks(items: list, sizes: list[int] = BATCH_SIZES) -> list[list]:
     return out
 
 
-def parity_prompts(tokenizer, questions: int = 42) -> list[str]:
+# 28 Vicuna questions and the 8 branch prompts: 36 prompts, every batch size 1..8 once (8 batches).
+PARITY_QUESTIONS = 28
+
+
+@functools.lru_cache(maxsize=None)
+def load_tokenizer(model_path: str):
+    """`model_path`'s tokenizer, loaded once per process (every module of a model shares it)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_path)
+
+
+def parity_prompts(tokenizer, questions: int = PARITY_QUESTIONS) -> list[str]:
     """The first `questions` Vicuna questions and 8 SoT branch prompts (the shape SoT sends), in
     `tokenizer`'s chat format. 28 questions make 36 prompts: every batch size once."""
     chat = lambda m: tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)  # noqa: E731
@@ -47,13 +61,22 @@ def run_batches(server, prompts: list[str], max_new: int) -> list[dict]:
 
 
 def plain_reference(
-    model_path: str, args: list[str], max_new: int, questions: int = 42
+    model_path: str, args: list[str], max_new: int, questions: int = PARITY_QUESTIONS
 ) -> tuple[list[str], list[list[int]]]:
     """The parity prompts in `model_path`'s chat format, and a plain server's greedy ids for them."""
-    from transformers import AutoTokenizer
-
     from sglang_specsot.launch import ServerProcess
 
-    prompts = parity_prompts(AutoTokenizer.from_pretrained(model_path), questions)
     with ServerProcess(model_path, args) as server:
-        return prompts, [r["output_ids"] for r in run_batches(server, prompts, max_new)]
+        return plain_reference_on(server, model_path, max_new, questions)
+
+
+def plain_reference_on(
+    server, model_path: str, max_new: int, questions: int = PARITY_QUESTIONS
+) -> tuple[list[str], list[list[int]]]:
+    """The same on a plain server already running, its KV cache flushed first, so its prefills
+    share with nothing earlier requests left (as a fresh server's, and the SPECSOT servers')."""
+    from sglang_specsot.bench.cells import flush_cache
+
+    prompts = parity_prompts(load_tokenizer(model_path), questions)
+    flush_cache(server.base_url, timeout=60)
+    return prompts, [r["output_ids"] for r in run_batches(server, prompts, max_new)]

@@ -11,6 +11,7 @@ import pytest
 from sglang_specsot.bench.cells import flush_cache
 from sglang_specsot.launch import ServerProcess
 from tests.integration.conftest import cpu_args
+from tests.integration.parity import load_tokenizer
 
 pytestmark = pytest.mark.integration
 
@@ -33,9 +34,7 @@ PROMPTS = [
 
 
 def _chat_prompt(tokenizer_dir: str, question: str) -> str:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tok = load_tokenizer(tokenizer_dir)  # one load per process, not one per prompt
     return tok.apply_chat_template(
         [{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True
     )

@@ -9,7 +9,6 @@ only ever samples at verify); the frontend program picks the constraint up on it
 from __future__ import annotations
 
 import pytest
-from transformers import AutoTokenizer
 
 from sglang_specsot.bench.cells import flush_cache
 from sglang_specsot.launch import ServerProcess
@@ -17,6 +16,7 @@ from sglang_specsot.serving.skeleton_constraint import skeleton_processor_for
 from sglang_specsot.sot import SoTConfig, parse_skeleton, skeleton_prompt
 from sglang_specsot.sot.runner import SoTOptions
 from tests.integration.conftest import cpu_args, scheduler_loop_line
+from tests.integration.parity import load_tokenizer
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ MAX_NEW = 48
 
 @pytest.fixture(scope="module")
 def prompts(smollm2_path) -> list[str]:
-    tokenizer = AutoTokenizer.from_pretrained(smollm2_path)
+    tokenizer = load_tokenizer(smollm2_path)
     render = lambda m: tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)  # noqa: E731
     return [skeleton_prompt(q).render(render) for q in QUESTIONS]  # each ends with the "1." pre-fill
 

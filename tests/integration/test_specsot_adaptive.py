@@ -2,7 +2,7 @@
 
 Proves, for SoT-context drafting (SmolLM2-135M) and with a draft model (Qwen2.5-Coder-0.5B
 and a 12-layer cut of it), float32: greedy output token-identical to plain decoding on the
-parity prompts (50 for SmolLM2, 36 for Qwen) at batch sizes 1..8 with adaptive budgets
+parity prompts (36: 28 questions and 8 branch prompts) at batch sizes 1..8 with adaptive budgets
 (SPECSOT's own policy, and a config in SGLang's format that alternates plain and drafted
 steps), overlap on and off;
 /server_info shows the measured cost model, refreshed by real steps, and the last plan; each
@@ -19,8 +19,6 @@ import json
 import os
 
 import pytest
-from transformers import AutoTokenizer
-
 from sglang_specsot.launch import ServerProcess
 from sglang_specsot.speculative.static_shape import STATIC_SHAPE_ENV
 from sglang_specsot.speculative.tree_masks import LAYOUT_ENV
@@ -33,7 +31,7 @@ from tests.integration.conftest import (
     leak_checked_server,
     scheduler_loop_line,
 )
-from tests.integration.parity import generate, mismatches, parity_prompts, run_batches
+from tests.integration.parity import generate, load_tokenizer, mismatches, parity_prompts, run_batches
 
 pytestmark = pytest.mark.integration
 
@@ -172,7 +170,7 @@ def test_deferred_draft_extend_keeps_the_drafts_as_good(smollm2_path, tmp_path):
     # estimate reaches keeps the policy to plain steps (deferring the extend) except when it
     # explores, right after a catch-up. A catch-up that left the KV wrong would stay lossless
     # (verify rejects) but sink acceptance: compare with extending on every step.
-    prompts = parity_prompts(AutoTokenizer.from_pretrained(smollm2_path))[:24]
+    prompts = parity_prompts(load_tokenizer(smollm2_path))[:24]
     args = MODEL_ARGS + ["--speculative-draft-model-path", smollm2_path]
     rates, backlogs = {}, {}
     for defer in (True, False):

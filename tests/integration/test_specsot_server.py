@@ -1,9 +1,11 @@
 """A real SPECSOT server on this CPU (SmolLM2-135M, float32, SoT-context drafting only), drafting
 its whole window every step (SGLANG_SPECSOT_FIXED_WINDOW=1), so that verify runs on every step.
 
-Proves: greedy output token-identical to plain decoding on 50 prompts at batch sizes 1..8,
-with the overlap scheduler on and off, verifying with the GPU's FULL tree-mask layout (default
-tier) and the CPU's QLEN_ONLY one (long tier); the overlap event loop really drives the worker;
+Proves: greedy output token-identical to plain decoding on 36 prompts at batch sizes 1..8.
+Default tier, two servers: what a CPU user runs (overlap on, launched without
+`--attention-backend`, so the plugin chooses specsot_cpu and says so; the CPU's QLEN_ONLY layout,
+eager), and the CUDA path's CPU twin (overlap off, the GPU's FULL layout through the static-shape
+twin). Long tier: the other two pairs. The overlap event loop really drives the worker;
 sibling branches of one SoT group draft from each other; malformed SoT metadata is served;
 after each server's requests, SGLang's strict idle memory check ran and found no leak.
 """
@@ -11,9 +13,8 @@ after each server's requests, SGLang's strict idle memory check ran and found no
 from __future__ import annotations
 
 import pytest
-from transformers import AutoTokenizer
-
 from tests.integration.conftest import (
+    FIX,
     FIXED_WINDOW_ENV,
     SMOLLM2_PARITY_TOKENS,
     SPECSOT,
@@ -21,21 +22,21 @@ from tests.integration.conftest import (
     cpu_args,
     leak_checked_server,
     scheduler_loop_line,
+    without_backend,
 )
 from sglang_specsot.speculative.static_shape import STATIC_SHAPE_ENV
 from sglang_specsot.speculative.tree_masks import LAYOUT_ENV
-from tests.integration.parity import generate, mismatches, run_batches
+from tests.integration.parity import generate, load_tokenizer, mismatches, run_batches
 
 pytestmark = pytest.mark.integration
 
 COMMON = cpu_args(max_total_tokens=8192)  # room for a batch of 8 parity prompts
-MAX_NEW = 32
-assert MAX_NEW == SMOLLM2_PARITY_TOKENS  # compared with the session's plain run
+MAX_NEW = SMOLLM2_PARITY_TOKENS  # compared with the session's plain run
 
 
 @pytest.fixture(scope="module")
 def tokenizer(smollm2_path):
-    return AutoTokenizer.from_pretrained(smollm2_path)
+    return load_tokenizer(smollm2_path)
 
 
 def _chat(tokenizer, messages) -> str:
@@ -60,28 +61,33 @@ def plain_ids(smollm2_parity) -> list[list[int]]:
     return smollm2_parity[1]  # plain decoding with COMMON, the same batches
 
 
-# The default tier's servers are the CPU twin of the CUDA path: they verify with the GPU's FULL
-# tree-mask layout (the CPU backend reads it by the Triton kernel's offsets and checks its prefix
-# columns), every step padded to a verify tier and run through static buffers as a graph replay
-# feeds them (speculative/static_shape.py). The CPU's own path, QLEN_ONLY and eager at every
-# width, runs the same tests in the long tier.
+# The default tier's two servers. The CPU user's: the overlap loop (SGLang's default), no
+# `--attention-backend` (the plugin chooses specsot_cpu) and no layout or static-shape setting
+# (the CPU's QLEN_ONLY layout, eager at every width: the defaults, checked in the log). The CUDA
+# path's CPU twin, overlap off: it verifies with the GPU's FULL tree-mask layout (the CPU backend
+# reads it by the Triton kernel's offsets and checks its prefix columns), every step padded to a
+# verify tier and run through static buffers as a graph replay feeds them
+# (speculative/static_shape.py). The other two pairs, each loop with each layout, are long.
 SERVERS = [
-    pytest.param(("overlap", "full"), id="overlap-full_layout-static_shape"),
-    pytest.param(("no-overlap", "full"), id="no-overlap-full_layout-static_shape"),
-    pytest.param(("overlap", "qlen_only"), id="overlap-qlen_layout", marks=pytest.mark.long),
-    pytest.param(("no-overlap", "qlen_only"), id="no-overlap-qlen_layout", marks=pytest.mark.long),
+    pytest.param(("overlap", "qlen_only", "no-backend-flag"), id="overlap-qlen_layout-no_backend_flag"),
+    pytest.param(("no-overlap", "full", "specsot_cpu"), id="no-overlap-full_layout-static_shape"),
+    pytest.param(("overlap", "full", "specsot_cpu"), id="overlap-full_layout-static_shape", marks=pytest.mark.long),
+    pytest.param(("no-overlap", "qlen_only", "specsot_cpu"), id="no-overlap-qlen_layout", marks=pytest.mark.long),
 ]
 
 
 @pytest.fixture(scope="module", params=SERVERS)
 def specsot_server(request, smollm2_path, tmp_path_factory):
-    mode, layout = request.param
+    mode, layout, backend = request.param
     extra = [] if mode == "overlap" else ["--disable-overlap-schedule"]
     log = tmp_path_factory.mktemp("specsot") / "server.log"
-    env = FIXED_WINDOW_ENV | {LAYOUT_ENV: layout, STATIC_SHAPE_ENV: "1" if layout == "full" else "0"}
+    env = dict(FIXED_WINDOW_ENV)
+    if backend == "specsot_cpu":  # the user's server sets neither: the defaults are checked instead
+        env |= {LAYOUT_ENV: layout, STATIC_SHAPE_ENV: "1" if layout == "full" else "0"}
+    common = without_backend(COMMON) if backend == "no-backend-flag" else COMMON
     # Its teardown, after every test on this server, proves the idle memory check passed.
-    with leak_checked_server(smollm2_path, COMMON + SPECSOT + extra, log, env=env) as server:
-        server.mode, server.layout = mode, layout
+    with leak_checked_server(smollm2_path, common + SPECSOT + extra, log, env=env) as server:
+        server.mode, server.layout, server.backend = mode, layout, backend
         yield server
 
 
@@ -93,7 +99,10 @@ def test_greedy_parity_and_accept_length(specsot_server, prompts, plain_ids):
     assert accept > 1.0, accept
     assert all("spec_accept_length" in r["meta_info"] for r in results)
     layout = specsot_server.layout.upper()
-    assert f"SPECSOT verify tree mask layout: {layout}" in specsot_server.log_path.read_text()
+    log = specsot_server.log_path.read_text()
+    assert f"SPECSOT verify tree mask layout: {layout}" in log
+    # Launched without a backend, the plugin chose the one that verifies and said so.
+    assert (f"no attention backend chosen, using {FIX}" in log) == (specsot_server.backend == "no-backend-flag")
     # Context trees vary in size step by step: the steps are padded to more than one tier.
     assert_every_step_replayed_a_tier(specsot_server, static_shape=layout == "FULL", widths=2)
 
