@@ -9,7 +9,9 @@ and so is a token map with ids outside the vocabulary.
 
 Default tier: SmolLM2-135M drafting for itself with its chain, overlap on (the draft's int8
 W8A8 weights forced on, so its drafts are not always the target's tokens and verify rejects
-some) and off, verifying with the GPU's FULL tree-mask layout (the CUDA path's CPU twin). Long tier: Qwen2.5-Coder-0.5B with a draft cut from it: the chain (overlap on
+some) with the CPU's QLEN_ONLY layout, eager, as a CPU user's server runs it, and overlap off
+verifying with the GPU's FULL tree-mask layout through the static-shape twin (the CUDA path's
+CPU twin). Long tier: Qwen2.5-Coder-0.5B with a draft cut from it: the chain (overlap on
 and off), the tree (top-k 2) and the chain with its LM head cut to the shipped Qwen2.5 token
 map (--speculative-token-map), the int8 kernels forced on the overlap configs, one each.
 """
@@ -42,8 +44,7 @@ pytestmark = pytest.mark.integration
 COMMON = cpu_args(max_total_tokens=8192, mem_fraction_static=0.5)
 MAX_NEW = 16
 assert MAX_NEW <= min(QWEN05_PARITY_TOKENS, SMOLLM2_PARITY_TOKENS)  # references: prefixes of the shared runs
-# The shared plain runs' first 8 batches, every size 1..8 once: Qwen's 28 questions and 8 branch
-# prompts; SmolLM2's first 36 questions (its branch prompts come after its 42 questions).
+# The shared plain runs' 8 batches, every size 1..8 once: 28 questions and 8 branch prompts.
 NUM_PROMPTS = 36
 # The draft's int8 weights (cpu/draft_int8.py) on the overlap configs, whatever this machine's
 # timing would choose, one kernel each: the chain's w8a8 in every product up to 16 rows, the
@@ -83,10 +84,11 @@ def _models(request, config: str) -> tuple[str, str, tuple[list[str], list[list[
 
 
 def _layout(config: str) -> str:
-    """The verify mask's layout: the default tier's configs verify with the GPU's FULL layout
-    through the static-shape twin (the CUDA path's CPU twin: tiers, static buffers), the long
-    tier's with the CPU's own QLEN_ONLY, eagerly."""
-    return "full" if config.startswith("smollm2-") else "qlen_only"
+    """The verify mask's layout: the default tier's no-overlap config verifies with the GPU's
+    FULL layout through the static-shape twin (the CUDA path's CPU twin: tiers, static buffers);
+    its overlap config, what a CPU user runs, and the long tier's with the CPU's own QLEN_ONLY,
+    eagerly."""
+    return "full" if config == "smollm2-chain-no-overlap" else "qlen_only"
 
 
 def _twin(config: str) -> str:
