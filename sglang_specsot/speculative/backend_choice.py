@@ -71,14 +71,17 @@ def tree_backend_declaration(
     """The attention backend to declare for this launch ({} for none); ValueError when the
     user chose one that cannot attend by a tree. `chosen` maps BACKEND_FLAGS fields to the
     user's raw values; `default` is the tree backend for a flag left unset."""
+    if str(algorithm).upper() != ALGORITHM:
+        return {}
+    on_cuda = str(device).split(":")[0] == "cuda"
+    bad = {field: value for field, value in chosen.items() if value is not None and value not in TREE_BACKENDS}
+    if on_cuda and bad:  # first: the fix for a backend that attends by no tree is another backend
+        raise ValueError(_refusal(bad))
     refusal = silent_chain_refusal(device, algorithm, chosen, facts)
     if refusal is not None:
         raise ValueError(refusal)
-    if str(device).split(":")[0] != "cuda" or str(algorithm).upper() != ALGORITHM:
+    if not on_cuda:
         return {}
-    bad = {field: value for field, value in chosen.items() if value is not None and value not in TREE_BACKENDS}
-    if bad:
-        raise ValueError(_refusal(bad))
     if chosen.get("attention_backend") is not None:
         return {}
     # Also with only --prefill/--decode-attention-backend given: the other phase falls back

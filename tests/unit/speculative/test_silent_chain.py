@@ -213,3 +213,12 @@ def test_silent_chain_other_algorithms_and_plain_launches_are_left_alone():
         ValueError, match="linear-attention"
     ):  # a CPU too: the state follows a chain there
         tree_backend_declaration("cpu", "SPECSOT", chosen, "triton", every)
+
+
+def test_silent_chain_a_backend_without_a_tree_is_refused_first():
+    # Its fix (another backend) comes before the split-KV environment's.
+    from sglang_specsot.speculative.backend_choice import ModelFacts, tree_backend_declaration
+
+    fa3 = {"attention_backend": "fa3", "prefill_attention_backend": None, "decode_attention_backend": None}
+    with pytest.raises(ValueError, match="--attention-backend fa3 does not"):
+        tree_backend_declaration("cuda", "SPECSOT", fa3, "triton", ModelFacts(splitkv_verify=True))
