@@ -59,7 +59,7 @@ class Telemetry:
     def start(self, catch_ups: int) -> StepClock:
         return StepClock(catch_ups, self.device_times)
 
-    def finish(self, clock: StepClock, proposal: Proposal, result, verified: Verified, extended: bool, drafter,
+    def finish(self, clock: StepClock, proposal: Proposal, width: int, verified: Verified, extended: bool, drafter,
                accept_lens: list[int]) -> list[StepOutcome]:  # fmt: skip
         """The outcomes the policy may learn from now: this step's where the host waited for
         it, else the earlier steps whose device events have completed (their verify forwards
@@ -68,14 +68,13 @@ class Telemetry:
         self.steps += 1
         if self.steps % _COST_LOG_EVERY == 0:
             logger.info("SPECSOT cost model after %d steps: %s", self.steps, self.cost.info())
-        width = result.speculative_num_draft_tokens
         outcome = StepOutcome(
             decision=proposal.decision, ms=clock.ms("draft_extend", "start"),
             committed=verified.committed, priced_width=proposal.priced_width(width), drafted=width > 1,
             extended_on_plain_step=extended, timed=self.timed, caught_up=drafter.catch_ups != clock.catch_ups,
         )  # fmt: skip
         if self.step_log is not None:
-            self.step_log.write(self._record(clock, outcome, proposal, result, accept_lens, drafter.step_log_fields(proposal)))
+            self.step_log.write(self._record(clock, outcome, proposal, width, accept_lens, drafter.step_log_fields(proposal)))
         if self.device_times is None:
             return [outcome]
         self.device_times.push(outcome, clock.target_rows, clock.step_events())
@@ -89,7 +88,7 @@ class Telemetry:
         times = self.device_times
         return None if times is None else {"pending_steps": len(times.pending), "dropped_steps": times.dropped}
 
-    def _record(self, clock: StepClock, outcome: StepOutcome, proposal: Proposal, result, accept_lens: list[int],
+    def _record(self, clock: StepClock, outcome: StepOutcome, proposal: Proposal, width: int, accept_lens: list[int],
                 fields: dict) -> StepRecord:  # fmt: skip
         decision, trees = outcome.decision, proposal.trees
         accepted = [min(k - 1, t.height) for k, t in zip(accept_lens, trees)]
@@ -102,7 +101,7 @@ class Telemetry:
         return StepRecord(
             step=self.steps, bs=len(trees), ps=None if plan is None else [round(p, 4) for p in decision.ps],
             firsts=None if plan is None else [round(p, 4) for p in decision.firsts],
-            width=result.speculative_num_draft_tokens,
+            width=width,
             budgets=[t.size - 1 for t in trees] if plan is None else list(plan.budgets),
             drafted=[t.size - 1 for t in trees], accepted=accepted,
             expected_tokens=None if plan is None else round(plan.expected_tokens, 4),

@@ -55,7 +55,7 @@ class VerifiedStep:
     draft model's own read has waited for the device (the policy then learns a step late)."""
 
     reqs: tuple  # the step's requests (the scheduler may filter its batch before the settle)
-    result: object  # the step's GenerationBatchResult
+    width: int  # verify rows per request
     proposal: Proposal
     clock: StepClock | None
     commit: PendingCommit  # the committed tokens' copy to the host, queued at verify end
@@ -243,7 +243,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             return
         if step.verified is None:
             self.accept(step)
-        for outcome in self.telemetry.finish(step.clock, step.proposal, step.result, step.verified, step.extended,
+        for outcome in self.telemetry.finish(step.clock, step.proposal, step.width, step.verified, step.extended,
                                              self.drafter, step.committed.lens):  # fmt: skip
             self.timings.observe(outcome.decision.planner, outcome)
 
@@ -323,7 +323,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         context; the window's holds any draft tree (at most the window's nodes), and each
         verify installs its own tier again."""
         states = getattr(self.verifier, "states", None)  # TierGraphVerify's captured tiers
-        if self.draft_worker is None or not states:
+        if not states or self.draft_worker is None:
             return
         self.model_runner.attn_backend = states[max(states)].attn_backend
 
@@ -416,7 +416,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         """The drafter's own extend, after the committed tokens went into its context and the
         policy's estimates (`accept`) unless the drafter `settles_late`: its extend reads
         nothing on the host, so the committed tokens are read at its next draft."""
-        step = VerifiedStep(tuple(batch.reqs), result, proposal, clock, PendingCommit.of(result))
+        # Not the result: a step waiting to settle holds no logits.
+        step = VerifiedStep(tuple(batch.reqs), result.speculative_num_draft_tokens, proposal, clock, PendingCommit.of(result))
         if not self.drafter.settles_late:
             self.accept(step)
         step.extended = self.drafter.draft_extend(batch, result, proposal, self.policy)

@@ -51,7 +51,7 @@ def _step(telemetry: Telemetry, device: FakeDevice, worker, stages_ms=(2.0, 5.0,
     trees = (DraftTree((1, 2), (-1, 0)),)
     result = SimpleNamespace(speculative_num_draft_tokens=2, accept_lens=torch.tensor([2]))
     proposal = Proposal(trees, "context", decide(worker, batch(1)))
-    return telemetry.finish(clock, proposal, result, Verified((1,), (1,), "context", committed=2), False, worker.drafter, [2])
+    return telemetry.finish(clock, proposal, result.speculative_num_draft_tokens, Verified((1,), (1,), "context", committed=2), False, worker.drafter, [2])
 
 
 def test_step_times_come_from_device_events_once_the_device_passed_them():

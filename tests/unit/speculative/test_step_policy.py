@@ -229,9 +229,8 @@ def test_a_plain_step_that_flushed_is_not_what_a_plain_step_costs():
         for stage in ("draft", "verify", "draft_extend"):
             clock.mark(stage)
         trees = (DraftTree(tuple(range(width)), tuple(range(-1, width - 1))),)
-        result = SimpleNamespace(speculative_num_draft_tokens=width, accept_lens=torch.tensor([1]))
         proposal = Proposal(trees, "extend", decision(step))
-        (outcome,) = telemetry.finish(clock, proposal, result, Verified((width - 1,), (0,), "extend", committed=1),
+        (outcome,) = telemetry.finish(clock, proposal, width, Verified((width - 1,), (0,), "extend", committed=1),
                                       extended, worker.drafter, [1])  # fmt: skip
         before = worker.policy.measured.steps
         worker.policy.observe(outcome)

@@ -106,12 +106,11 @@ def test_the_step_log_records_what_the_policy_chose_and_what_verify_accepted(tmp
     decision = decide(worker, step)
     sizes = decision.sizes
     trees = tuple(DraftTree(tuple(range(n)), tuple(range(-1, n - 1))) for n in sizes)
-    result = SimpleNamespace(accept_lens=torch.tensor([3, 1]), speculative_num_draft_tokens=max(sizes))
     clock = StepClock(catch_ups=0)  # phases of 1, 100 and 22.4 ms; the target's forward 95 ms
     clock.marks = {"start": 0.0, "draft": 0.001, "verify": 0.101, "draft_extend": 0.1234}
     clock.target_ms = 95.0
     verified = Verified(tuple(t.height for t in trees), (2, 0), "context", committed=4)
-    worker.telemetry.finish(clock, Proposal(trees, "context", decision), result, verified, False, worker.drafter, [3, 1])
+    worker.telemetry.finish(clock, Proposal(trees, "context", decision), max(sizes), verified, False, worker.drafter, [3, 1])
     (line,) = (tmp_path / "steps.jsonl").read_text().splitlines()
     record = json.loads(line)
     assert record["bs"] == 2 and record["ps"] == [0.5, 0.5] and record["width"] == max(sizes) > 1
@@ -149,7 +148,7 @@ def test_a_decode_steps_phase_times_in_the_step_log_are_its_own(tmp_path, monkey
         return result
 
     def draft_extend(batch, result, proposal, clock):
-        step = VerifiedStep(tuple(batch.reqs), result, proposal, clock, PendingCommit.of(result))
+        step = VerifiedStep(tuple(batch.reqs), 2, proposal, clock, PendingCommit.of(result))
         step.committed, step.verified = Committed([[0, 1]], [2]), Verified((1,), (1,), "context", committed=2)
         return step
 
