@@ -15,7 +15,7 @@ import pytest
 
 from sglang_specsot.costs.dtype_choice import LOG_MARKER
 from sglang_specsot.launch import ServerProcess
-from tests.integration.conftest import cpu_args
+from tests.integration.conftest import RULES_ROUTER_ENV, cpu_args
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +26,7 @@ def _without_dtype(args: list[str]) -> list[str]:
 
 
 def test_a_launch_without_dtype_says_what_it_runs_and_runs_it(smollm2_path, tmp_path):
-    server = ServerProcess(smollm2_path, _without_dtype(cpu_args()), log_path=tmp_path / "server.log")
+    server = ServerProcess(smollm2_path, _without_dtype(cpu_args()), env=RULES_ROUTER_ENV, log_path=tmp_path / "server.log")
     with server:
         reply = server.post("/generate", {"text": "The capital of France is",
                                           "sampling_params": {"max_new_tokens": 8, "temperature": 0}})  # fmt: skip
