@@ -12,15 +12,14 @@ from __future__ import annotations
 from http.client import HTTPConnection
 import json
 import threading
-import time
 from contextlib import ExitStack
 from urllib.parse import urlparse
 
 import pytest
 
 from tests.integration.conftest import (
-    ABORTED_RID, HANG_GUARD, RECEIVED_RID, WATCHED_ARGS, cpu_args, is_idle, leak_checked_server, log_since,
-    log_size, sot_rids, wait_for,
+    ABORTED_RID, HANG_GUARD, RECEIVED_RID, WATCHED_ARGS, cpu_args, is_idle, leak_checked_server, load_snapshot,
+    log_since, log_size, sot_rids, wait_for,
 )  # fmt: skip
 from tests.integration.gateway import gateway, http
 
@@ -126,8 +125,10 @@ def test_a_client_leaving_the_gateway_stops_the_sot_group_on_its_replica(replica
         return None
 
     wait_for(lambda: running_branches() is not None, "the SoT answer's branches to start on a replica")
-    time.sleep(1.0)  # a few tokens into the branches, far from the 1000-token budgets
     index, group, _ = running_branches()
+    # Until the replica's scheduler runs them (a snapshot every decode step: WATCHED_ARGS), not a
+    # sleep: then they decode, far from the 1000-token budgets, when the client leaves.
+    wait_for(lambda: load_snapshot(replicas[index])["num_running_reqs"] >= 1, "the branches to decode on the replica")
     conn.close()  # the client leaves the gateway
     server = replicas[index]
     wait_for(lambda: is_idle(server), "the replica to go idle after the client left", deadline=HANG_GUARD)
