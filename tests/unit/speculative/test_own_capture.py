@@ -21,7 +21,9 @@ from sglang_specsot.speculative.verify_input import dummy_verify_input
 
 
 def _runner_base():
-    from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
+    from sglang.srt.model_executor.runner.decode_cuda_graph_runner import (
+        DecodeCudaGraphRunner,
+    )
 
     return DecodeCudaGraphRunner
 
@@ -52,7 +54,10 @@ def test_own_capture_sglangs_capture_prepare_takes_its_input_from_get_spec_info(
     source = inspect.getsource(_runner_base().capture_prepare)
     assert "spec_info = self.get_spec_info(num_tokens)" in source
     assert "spec_info=spec_info," in source
-    assert tuple(inspect.signature(_runner_base().get_spec_info).parameters) == ("self", "num_tokens")
+    assert tuple(inspect.signature(_runner_base().get_spec_info).parameters) == (
+        "self",
+        "num_tokens",
+    )
 
 
 def test_own_capture_sglangs_get_spec_info_gives_specsot_no_input():
