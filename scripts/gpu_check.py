@@ -12,15 +12,16 @@ python3; everything else travels in the device call's 64 MiB with the repository
     cpu-smoke  (here) the stages' code paths on the CPU in small shapes; with
                SPECSOT_GPU_SMOKE_ENGINES=1 the parity stage starts its engines on the CPU runtime.
 
-The stages live in gpu_stages.py: `cost` (forward time by rows, plain and verify, of a
-random-weight Qwen2.5-1.5B-shaped model), `masks` (our tree masks read by SGLang's Triton
-extend-attention kernel against a dense reference) and `parity` (greedy SPECSOT against plain
-decoding through sglang.Engine: SPECSOT with its verify graphs per tier and without graphs, and
-with the target as its own draft model, with and without graphs, whose drafts must be accepted
-about as often as the model's next token survives losing the prompt's first token, which a
-standalone draft never sees; plain with SGLang's decode graphs; each run's decode time, the second of
-two calls, and how SPECSOT's verify steps ran). A stage that cannot run records what blocked it.
-SPECSOT_GPU_STAGES=parity (say) runs only the stages named.
+The stages (gpu_stages.py, gpu_stages_cuda_path.py): `cost` (forward time by rows, plain and
+verify, of a random-weight Qwen2.5-1.5B-shaped model); `masks` (our tree masks read by SGLang's
+Triton extend kernel vs a dense reference); `tree` (own_capture_twin.py on the GPU: branching
+trees at every tier through real CUDA graphs, graph vs eager logits, parity with plain); `vocab`
+(a 152,064-row target, Qwen2.5-7B's, with a 151,936-row draft, the 0.5B's: SPECSOT vs plain);
+`parity` (greedy SPECSOT vs plain through sglang.Engine: verify graphs per tier and eager, the
+target as its own draft with and without graphs, accepted about as often as its next token
+survives losing the prompt's first token; decode times; how verify steps ran; and the `syncs`
+record: each SPECSOT engine's blocking syncs per step, torch.cuda.set_sync_debug_mode). A stage
+that cannot run records what blocked it. SPECSOT_GPU_STAGES=parity (say) runs only the stages named.
 """
 
 from __future__ import annotations
@@ -68,9 +69,12 @@ DEVICE_PYTHON = "3.12"  # the device image's python3
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_24_x86_64", "manylinux_2_27_x86_64",
              "manylinux_2_28_x86_64", "manylinux_2_31_x86_64", "manylinux_2_34_x86_64", "manylinux1_x86_64",
              "manylinux_2_5_x86_64")  # fmt: skip
-# Seconds each stage may run on the device; the whole run stays under 5 minutes (gpu_check.sh).
-STAGE_LIMITS = {"cost": 50, "masks": 40, "parity": 300}
-RUN_BUDGET_S = 408
+# Seconds each stage may run on the device, in this order (a96a428 on an H200: cost 23 s, masks
+# 13 s, parity 161 s with four engines, ~35 s an engine; tree and vocab start two engines each);
+# with SETUP_S for the install and the environment probe they fill RUN_BUDGET_S, under
+# gpu_check.sh's 7 minutes. The CPU smoke (Triton interpreted) gets SMOKE_SLOWER times as long.
+STAGE_LIMITS = {"cost": 25, "masks": 20, "tree": 80, "vocab": 70, "parity": 200}
+SETUP_S, RUN_BUDGET_S, SMOKE_SLOWER = 13, 408, 4
 SITE = Path("/tmp/specsot-gpu-check/site")
 SHIM = ROOT / "scripts" / "gpu_shim"
 STAGES_PY = ROOT / "scripts" / "gpu_stages.py"
@@ -221,35 +225,11 @@ def _write_plugin_metadata(site: Path) -> None:
     (info / "entry_points.txt").write_text("[sglang.srt.plugins]\nspecsot = sglang_specsot.plugin:register\n")
 
 
-# One interpreter start: versions, the GPU, and whether sgl_kernel and flashinfer import.
-_ENV_PROBE = """
-import json, sys
-r = {"python": sys.version.split()[0]}
-for name in ("torch", "triton", "transformers"):
-    try:
-        r[name] = __import__(name).__version__
-    except Exception as e:
-        r[name] = f"absent ({e})"
-try:
-    import torch
-    d = torch.cuda.is_available()
-    r["torch_cuda"] = torch.version.cuda
-    r["gpu"] = torch.cuda.get_device_name(0) if d else None
-    r["capability"] = list(torch.cuda.get_device_capability(0)) if d else None
-except Exception as e:
-    r["gpu"] = f"error ({e})"
-for name in ("sgl_kernel", "flashinfer"):
-    try:
-        __import__(name)
-        r[name] = "installed"
-    except Exception as e:
-        r[name] = f"absent ({type(e).__name__}: {e})"
-print(json.dumps(r))
-"""
+ENV_PROBE = ROOT / "scripts" / "gpu_env_probe.py"  # versions, the GPU, sgl_kernel and flashinfer
 
 
 def environment_record(env: dict) -> dict:
-    out = subprocess.run([sys.executable, "-c", _ENV_PROBE], env=env, capture_output=True, text=True, timeout=180)
+    out = subprocess.run([sys.executable, str(ENV_PROBE)], env=env, capture_output=True, text=True, timeout=180)
     record = json.loads(out.stdout) if out.returncode == 0 else {"error": out.stderr[-2000:]}
     record["driver"] = _sh(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"])
     record["nvcc"] = _sh(["nvcc", "--version"]).splitlines()[-1:]
@@ -284,7 +264,7 @@ def stage_env(site: Path | None, smoke: bool) -> tuple[dict, dict]:
 
 def run_stage(name: str, out: Path, limit_s: float, env: dict, smoke: bool) -> None:
     """Run one stage in its own process group; record a timeout or a crash it could not record."""
-    cmd = [sys.executable, "-u", str(STAGES_PY), name, "--out", str(out)] + (["--smoke"] if smoke else [])
+    cmd = [sys.executable, "-u", str(STAGES_PY), name, "--out", str(out), "--limit", str(limit_s)] + (["--smoke"] if smoke else [])
     log = out.parent / f"{name}_stderr.log"
     started = time.monotonic()
     with open(log, "w", encoding="utf-8") as err:
@@ -365,7 +345,7 @@ def _last_exception(stderr: str) -> str:
 def run(out_dir: Path, smoke: bool = False) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / "gpu_check.jsonl"
-    deadline = time.monotonic() + RUN_BUDGET_S
+    deadline = time.monotonic() + RUN_BUDGET_S * (SMOKE_SLOWER if smoke else 1)
     site = None
     if not smoke:
         installed = install_carried(ROOT / CARRY_DIR, SITE)
@@ -377,7 +357,7 @@ def run(out_dir: Path, smoke: bool = False) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     bare = start_bare_import(env)
     try:
-        for name, limit in selected_stages().items():
+        for name, limit in selected_stages(smoke).items():
             left = deadline - time.monotonic()
             if left < 10:
                 record = {"stage": name, "status": "skipped", "reason": "run budget spent"}
@@ -392,14 +372,14 @@ def run(out_dir: Path, smoke: bool = False) -> int:
     return 0
 
 
-def selected_stages() -> dict[str, float]:
+def selected_stages(smoke: bool = False) -> dict[str, float]:
     """The stages to run and their limits: all, or those SPECSOT_GPU_STAGES names (a device
-    rerun spends its minutes only on the stage that was blocked)."""
+    rerun spends its minutes only on the stage that was blocked); longer on the CPU smoke."""
     names = [n for n in os.environ.get("SPECSOT_GPU_STAGES", "").split(",") if n]
     unknown = [n for n in names if n not in STAGE_LIMITS]
     if unknown:
         raise ValueError(f"SPECSOT_GPU_STAGES names unknown stages {unknown}; known: {', '.join(STAGE_LIMITS)}")
-    return {n: s for n, s in STAGE_LIMITS.items() if not names or n in names}
+    return {n: s * (SMOKE_SLOWER if smoke else 1) for n, s in STAGE_LIMITS.items() if not names or n in names}
 
 
 def print_summary(out: Path) -> None:

@@ -1,6 +1,8 @@
 """The stages of the device check (scripts/gpu_check.py), one process each:
 
-    python3 scripts/gpu_stages.py {cost,masks,parity} --out FILE.jsonl [--smoke]
+    python3 scripts/gpu_stages.py {cost,masks,parity,tree,vocab} --out FILE.jsonl [--smoke] [--limit S]
+
+(tree and vocab, and the parity stage's sync counts, are in gpu_stages_cuda_path.py.)
 
 Each appends JSON lines to FILE as results come, prints a line per result, and ends with one
 line carrying `status` (ok, failed, blocked) and, when not ok, `blocker`: the exact exception
@@ -22,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_stages_cuda_path, gpu_sync_count
 
 
 class Recorder:
@@ -471,9 +474,9 @@ def _engine_outputs(model_dir: Path, plan: ParityPlan, prompts, extra: dict) -> 
     import sglang
 
     engine = sglang.Engine(
-        model_path=str(model_dir), skip_tokenizer_init=True, dtype=plan.dtype, sampling_backend="pytorch",
+        model_path=str(model_dir), dtype=plan.dtype, sampling_backend="pytorch",
         random_seed=0, log_level="info",  # info: a timed-out stage's stderr tail says how far start-up got
-        **{**_engine_kwargs(plan, engines_on_cpu()), **extra},  # extra may choose another backend
+        **{"skip_tokenizer_init": True, **_engine_kwargs(plan, engines_on_cpu()), **extra},  # extra may override
     )  # fmt: skip
     try:
         params = {"temperature": 0.0, "max_new_tokens": plan.max_new, "ignore_eos": True}
@@ -509,6 +512,8 @@ def _import_sglang(rec: Recorder) -> None:
 
 
 def stage_parity(rec: Recorder, plan: ParityPlan, smoke: bool) -> None:
+    import gpu_stages_cuda_path as cuda_path  # the `syncs` record of the SPECSOT engines
+
     try:
         _import_sglang(rec)
     except Exception as exc:
@@ -520,6 +525,7 @@ def stage_parity(rec: Recorder, plan: ParityPlan, smoke: bool) -> None:
                  model=asdict(plan.model), dtype=plan.dtype)  # fmt: skip
         if smoke and not engines_on_cpu():
             rec.finish("ok", None, "smoke: the engines are not started (SPECSOT_GPU_SMOKE_ENGINES=1 starts them on the CPU)", smoke=True)  # fmt: skip
+            cuda_path.record_syncs_smoke(rec.out)  # the sync counter's code, on a stand-in worker
             return
         prompts = parity_prompts(plan)
         trace = Path(tmp) / "plugin-trace.jsonl"
@@ -533,11 +539,14 @@ def stage_parity(rec: Recorder, plan: ParityPlan, smoke: bool) -> None:
         # The target as its own draft model: every step verifies a full window, accepted as far
         # as the drafts survive the first token a standalone draft never sees (first_token_agreement).
         self_draft = spec | {"speculative_draft_model_path": str(model_dir)}
-        runs = {}
+        runs, sync_logs = {}, {}  # each SPECSOT engine's blocking syncs, step by step (the `syncs` record)
         eager = {"disable_cuda_graph": True}
         for name, extra in (("SPECSOT graphs", spec), ("SPECSOT eager", spec | eager),
                             ("SPECSOT self-draft graphs", self_draft), ("SPECSOT self-draft eager", self_draft | eager)):  # fmt: skip
+            sync_logs[name], sync_env = cuda_path.sync_log_env(Path(tmp), name)
+            os.environ.update(sync_env)
             runs[name] = _run_engine(rec, name, model_dir, plan, prompts, extra, finish=False)
+        cuda_path.record_syncs(rec.out, sync_logs)
         plugin = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
         agreement = _self_draft_expectation(model_dir, plan, prompts, plain[0])
         rec.emit(f"first-token agreement along plain's answers: {agreement['agreeing']} of {agreement['positions']}",
@@ -608,8 +617,9 @@ def _run_engine(rec: Recorder, name: str, model_dir: Path, plan: ParityPlan, pro
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("stage", choices=("cost", "masks", "parity"))
+    parser.add_argument("stage", choices=("cost", "masks", "parity", "tree", "vocab"))
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--limit", type=float, default=600, help="the stage's limit in seconds (gpu_check.py)")
     parser.add_argument("--smoke", action="store_true", help="small shapes, on the CPU")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
@@ -619,6 +629,10 @@ def main(argv: list[str] | None = None) -> int:
             stage_cost(rec, SMOKE_COST if args.smoke else DEVICE_COST)
         elif args.stage == "masks":
             stage_masks(rec, SMOKE_MASKS if args.smoke else DEVICE_MASKS)
+        elif args.stage in ("tree", "vocab"):
+            import gpu_stages_cuda_path as cuda_path
+
+            getattr(cuda_path, f"stage_{args.stage}")(rec, args.smoke, args.limit)
         else:
             stage_parity(rec, SMOKE_PARITY if args.smoke else DEVICE_PARITY, args.smoke)
     except Exception as exc:  # the stage's own blocker, recorded; the run goes on to the next

@@ -3,7 +3,9 @@
 Each stand-in replaces only what a CPU has no equivalent for, or a gate that keeps a CPU off the
 CUDA path; SGLang's graph runner, its buffers, its capture and replay logic and its Triton
 attention backend run as they are. Installed after each target module is imported (a
-`sys.meta_path` finder), so the engine imports everything as usual.
+`sys.meta_path` finder), so the engine imports everything as usual. On a GPU
+(SPECSOT_OWN_CAPTURE_TWIN=cuda) none of the stand-ins is installed: only the test drafter mode
+and the graph-vs-eager comparison (`patches`).
 """
 
 from __future__ import annotations
@@ -187,43 +189,71 @@ def _verify_runners(module) -> None:
     module.TierGraphVerify.forward = forward
 
 
-PATCHES = {
+# What a CPU has no equivalent for, or a gate that keeps a CPU off the CUDA path.
+CPU_STAND_INS = {
     "sglang.srt.model_executor.runner.decode_cuda_graph_runner": _graph_runner_module,
     "sglang.srt.model_executor.forward_batch_info": _forward_batch_info,
     "sglang.srt.layers.attention.verify_mask": _verify_mask,
     "sglang_specsot.speculative.worker": _worker,
+}
+# The test drafter mode and the graph-vs-eager comparison: on a CPU and on a GPU alike.
+TEST_MODE = {
     "sglang_specsot.speculative.drafters.context": _context_drafter,
     "sglang_specsot.speculative.verify_runners": _verify_runners,
 }
 
 
+def _sync_count(module) -> None:
+    import gpu_sync_count
+
+    gpu_sync_count.install(module)
+
+
+def patches(env=os.environ) -> dict[str, list]:
+    """Module name -> what runs after it is imported: SPECSOT_OWN_CAPTURE_TWIN=1 the CPU twin
+    (stand-ins and test mode), =cuda the GPU twin (test mode alone: real CUDA graphs, real
+    Triton); SPECSOT_SYNC_LOG the per-step sync counter (scripts/gpu_sync_count.py)."""
+    mode = env.get("SPECSOT_OWN_CAPTURE_TWIN")
+    chosen: dict[str, list] = {}
+    for table, on in ((CPU_STAND_INS, mode == "1"), (TEST_MODE, mode in ("1", "cuda"))):
+        for name, patch in table.items() if on else ():
+            chosen.setdefault(name, []).append(patch)
+    if env.get("SPECSOT_SYNC_LOG"):
+        chosen.setdefault("sglang_specsot.speculative.worker", []).append(_sync_count)
+    return chosen
+
+
 class _PatchAfterImport(importlib.abc.MetaPathFinder):
-    """Runs PATCHES[name](module) right after `name` is first executed."""
+    """Runs each of chosen[name] on the module right after `name` is first executed."""
+
+    def __init__(self, chosen: dict[str, list]) -> None:
+        self.chosen = chosen
 
     def find_spec(self, name, path, target=None):
-        if name not in PATCHES:
+        if name not in self.chosen:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(name, path, target)
             if spec is not None:
-                spec.loader = _PatchingLoader(spec.loader, PATCHES[name])
+                spec.loader = _PatchingLoader(spec.loader, self.chosen[name])
                 return spec
         return None
 
 
 class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, loader, patch):
-        self.loader, self.patch = loader, patch
+    def __init__(self, loader, patches):
+        self.loader, self.patches = loader, patches
 
     def create_module(self, spec):
         return self.loader.create_module(spec)
 
     def exec_module(self, module):
         self.loader.exec_module(module)
-        self.patch(module)
+        for patch in self.patches:
+            patch(module)
 
 
 def install() -> None:
-    sys.meta_path.insert(0, _PatchAfterImport())
+    sys.meta_path.insert(0, _PatchAfterImport(patches()))

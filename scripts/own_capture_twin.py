@@ -25,6 +25,12 @@ and their logits compared.
     .venv/bin/python scripts/own_capture_twin.py          # one JSON line; exit 1 where it fails
     .venv/bin/python scripts/own_capture_twin.py --plain-out FILE   # also keep plain's answers
     .venv/bin/python scripts/own_capture_twin.py --plain-in FILE    # reuse them (the same SGLang)
+    python3 scripts/own_capture_twin.py --device cuda   # on a GPU: no stand-ins (device check)
+    .venv/bin/python scripts/own_capture_twin.py --small            # smaller plan (CPU smoke)
+
+With `--device cuda` nothing is stood in for: SGLang's runner captures real
+torch.cuda.CUDAGraphs and replays them, Triton compiles its kernels for the GPU; the test drafter
+mode and the graph-vs-eager comparison are the same (SPECSOT_OWN_CAPTURE_TWIN=cuda).
 
 It passes when every replayed verify's logits equal the eager forward's, SPECSOT's greedy output
 equals plain's on every prompt, and every tier replayed, with branching trees at every tier of
@@ -45,8 +51,13 @@ HERE = Path(__file__).resolve().parent
 SITE = HERE / "own_capture_site"
 LOG_ENV = "SPECSOT_OWN_CAPTURE_LOG"  # the scheduler's JSON lines: one per replayed verify
 ORACLE_ENV = "SPECSOT_OWN_CAPTURE_ORACLE"  # plain's answers, for the test drafter mode
-TWIN_ENV = "SPECSOT_OWN_CAPTURE_TWIN"  # "1": sitecustomize installs the stand-ins
+TWIN_ENV = "SPECSOT_OWN_CAPTURE_TWIN"  # "1": the stand-ins and test mode; "cuda": test mode alone
+DEVICE_ENV = "SPECSOT_OWN_CAPTURE_DEVICE"  # "cpu" (the default) or "cuda", for the engine children
+PLAN_ENV = "SPECSOT_OWN_CAPTURE_PLAN"  # "small": SMALL_PLAN, for the engine children
 LOGITS_TOLERANCE = 1e-4  # float32, the same kernels on the same rows: equal but for summation order
+# On a GPU the graph pads the batch to its captured size, so cuBLAS may pick another kernel (and
+# TF32) for the eager path's shapes; a tree verified as a chain is off by far more (0.1 and up).
+CUDA_LOGITS_TOLERANCE = 2e-3
 
 
 @dataclass(frozen=True)
@@ -58,7 +69,32 @@ class Plan:
     max_running: int = 4  # capture sizes 1, 2, 4
 
 
-PLAN = Plan()
+SMALL_PLAN = Plan(prompts=4, prompt_len=12, max_new=8, window=4, max_running=2)  # tiers 1, 2, 4
+PLAN = SMALL_PLAN if os.environ.get(PLAN_ENV) == "small" else Plan()
+
+
+def engine_kwargs(mode: str, device: str, plan: Plan = PLAN) -> dict:
+    """sglang.Engine's arguments for plain (no graphs) or SPECSOT (verify graphs per tier) on
+    `device`: SGLang's Triton backend either way, float32, a small KV pool."""
+    spec = {"speculative_algorithm": "SPECSOT", "speculative_num_draft_tokens": plan.window} if mode == "specsot" else {}
+    graphs = {"cuda_graph_max_bs_decode": plan.max_running} if mode == "specsot" else {"disable_cuda_graph": True}
+    on_gpu = {"mem_fraction_static": 0.3} if device == "cuda" else {}
+    return dict(
+        skip_tokenizer_init=True, dtype="float32", sampling_backend="pytorch", random_seed=0, device=device,
+        attention_backend="triton", max_total_tokens=4096, max_running_requests=plan.max_running,
+        disable_prefill_cuda_graph=True, log_level="warning", **spec, **graphs, **on_gpu,
+    )  # fmt: skip
+
+
+def twin_env(device: str, small: bool, environ=os.environ) -> dict:
+    """The engines' environment: on the CPU SGLang's CPU engine with Triton interpreted; on a GPU
+    nothing added but what SPECSOT's check needs (every step at the full window)."""
+    env = {**environ, DEVICE_ENV: device, "SGLANG_SPECSOT_FIXED_WINDOW": "1"}
+    if device == "cpu":
+        env.update({"SGLANG_USE_CPU_ENGINE": "1", "TRITON_INTERPRET": "1", "SGLANG_SPECSOT_TREE_MASK_LAYOUT": "full"})
+    if small:
+        env[PLAN_ENV] = "small"
+    return env
 
 
 # -- the test drafter mode: branching trees from plain's answers ---------------------------------
@@ -101,20 +137,7 @@ def run_engine(mode: str, model_dir: str, prompts: list[list[int]]) -> dict:
     server's verify report."""
     import sglang
 
-    spec = (
-        {
-            "speculative_algorithm": "SPECSOT",
-            "speculative_num_draft_tokens": PLAN.window,
-        }
-        if mode == "specsot"
-        else {}
-    )
-    graphs = {"cuda_graph_max_bs_decode": PLAN.max_running} if mode == "specsot" else {"disable_cuda_graph": True}
-    engine = sglang.Engine(
-        model_path=model_dir, skip_tokenizer_init=True, dtype="float32", sampling_backend="pytorch", random_seed=0,
-        device="cpu", attention_backend="triton", max_total_tokens=4096, max_running_requests=PLAN.max_running,
-        disable_prefill_cuda_graph=True, log_level="warning", **spec, **graphs,
-    )  # fmt: skip
+    engine = sglang.Engine(model_path=model_dir, **engine_kwargs(mode, os.environ.get(DEVICE_ENV, "cpu")))
     try:
         params = {
             "temperature": 0.0,
@@ -157,7 +180,7 @@ def _differs(plain: dict, twin: dict) -> list[int]:
     return [i for i, (a, b) in enumerate(zip(plain["output_ids"], twin["output_ids"])) if a != b]
 
 
-def verdict(plain: dict, twin: dict, replays: list[dict], widths: tuple[int, ...]) -> str | None:
+def verdict(plain: dict, twin: dict, replays: list[dict], widths: tuple[int, ...], tol: float = LOGITS_TOLERANCE) -> str | None:
     """Why the twin failed, or None."""
     verify = twin["verify_graphs"] or {}
     if verify.get("graphs") is not True:
@@ -165,8 +188,8 @@ def verdict(plain: dict, twin: dict, replays: list[dict], widths: tuple[int, ...
     if not replays:
         return "no verify replayed a graph"
     worst = max(r["max_abs_diff"] for r in replays)
-    if worst > LOGITS_TOLERANCE:
-        bad = sorted({(r["width"], r["branching"]) for r in replays if r["max_abs_diff"] > LOGITS_TOLERANCE})
+    if worst > tol:
+        bad = sorted({(r["width"], r["branching"]) for r in replays if r["max_abs_diff"] > tol})
         return f"graph-path verify logits differ from the eager path's by up to {worst:.3g} at (width, branching) {bad}"
     differs = _differs(plain, twin)
     if differs:
@@ -190,14 +213,16 @@ def main() -> int:
     sys.path.insert(0, str(HERE))
     import gpu_stages as gs
 
+    device = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "cpu"
+    small = "--small" in sys.argv
+    run_plan = SMALL_PLAN if small else PLAN
     plan = gs.ParityPlan(
         gs.SMOKE_MODEL,
-        prompts=PLAN.prompts,
-        prompt_len=PLAN.prompt_len,
-        max_new=PLAN.max_new,
+        prompts=run_plan.prompts,
+        prompt_len=run_plan.prompt_len,
+        max_new=run_plan.max_new,
     )
-    base = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "TRITON_INTERPRET": "1",
-            "SGLANG_SPECSOT_FIXED_WINDOW": "1", "SGLANG_SPECSOT_TREE_MASK_LAYOUT": "full"}  # fmt: skip
+    base = twin_env(device, small)
     with tempfile.TemporaryDirectory(prefix="specsot-own-capture-") as tmp:
         model_dir = str(gs.save_random_qwen2(plan, Path(tmp) / "model", torch.device("cpu")))
         prompts = gs.parity_prompts(plan)
@@ -215,18 +240,19 @@ def main() -> int:
             )
         )
         log = Path(tmp) / "replays.jsonl"
-        env = {**base, TWIN_ENV: "1", LOG_ENV: str(log), ORACLE_ENV: str(oracle),
+        env = {**base, TWIN_ENV: "1" if device == "cpu" else "cuda", LOG_ENV: str(log), ORACLE_ENV: str(oracle),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(SITE), str(HERE), os.environ.get("PYTHONPATH")]))}  # fmt: skip
         twin = _child("specsot", env, model_dir, str(prompts_file))
         replays = _replays(log)
     widths = tuple((twin["verify_graphs"] or {}).get("tiers") or ())
-    problem = verdict(plain, twin, replays, widths)
+    tol = LOGITS_TOLERANCE if device == "cpu" else CUDA_LOGITS_TOLERANCE
+    problem = verdict(plain, twin, replays, widths, tol)
     print(json.dumps({
         "status": "failed" if problem else "ok", "problem": problem, "tiers": widths,
         "replays": len(replays), "branching_replays_by_width": _branching_by_width(replays),
         "max_abs_logit_diff": max((r["max_abs_diff"] for r in replays), default=None),
         "verify_graphs": twin["verify_graphs"],
-        "differs_from_plain": _differs(plain, twin), "prompts": len(prompts),
+        "differs_from_plain": _differs(plain, twin), "prompts": len(prompts), "device": device, "tolerance": tol,
     }))  # fmt: skip
     return 1 if problem else 0
 
