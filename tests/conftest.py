@@ -97,6 +97,7 @@ def tiny_model_path(tmp_path_factory) -> str:
 # The default tier is what CI runs and must stay well inside its time budget; soak, load,
 # benchmark-like and repeated parity runs are marked `long` and run with `--tier long`.
 TIERS = ("default", "long", "all")
+LONG_TIER_TIMEOUT = 1800  # seconds a long-tier test may take (setup included)
 
 
 def pytest_addoption(parser):
@@ -116,6 +117,10 @@ def pytest_collection_modifyitems(config, items):
         if drop:
             config.hook.pytest_deselected(items=drop)
             items[:] = keep
+    # The ini timeout fits the default tier; soak, load and twin runs get the long tier's.
+    for item in items:
+        if item.get_closest_marker("long") is not None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(LONG_TIER_TIMEOUT))
     # Unit tests first: a run cut at its time limit keeps every unit result. The sort is
     # stable, so each module's tests (and the servers its fixtures share) stay together.
     items.sort(key=lambda item: item.nodeid.startswith("tests/integration/"))

@@ -24,6 +24,7 @@ import pytest
 import torch
 from sglang_specsot.cpu.draft_int8 import DRAFT_INT8_ENV
 from sglang_specsot.launch import ServerProcess
+from sglang_specsot.models.tiny import build_tiny_model
 from sglang_specsot.speculative.static_shape import STATIC_SHAPE_ENV
 from sglang_specsot.speculative.token_map import shipped_map_path
 from sglang_specsot.speculative.tree_masks import LAYOUT_ENV
@@ -155,10 +156,17 @@ def test_a_token_map_outside_the_vocabulary_is_refused(qwen05_path, qwen05_draft
     assert "--speculative-token-map: ids 0..999999 outside the draft's vocabulary 0..151935" in server.log_path.read_text()
 
 
-def test_draft_model_with_another_vocabulary_is_refused(smollm2_path, tiny_model_path, tmp_path):
-    args = COMMON + ["--speculative-algorithm", "SPECSOT", "--speculative-draft-model-path", tiny_model_path]
+def test_draft_model_with_another_vocabulary_is_refused(smollm2_path, tmp_path):
+    # A draft with more ids than SmolLM2's 49,152 could propose ids the target lacks: refused
+    # from config.json at launch, before any weights load. A draft with fewer ids is a prefix
+    # and passes this check; its tokenizer is then compared on the shared ids by the worker
+    # (tests/unit/speculative/test_vocab_prefix.py; tests/integration/test_vocab_prefix.py).
+    draft = build_tiny_model(tmp_path / "draft", vocab_size=60000, num_layers=1, hidden_size=64)
+    args = COMMON + ["--speculative-algorithm", "SPECSOT", "--speculative-draft-model-path", str(draft)]
     server = ServerProcess(smollm2_path, args, log_path=tmp_path / "server.log", startup_timeout=300)
     with pytest.raises(RuntimeError, match="exited"):
         server.start()
     log = server.log_path.read_text()
-    assert "SPECSOT: --speculative-draft-model-path=" in log and "use a draft model with the target's tokenizer" in log
+    assert "SPECSOT: --speculative-draft-model-path=" in log and "its vocab_size is 60000 but the target's is 49152" in log
+    assert "use a draft model with the target's tokenizer" in log
+    assert "Load weight begin" not in log, "the refusal should come before any weights load"

@@ -5,7 +5,10 @@ one tokenizer, launches and keeps plain decoding's greedy output.
 Proves the launch check (algorithm.py) and the worker's (drafters/model.py: sizes, then the
 loaded tokenizers on the shared ids) accept the pair, and that the draft model drafts for the
 target through SGLang's standalone draft worker: the draft is the target's first rows, so its
-drafts are accepted. Small on purpose (2 layers, 8 prompts, 12 tokens): default tier.
+drafts are accepted. Long tier: two server starts and parity cost about 2 minutes on the
+EPYC-AVX2; the default tier checks the same rules without a server
+(tests/unit/speculative/test_vocab_prefix.py) and a larger draft refused at launch
+(tests/integration/test_specsot_draft_model.py).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from sglang_specsot.models.tiny import build_tiny_model, cut_vocabulary
 from tests.integration.conftest import FIXED_WINDOW_ENV, cpu_args, leak_checked_server
 from tests.integration.parity import mismatches, plain_reference, run_batches
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 QWEN25_7B, QWEN25_05B = 152064, 151936
 MAX_NEW = 12

@@ -18,11 +18,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 class _Item:
     def __init__(self, name: str, long: bool) -> None:
-        self.name, self.long = name, long
+        self.name, self.long, self.timeout = name, long, None
         self.nodeid = f"tests/unit/test_{name}.py::test_{name}"  # the hook also orders by node id
 
     def get_closest_marker(self, name: str):
+        if name == "timeout":
+            return self.timeout
         return object() if name == "long" and self.long else None
+
+    def add_marker(self, mark) -> None:
+        assert mark.name == "timeout", mark
+        self.timeout = mark
 
 
 def _select(tier: str) -> tuple[list[str], list[str]]:
@@ -42,6 +48,13 @@ def _select(tier: str) -> tuple[list[str], list[str]]:
 )
 def test_a_tier_keeps_its_own_tests_and_reports_the_rest_deselected(tier, kept, dropped):
     assert _select(tier) == (kept, dropped)
+
+
+def test_long_tier_tests_get_the_long_timeout_and_default_ones_the_ini_one():
+    items = [_Item("unit", False), _Item("soak", True)]
+    config = SimpleNamespace(getoption=lambda name: "all", hook=None)
+    conftest.pytest_collection_modifyitems(config, items)
+    assert items[0].timeout is None and items[1].timeout.args == (conftest.LONG_TIER_TIMEOUT,)
 
 
 def _collected_by_default() -> list[str]:

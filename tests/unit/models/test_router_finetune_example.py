@@ -11,6 +11,10 @@ import pytest
 
 from sglang_specsot.models import router_classifier as rc
 
+# Long tier: an offline research example (not a served path) whose runs took 15-31 s of the
+# default tier's unit time on the EPYC-AVX2.
+pytestmark = pytest.mark.long
+
 _PATH = Path(__file__).resolve().parents[3] / "examples" / "router_finetune.py"
 _spec = importlib.util.spec_from_file_location("router_finetune", _PATH)
 finetune = importlib.util.module_from_spec(_spec)
