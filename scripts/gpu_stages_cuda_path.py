@@ -13,6 +13,11 @@
 - the `syncs` record: the parity stage's SPECSOT engines (context drafting and the target as its
   own draft, with and without graphs) counted per step by `torch.cuda.set_sync_debug_mode`
   (`record_syncs`); no engine of its own, so no time of its own.
+
+On this project's 2-core CPU (541e7d9): `scripts/gpu_check.sh --cpu-smoke` 2 min 56 s in all, the
+tree stage's CPU twin (--small) 129 s, ok; with SPECSOT_GPU_SMOKE_ENGINES=1 the vocab stage's two
+CPU engines 47 s and the parity stage's five 99 s, the scheduler's sync counter logging every step
+(`counted: false`: no CUDA). None of it has run on a GPU yet.
 """
 
 from __future__ import annotations
