@@ -32,4 +32,7 @@ if [ -n "${SPECSOT_CI_PYTEST_LIMIT:-}" ]; then
   # SIGINT lets pytest finish its report; KILL 120 s later if it does not stop.
   limit=(timeout --signal=INT --kill-after=120 "$SPECSOT_CI_PYTEST_LIMIT")
 fi
-exec "${limit[@]}" .venv/bin/python -m pytest -ra --tier "$tier" --times-report .test-times/last.json "${args[@]}"
+# Options as --name=value: pytest parses the command line before it loads tests/conftest.py,
+# and a bare value that names an existing file (the times report of the last run) would be
+# taken for a test path, so tests/conftest.py would never load.
+exec "${limit[@]}" .venv/bin/python -m pytest -ra "--tier=$tier" --times-report=.test-times/last.json "${args[@]}"
