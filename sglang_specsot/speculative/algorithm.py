@@ -129,8 +129,8 @@ def apply_defaults(sa) -> None:
 def _no_decode_graphs(sa) -> None:
     """SGLang captures no decode graph of its own for SPECSOT: the worker captures the
     target's verify graphs itself, one set per tier (speculative/verify_runners.py), once the
-    pools exist (`init_cuda_graphs`), and verifies eagerly with a logged reason where that
-    capture fails. SGLang's own capture at model load would be one width only, and the draft
+    pools exist (`init_cuda_graphs`); a capture that fails stops start-up, naming
+    --disable-cuda-graph (verify_runners.verify_runner). SGLang's own capture at model load would be one width only, and the draft
     model's decode graphs (eagle_worker_v2.py:481) replay SGLang's chain, not SPECSOT's.
 
     The graph runners read the resolved `cuda_graph_config` (cuda_graph_setup.py:731), which
