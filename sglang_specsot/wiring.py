@@ -116,8 +116,8 @@ DEVICE_SUPPORT = device.DeviceSupport(prepare_draft_model=_int8_draft_on_cpu, th
 
 
 def register_specsot() -> None:
-    """Register SPECSOT (speculative/algorithm.py), its workers given DEVICE_SUPPORT."""
-    from sglang_specsot.speculative.algorithm import register_specsot as register
+    """Register SPECSOT (speculative/registration.py), its workers given DEVICE_SUPPORT."""
+    from sglang_specsot.speculative.registration import register_specsot as register
 
     device.provide(DEVICE_SUPPORT)
     register()

@@ -1,6 +1,6 @@
-"""The SPECSOT speculative algorithm: registration, identity, and server-argument defaults.
+"""The SPECSOT speculative algorithm: its identity and server-argument defaults.
 
-Registered through SGLang's public `SpeculativeAlgorithm.register` (spec_info.py:67). Each
+Registered (speculative/registration.py) through SGLang's public `SpeculativeAlgorithm.register` (spec_info.py:67). Each
 `is_*` predicate opts into a built-in code path (spec_registry.py:26-35); SPECSOT claims only
 `is_standalone()` when it drafts with a separate draft model, because then its draft side *is*
 SGLang's standalone draft worker, and `is_eagle()` (with `is_eagle3()`) when it drafts with an
@@ -232,24 +232,3 @@ def _check_head(target: dict, head: dict, path: str, kind: DraftKind) -> None:
             f"it is an EAGLE3 head, but SGLang's class for the target's architectures {target_archs} "
             "cannot capture the aux hidden states it reads; use an EAGLE(-2) head or a draft model for this target",
         )  # fmt: skip
-
-
-def register_specsot() -> None:
-    """Register SPECSOT with SGLang once per process (load_plugins may run us twice), and
-    its attention-backend choice on CUDA, which argument resolution asks before the algorithm."""
-    from sglang_specsot.speculative.backend_choice import register_tree_backend_choice
-
-    register_tree_backend_choice()
-    try:
-        sgl.SpeculativeAlgorithm.from_string(NAME)
-        return
-    except ValueError:
-        pass
-
-    @sgl.SpeculativeAlgorithm.register(NAME, supports_overlap=True, spec_class=SpecSoTAlgo)
-    def _worker_class(server_args):
-        # One worker for every drafter: it picks the drafter from the server's flags.
-        # Heavy imports: only in schedulers.
-        from sglang_specsot.speculative.worker import SpecSoTWorker
-
-        return SpecSoTWorker

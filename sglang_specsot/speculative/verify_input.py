@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from sglang_specsot.host import adapter as sgl
+from sglang_specsot.speculative.algorithm import NAME
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.host_sync import to_device
 from sglang_specsot.speculative.inputs import SoTVerifyInput
@@ -121,8 +122,6 @@ def dummy_verify_input_around(original, spec_algorithm, custom_mask, num_tokens_
     """AROUND hook on `create_dummy_verify_input` (spec_info.py:476-548, host change
     specsot-dummy-verify-input): SPECSOT's target graphs are captured with its own input,
     every other algorithm's (and any draft worker's) as SGLang builds them."""
-    from sglang_specsot.speculative.algorithm import NAME
-
     if is_draft_worker or getattr(spec_algorithm, "name", None) != NAME:
         return original(spec_algorithm, custom_mask, num_tokens_per_req, is_draft_worker)
     return dummy_verify_input(custom_mask, num_tokens_per_req, capture_hidden=spec_algorithm.is_eagle())

@@ -1,11 +1,15 @@
-"""The package's import graph: no cycle between packages, one SGLang boundary, a pure SoT core.
+"""The package's import graph: no cycle between packages nor between modules, one SGLang
+boundary and a pure SoT core.
 
-Every module under sglang_specsot/ is parsed with `ast`; nothing is imported. A node of the
-graph is a first-level subpackage (`sot`, `speculative`, ...) or a top-level module
-(`plugin`, `frontend`, ...); an edge is any import, lazy ones inside functions included. A
-module's `if __name__ == "__main__":` block is the command `python -m` runs, not the module:
-importing never runs it and nothing can import it, so its imports are the edges of a node of
-its own ("sot.router (command)"), which may reach anything and can close no cycle.
+Every module under sglang_specsot/ is parsed with `ast`; nothing is imported. The graph is
+drawn twice: between first-level subpackages (`sot`, `speculative`, ...) and top-level
+modules (`plugin`, `frontend`, ...), and between dotted modules. An edge is any import, lazy
+ones inside functions and `TYPE_CHECKING` ones included: a cycle hidden in a function is
+still two modules that cannot be read, tested or moved apart. `from pkg import name` is an
+edge to the module `pkg.name` where there is one, else to `pkg` itself (its `__init__`).
+A module's `if __name__ == "__main__":` block is the command `python -m` runs, not the
+module: importing never runs it and nothing can import it, so its imports are the edges of a
+node of its own ("sot.router (command)"), which may reach anything and can close no cycle.
 """
 
 from __future__ import annotations
@@ -64,19 +68,61 @@ def _imports(module: str, path: Path):
                 if node.level:  # relative: level 1 is this module's package
                     parts = package.split(".")
                     base = ".".join([*parts[: len(parts) - node.level + 1], *filter(None, [node.module])])
-                yield base, node.lineno, command
-                if base == "sglang_specsot":  # `from sglang_specsot import plugin`
-                    for alias in node.names:
-                        yield f"{base}.{alias.name}", node.lineno, command
+                if base.split(".")[0] != "sglang_specsot":
+                    yield base, node.lineno, command
+                    continue
+                for alias in node.names:  # a submodule, or a name of `base` (Graph resolves it)
+                    yield f"{base}.{alias.name}", node.lineno, command
+
+
+def _strongly_connected(edges) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan), each sorted."""
+    graph = defaultdict(set)
+    for a, b in edges:
+        graph[a].add(b)
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _explain(edges, component: list[str]) -> list[str]:
+    return [f"{a} -> {b}: {'; '.join(why)}" for (a, b), why in sorted(edges.items())
+            if a in component and b in component]  # fmt: skip
 
 
 class Graph:
-    """Package-level edges of sglang_specsot, each with the imports that make it."""
+    """Package-level and module-level edges of sglang_specsot, each with the imports that
+    make it."""
 
     def __init__(self) -> None:
         self.modules = _modules()
         nodes = {_node(m) for m in self.modules}
         self.edges: dict[tuple[str, str], list[str]] = defaultdict(list)
+        self.module_edges: dict[tuple[str, str], list[str]] = defaultdict(list)
         self.sglang: list[tuple[str, str]] = []  # (module, SGLang module) below `sglang`
         self.heavy: dict[str, list[str]] = defaultdict(list)  # node -> heavy imports in it
         for module, path in self.modules.items():
@@ -92,6 +138,17 @@ class Graph:
                     target = _node(name)
                     if target in nodes and target != _node(module):
                         self.edges[(source, target)].append(f"{where} {name}")
+                    imported = self.resolve(name)
+                    if imported is not None and imported != module:
+                        origin = module + (" (command)" if command else "")
+                        self.module_edges[(origin, imported)].append(f"{where} {name}")
+
+    def resolve(self, name: str) -> str | None:
+        """The module an imported dotted name lives in: itself, or the nearest package or
+        module above it (`pkg.mod.Class` -> `pkg.mod`)."""
+        while name and name not in self.modules:
+            name = name.rpartition(".")[0]
+        return name or None
 
     def rel(self, module: str) -> str:
         """A module's path under sglang_specsot/, as host/__init__.py lists exemptions."""
@@ -108,41 +165,17 @@ class Graph:
         return seen
 
     def cycles(self) -> list[list[str]]:
-        """The strongly connected components of more than one node (Tarjan)."""
-        graph = defaultdict(set)
-        for a, b in self.edges:
-            graph[a].add(b)
-        index, low, stack, on, out = {}, {}, [], set(), []
+        """The package cycles: strongly connected components of more than one node."""
+        return _strongly_connected(self.edges)
 
-        def visit(v: str) -> None:
-            index[v] = low[v] = len(index)
-            stack.append(v)
-            on.add(v)
-            for w in sorted(graph[v]):
-                if w not in index:
-                    visit(w)
-                    low[v] = min(low[v], low[w])
-                elif w in on:
-                    low[v] = min(low[v], index[w])
-            if low[v] == index[v]:
-                component = []
-                while True:
-                    w = stack.pop()
-                    on.discard(w)
-                    component.append(w)
-                    if w == v:
-                        break
-                if len(component) > 1:
-                    out.append(sorted(component))
-
-        for v in sorted(graph):
-            if v not in index:
-                visit(v)
-        return out
+    def module_cycles(self) -> list[list[str]]:
+        return _strongly_connected(self.module_edges)
 
     def explain(self, component: list[str]) -> list[str]:
-        return [f"{a} -> {b}: {'; '.join(why)}" for (a, b), why in sorted(self.edges.items())
-                if a in component and b in component]  # fmt: skip
+        return _explain(self.edges, component)
+
+    def explain_modules(self, component: list[str]) -> list[str]:
+        return _explain(self.module_edges, component)
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +186,11 @@ def graph() -> Graph:
 def test_there_is_no_cycle_between_packages(graph):
     cycles = graph.cycles()
     assert not cycles, "package cycles:\n" + "\n".join(line for c in cycles for line in graph.explain(c))
+
+
+def test_there_is_no_cycle_between_modules(graph):
+    cycles = graph.module_cycles()
+    assert not cycles, "module cycles:\n" + "\n\n".join("\n".join(graph.explain_modules(c)) for c in cycles)
 
 
 def test_only_the_boundary_imports_sglangs_modules(graph):
@@ -182,6 +220,10 @@ def test_the_sot_core_imports_neither_models_nor_torch(graph):
 def test_every_module_is_parsed_and_the_graph_is_not_empty(graph):
     assert {"sglang_specsot.sot.router", "sglang_specsot.host.adapter", "sglang_specsot.plugin"} <= set(graph.modules)
     assert {("speculative", BOUNDARY), ("plugin", "wiring"), ("wiring", "cpu")} <= set(graph.edges)
+    # `from pkg import module` reaches the module; `from module import name` the module.
+    assert ("sglang_specsot.speculative.drafters.model", "sglang_specsot.speculative.vocab") in graph.module_edges
+    assert ("sglang_specsot.sot.router", "sglang_specsot.sot.config") in graph.module_edges
+    assert graph.resolve("sglang_specsot.sot.router.route_question") == "sglang_specsot.sot.router"
 
 
 def test_a_command_block_is_a_node_of_its_own():

@@ -2,19 +2,22 @@
 which runner-ups join it, when the SoT context drafts instead, and what each teaches after
 verify (the first-draft calibration, the long-match acceptance).
 
-Functions of the drafter (`model.ModelDrafting`) and one step's values; no state of their own.
+Functions of the drafter (`ChainDrafter`: what they read of `model.ModelDrafting`) and one
+step's values; no state of their own.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from sglang_specsot.costs.cost_model import CostModel
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.draft_tree import (
     with_runner_ups as tree_with_runner_ups,
 )
+from sglang_specsot.speculative.drafters.context import ContextDrafting
 from sglang_specsot.speculative.drafters.model_extend import leading_agreement
-from sglang_specsot.speculative.model_draft import RunnerUps
+from sglang_specsot.speculative.model_draft import DraftSeams, RunnerUps
 from sglang_specsot.speculative.policy.acceptance import (
     AcceptanceStats,
     FirstDraftCalibration,
@@ -25,16 +28,33 @@ from sglang_specsot.speculative.policy.chains import (
     pick_runner_ups,
     runner_up_gains,
 )
+from sglang_specsot.speculative.policy.config import AdaptiveConfig
 from sglang_specsot.speculative.policy.step_policy import StepPolicy
 from sglang_specsot.speculative.policy.values import StepDecision
-
-if TYPE_CHECKING:
-    from sglang_specsot.speculative.drafters.model import ModelDrafting
 
 LONG_MATCH = "long_match"  # the acceptance key of long-match context chains
 
 
-def chain_stop(d: ModelDrafting, batch, sizes: list[int], decision: StepDecision, policy: StepPolicy) -> ChainStop | None:
+class ChainDrafter(Protocol):
+    """What shaping a chain reads of the drafter that owns it (`model.ModelDrafting`): this
+    module sits below the drafter, which calls it, so it names the drafter's parts, not its class."""
+
+    model: DraftSeams
+    context: ContextDrafting
+    cost: CostModel
+    config: AdaptiveConfig | None
+    window: int  # verify tree nodes per request, root included
+    first_calibration: FirstDraftCalibration
+    long_match_stats: AcceptanceStats
+    runner_up_counts: dict[str, int]  # "steps" and "verified" are counted here
+
+    @property
+    def chain_adaptive(self) -> bool: ...
+
+    def chain_steps(self, width: int) -> int: ...
+
+
+def chain_stop(d: ChainDrafter, batch, sizes: list[int], decision: StepDecision, policy: StepPolicy) -> ChainStop | None:
     """Where this step's chains may stop by the draft's confidence: an adaptive chain whose
     draft-extends keep the draft's probabilities, on a step that drafts because it pays (an
     exploring step drafts to learn). Asked after the catch-up, so the top-k it reads is current."""
@@ -54,7 +74,7 @@ def chain_stop(d: ModelDrafting, batch, sizes: list[int], decision: StepDecision
 # -- the SoT context instead of the draft model ------------------------------------------
 
 
-def long_match_chains(d: ModelDrafting, batch) -> tuple[list[int] | None, ...] | None:
+def long_match_chains(d: ChainDrafter, batch) -> tuple[list[int] | None, ...] | None:
     """Per request, the context's likeliest chain where its recent tokens match the SoT
     context over at least `long_match` tokens (None elsewhere); None when no request does."""
     if not d.chain_adaptive or d.config.long_match == 0:
@@ -69,7 +89,7 @@ def long_match_chains(d: ModelDrafting, batch) -> tuple[list[int] | None, ...] |
     return tuple(found) if any(c is not None for c in found) else None
 
 
-def context_pays(d: ModelDrafting, sizes: list[int], long_match, decision: StepDecision) -> bool:
+def context_pays(d: ChainDrafter, sizes: list[int], long_match, decision: StepDecision) -> bool:
     """Whether this step drafts more tokens per ms from the context alone (no draft forwards)
     than with the draft model, at the acceptance long-match chains have measured; only when
     every request has one (the draft runs for the whole batch)."""
@@ -140,7 +160,7 @@ def planned_reach(seeds: list[DraftTree | None], decision: StepDecision) -> list
     ]  # fmt: skip
 
 
-def with_runner_ups(d: ModelDrafting, batch, seeds, sizes: list[int], reach: list[list[float]], policy: StepPolicy):
+def with_runner_ups(d: ChainDrafter, batch, seeds, sizes: list[int], reach: list[list[float]], policy: StepPolicy):
     """The chains with the draft's second choices beside their drafts, as many as the cost
     model says pay (`pick_runner_ups`): (seeds, sizes, the chains alone or None, the width the
     plan priced or None). The draft ran no forward for them: they cost verify rows only."""

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 from sglang.srt.model_executor.cuda_graph_config import CudaGraphConfig
 
-from sglang_specsot.speculative.algorithm import NAME, SpecSoTAlgo, apply_defaults, register_specsot
+from sglang_specsot.speculative.algorithm import NAME, SpecSoTAlgo, apply_defaults
+from sglang_specsot.speculative.registration import register_specsot
 from sglang_specsot.speculative.model_draft import model_tree_size
 
 

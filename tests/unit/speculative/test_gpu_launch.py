@@ -19,7 +19,7 @@ from sglang.srt.model_executor.cuda_graph_config import Backend, Phase, check_cu
 from sglang.srt.runtime_context import create_context, override_platform, use_context
 from sglang.srt.server_args import ServerArgs
 
-from sglang_specsot.speculative.algorithm import register_specsot
+from sglang_specsot.speculative.registration import register_specsot
 from sglang_specsot.speculative.backend_choice import tree_backend_declaration
 
 # An H100/H200 with CUDA >= 12.3: where SGLang picks FlashAttention-3 for a model like this one

@@ -15,7 +15,7 @@ from sglang.srt.runtime_context import override_platform
 from sglang.srt.server_args import ServerArgs
 
 from sglang_specsot.host import adapter as sgl
-from sglang_specsot.speculative.algorithm import register_specsot
+from sglang_specsot.speculative.registration import register_specsot
 
 HOPPER = dict(
     is_cuda=True,
