@@ -3,6 +3,7 @@
     e2e      start the servers, run every pending cell (resumable), then write the report
     report   rebuild report.json, report.md and plots/ from a run directory's cells.jsonl
     judge    pairwise judgement of SoT answers vs plain answers by a judge model (resumable)
+    judge-controls  a judge's control score: real answers against worse copies, both orders
     serving  SGLang's own bench_serving on the same questions (see bench/serving.py)
     scale-sim    p50/p95 and throughput over replicas, simulated from one replica's curve
     dp-placement  an SoT answer's branches kept on one DP rank vs spread, side by side
@@ -55,11 +56,39 @@ def _report(args) -> int:
 
 
 def _judge(args) -> int:
-    from sglang_specsot.bench.judge_run import run_judge
+    from sglang_specsot.bench.judge_run import judge_by_url, run_judge
 
     record_invocation(Path(args.out))
-    print(f"judged {run_judge(Path(args.out), args.judge_model, args.configs.split(','), args.timeout)} pairs")
+    configs = args.configs.split(",")
+    if args.judge_url:
+        line = judge_by_url(Path(args.out), _chat_judge(args), args.judge_name or args.judge_url, configs)
+        print(line)
+        return 0
+    print(f"judged {run_judge(Path(args.out), args.judge_model, configs, args.timeout)} pairs")
     return 0
+
+
+def _chat_judge(args):
+    from sglang_specsot.bench.chat_judge import ChatJudge
+
+    return ChatJudge(args.judge_url, args.judge_name or "default", args.judge_max_tokens, args.timeout)
+
+
+def _judge_controls(args) -> int:
+    from sglang_specsot.bench.judge_run import controls_cli
+
+    dest = Path(args.dest or args.out)
+    record_invocation(dest)
+    print(controls_cli(Path(args.out), dest, args, _chat_judge))
+    return 0
+
+
+def _add_judge_endpoint(p) -> None:
+    p.add_argument("--judge-url", default=None,
+                   help="an OpenAI-compatible endpoint (base URL) to judge with, instead of serving --judge-model")
+    p.add_argument("--judge-name", default=None, help="the endpoint's model name (recorded as the judge's name)")
+    p.add_argument("--judge-max-tokens", type=int, default=8,
+                   help="reply tokens: 8 for a one-word judge, a few hundred for one that reasons before its verdict")
 
 
 def _serving(args) -> int:
@@ -122,7 +151,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--judge-model", default="qwen2.5-coder-1.5b")
     p.add_argument("--configs", default="SoT-server,SoT-frontend,SpecSoT-server,SpecSoT-frontend,SpecSoT-router")
     p.add_argument("--timeout", type=float, default=300.0)
+    _add_judge_endpoint(p)
     p.set_defaults(run=_judge)
+    p = sub.add_parser("judge-controls", help="a judge's control score on a run's normal answers")
+    p.add_argument("out", help="the run directory whose normal answers build the controls")
+    p.add_argument("--judge-model", default="qwen2.5-coder-1.5b", help="served as `judge` serves it, unless --judge-url")
+    p.add_argument("--questions", type=int, default=None, help="build controls from the first N normal answers")
+    p.add_argument("--real", type=int, default=None, help="ask the first N real (SoT, normal) pairs (default all)")
+    p.add_argument("--configs", default="SoT-server", help="the SoT configurations of the real pairs")
+    p.add_argument("--seed", type=int, default=0, help="the shuffle of the shuffled-half control")
+    p.add_argument("--dest", default=None, help="where judge_controls.json goes (default: the run directory)")
+    p.add_argument("--timeout", type=float, default=300.0)
+    _add_judge_endpoint(p)
+    p.set_defaults(run=_judge_controls)
     from sglang_specsot.bench.serving import add_arguments
 
     add_arguments(sub.add_parser("serving", help="sglang.bench_serving on the questions, merged table"))

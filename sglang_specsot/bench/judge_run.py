@@ -52,3 +52,112 @@ def run_judge(out: Path, judge_model: str, configs: list[str], timeout: float) -
             question = texts[cell.question_id]
             record(out, cell, judge_pair(server.base_url, render, ids, question, cell.answer, base.answer, timeout))
     return len(todo)
+
+
+CONTROLS_FILE = "judge_controls.json"
+
+
+def normal_answers(out: Path) -> list[tuple[int, str, str]]:
+    """(question_id, question, normal answer) of every suitable question a run answered plainly."""
+    from sglang_specsot.bench.configs import BASELINE
+    from sglang_specsot.bench.store import OK
+
+    cells, texts = load(out / CELLS_FILE), _question_texts(out)
+    return [(qid, texts[qid], c.answer) for (qid, name), c in sorted(cells.items())
+            if name == BASELINE and c.status == OK and c.suitable and c.answer.strip()]  # fmt: skip
+
+
+def real_pairs(out: Path, configs: list[str], judged: dict | None = None) -> list[tuple[int, str, str, str]]:
+    """(question_id, question, SoT answer, normal answer) of every pair not in `judged` whose
+    answers differ."""
+    cells, texts = load(out / CELLS_FILE), _question_texts(out)
+    return [(c.question_id, texts[c.question_id], c.answer, base.answer)
+            for c, base in pending(cells, configs, judged or {}) if c.answer != base.answer]  # fmt: skip
+
+
+def _question_texts(out: Path) -> dict[int, str]:
+    from sglang_specsot.data import load_questions
+
+    settings = json.loads((out / RUN_FILE).read_text())
+    return {int(r.get("id", i)): r["question"] for i, r in enumerate(load_questions(settings["questions"]), 1)}
+
+
+def run_controls(judge, judge_name: str, normals: list, reals: list, dest: Path, seed: int = 0) -> dict:
+    """Ask `judge` every control pair of `normals` and every real pair of `reals` in both orders;
+    write the record (dest/judge_controls.json) after each pair, so a stopped run keeps its part."""
+    from tqdm import tqdm
+
+    from sglang_specsot.bench import judge_controls as jc
+
+    dest.mkdir(parents=True, exist_ok=True)
+    controls: list = []
+    real: list = []
+    record = _controls_record(judge_name, seed, controls, real, dest)
+    for pair in tqdm(jc.control_pairs(normals, seed), desc="controls", file=sys.stderr):
+        controls += jc.ask_controls(judge, [pair])
+        record = _controls_record(judge_name, seed, controls, real, dest)
+    for qid, question, sot, normal in tqdm(reals, desc="real pairs", file=sys.stderr):
+        real.append((qid, judge(question, sot, normal), judge(question, normal, sot)))
+        record = _controls_record(judge_name, seed, controls, real, dest)
+    return record
+
+
+def _controls_record(judge_name: str, seed: int, controls: list, real: list, dest: Path) -> dict:
+    from dataclasses import asdict
+
+    from sglang_specsot.bench import judge_controls as jc
+
+    result = jc.score(controls, [(a, b) for _, a, b in real])
+    record = {"judge": judge_name, "seed": seed, "score": asdict(result), "passes": result.passes,
+              "line": jc.describe(judge_name, result), "by_kind": jc.by_kind(controls),
+              "controls": [asdict(v) for v in controls],
+              "real": [{"question_id": q, "sot_first": a, "normal_first": b} for q, a, b in real]}  # fmt: skip
+    (dest / CONTROLS_FILE).write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def load_controls(out: Path):
+    """(judge name, ControlScore) from out/judge_controls.json; None if the run has none."""
+    from sglang_specsot.bench.judge_controls import ControlScore
+
+    path = out / CONTROLS_FILE
+    if not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    return record.get("judge", ""), ControlScore(**record["score"])
+
+
+def judge_by_url(out: Path, judge, judge_name: str, configs: list[str]) -> str:
+    """The judge pass through an endpoint: its controls on this run's normal answers, then every
+    pending real pair in both orders (appended to judge.jsonl); returns its control line."""
+    cells = load(out / CELLS_FILE)
+    todo = pending(cells, configs, load_judgements(out))
+    same = [(c, base) for c, base in todo if c.answer == base.answer]
+    for cell, _ in same:
+        record(out, cell, SAME)
+    reals = real_pairs(out, configs, load_judgements(out))
+    result = run_controls(judge, judge_name, normal_answers(out), reals, out)
+    by_qid = {r["question_id"]: r for r in result["real"]}
+    for cell, base in todo:
+        if cell.answer != base.answer and cell.question_id in by_qid:
+            row = by_qid[cell.question_id]
+            record(out, cell, (Reply(row["sot_first"], None), Reply(row["normal_first"], None)))
+    return result["line"]
+
+
+def controls_cli(out: Path, dest: Path, args, make_judge) -> str:
+    """`judge-controls`: the controls (and real pairs) of a run, by an endpoint or a served model."""
+    normals = normal_answers(out)[: args.questions]
+    reals = real_pairs(out, args.configs.split(","))[: args.real]
+    if args.judge_url:
+        return run_controls(make_judge(args), args.judge_name or args.judge_url, normals, reals, dest, args.seed)["line"]
+    from dataclasses import replace
+
+    from sglang_specsot.bench.e2e import resolve_model
+    from sglang_specsot.launch import ServerProcess
+
+    path = resolve_model(args.judge_model, "judge-model")
+    (dest / "logs").mkdir(parents=True, exist_ok=True)
+    with ServerProcess(path, JUDGE_ARGS, log_path=dest / "logs" / "judge.log") as server:
+        judge = replace(make_judge(args), url=server.base_url)
+        return run_controls(judge, args.judge_model, normals, reals, dest, args.seed)["line"]

@@ -1,0 +1,154 @@
+"""Controls a pairwise judge must pass before its verdicts count.
+
+Control pairs are built from the normal answers themselves, so the better answer is known: the
+answer against its own first half, against another question's answer, and against a copy with
+its points shuffled and half of them deleted. Each is asked in both orders. A judge counts only
+if it prefers the real answer in at least CONTROL_BAR of the control askings and gives the same
+verdict in both orders on at least CONSISTENCY_BAR of the real (SoT, normal) pairs. Pure: a
+judge is any callable (question, answer A, answer B) -> "A" | "B" | "tie" | None.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sglang_specsot.bench.endings import split_points
+from sglang_specsot.bench.metrics import sentences
+
+CONTROL_BAR = 0.9  # share of control askings that must prefer the real answer
+CONSISTENCY_BAR = 0.8  # share of real pairs whose two orders must agree
+FIRST_HALF, OTHER_QUESTION, SHUFFLED_HALF = "first half", "other question", "shuffled half"
+KINDS = (FIRST_HALF, OTHER_QUESTION, SHUFFLED_HALF)
+
+Judge = Callable[[str, str, str], "str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class ControlPair:
+    """One question's normal answer (`real`) against a worse answer made from it (`control`)."""
+
+    question_id: int
+    kind: str  # one of KINDS
+    question: str
+    real: str
+    control: str
+
+
+@dataclass(frozen=True, slots=True)
+class ControlVerdict:
+    """The judge's word on one control pair in one order (`real_first`: the real answer is A)."""
+
+    question_id: int
+    kind: str
+    real_first: bool
+    word: str | None
+
+    @property
+    def prefers_real(self) -> bool:
+        return self.word == ("A" if self.real_first else "B")
+
+
+@dataclass(frozen=True, slots=True)
+class ControlScore:
+    """How a judge did on its controls and on the order test of the real pairs."""
+
+    askings: int  # control pairs x 2 orders
+    preferred_real: int
+    real_pairs: int  # real (SoT, normal) pairs asked in both orders, answers different
+    consistent: int  # ... whose two orders name the same answer (or both say tie)
+
+    @property
+    def control_share(self) -> float | None:
+        return self.preferred_real / self.askings if self.askings else None
+
+    @property
+    def consistent_share(self) -> float | None:
+        return self.consistent / self.real_pairs if self.real_pairs else None
+
+    @property
+    def passes(self) -> bool:
+        """Both bars met; a judge with no controls or no real pairs does not pass."""
+        control, consistent = self.control_share, self.consistent_share
+        return control is not None and consistent is not None and control >= CONTROL_BAR and consistent >= CONSISTENCY_BAR
+
+
+def first_half(answer: str) -> str:
+    """The first half (rounded down, at least one) of an answer's sentences, one a line."""
+    parts = sentences(answer)
+    return "\n".join(parts[: max(1, len(parts) // 2)])
+
+
+def shuffled_half(answer: str, rng: random.Random) -> str | None:
+    """The answer's opening, then half its numbered points (rounded down) in shuffled order and
+    renumbered; its closing paragraph goes with its last point. None with fewer than 2 points."""
+    points = split_points(answer)
+    if len(points) < 2:
+        return None
+    opening = answer[: answer.index(points[0])].strip()
+    kept = rng.sample(points, len(points) // 2)
+    body = [f"{i}. {_unnumbered(p)}" for i, p in enumerate(kept, 1)]
+    return "\n\n".join(([opening] if opening else []) + body)
+
+
+def _unnumbered(point: str) -> str:
+    return point.split(" ", 1)[1] if " " in point else point
+
+
+def control_pairs(normals: Sequence[tuple[int, str, str]], seed: int = 0) -> list[ControlPair]:
+    """Every control kind for every (question_id, question, normal answer); another question's
+    answer is the next one's (so at least two answers are needed for that kind)."""
+    rng = random.Random(seed)
+    out = []
+    for i, (qid, question, answer) in enumerate(normals):
+        controls = {FIRST_HALF: first_half(answer), SHUFFLED_HALF: shuffled_half(answer, rng)}
+        if len(normals) > 1:
+            controls[OTHER_QUESTION] = normals[(i + 1) % len(normals)][2]
+        for kind in KINDS:
+            if controls.get(kind) and controls[kind].strip() != answer.strip():
+                out.append(ControlPair(qid, kind, question, answer, controls[kind]))
+    return out
+
+
+def ask_controls(judge: Judge, pairs: Sequence[ControlPair]) -> list[ControlVerdict]:
+    """Each control pair asked in both orders, real answer first, then second."""
+    out = []
+    for pair in pairs:
+        out.append(ControlVerdict(pair.question_id, pair.kind, True, judge(pair.question, pair.real, pair.control)))
+        out.append(ControlVerdict(pair.question_id, pair.kind, False, judge(pair.question, pair.control, pair.real)))
+    return out
+
+
+def order_consistent(first: str | None, second: str | None) -> bool:
+    """Whether two orders of one pair agree: `first` with answer X shown as A, `second` with X
+    shown as B. No answer (None) in either order is not agreement."""
+    swap = {"A": "B", "B": "A", "tie": "tie"}
+    return first is not None and second is not None and swap.get(first) == second
+
+
+def score(controls: Sequence[ControlVerdict], real: Sequence[tuple[str | None, str | None]]) -> ControlScore:
+    """The ControlScore of control verdicts and real pairs' (SoT-first word, normal-first word)."""
+    return ControlScore(len(controls), sum(v.prefers_real for v in controls),
+                        len(real), sum(order_consistent(a, b) for a, b in real))  # fmt: skip
+
+
+def by_kind(controls: Sequence[ControlVerdict]) -> dict[str, tuple[int, int]]:
+    """{kind: (askings preferring the real answer, askings)}."""
+    out: dict[str, tuple[int, int]] = {}
+    for v in controls:
+        hits, n = out.get(v.kind, (0, 0))
+        out[v.kind] = (hits + v.prefers_real, n + 1)
+    return out
+
+
+def describe(judge_name: str, result: ControlScore | None) -> str:
+    """One line for beside a verdict table: the judge, its control scores, whether it counts."""
+    if result is None:
+        return f"Judge {judge_name or '(unnamed)'}: no controls run, so its verdicts do not count."
+    control = f"{result.preferred_real}/{result.askings}" + (f" ({result.control_share:.0%})" if result.askings else "")
+    consistent = f"{result.consistent}/{result.real_pairs}" + (f" ({result.consistent_share:.0%})" if result.real_pairs else "")
+    verdict = "passes: its verdicts count" if result.passes else "FAILS: its verdicts do not count"
+    return (f"Judge {judge_name or '(unnamed)'}: prefers the real answer in {control} control askings "
+            f"(bar {CONTROL_BAR:.0%}); same verdict in both orders on {consistent} real pairs "
+            f"(bar {CONSISTENCY_BAR:.0%}); {verdict}.")  # fmt: skip

@@ -1,0 +1,119 @@
+from __future__ import annotations
+
+import json
+import random
+import re
+
+from sglang_specsot.bench import judge_controls as jc
+from sglang_specsot.bench.chat_judge import ChatJudge, chat_route, read_verdict
+
+TIPS = ("Preparing for a job interview takes some planning. Here are some tips:\n\n"
+        "1. **Research the company**: Read its website and recent news. Know what it makes.\n\n"
+        "2. **Practice common questions**: Rehearse answers aloud. Ask a friend to play the interviewer.\n\n"
+        "3. **Dress appropriately**: Choose clothes that fit the company's culture.\n\n"
+        "4. **Prepare questions**: Ask about the team and the role. It shows interest.\n\n"
+        "Good preparation makes an interview less stressful.")
+FASHION = ("Fast fashion harms the environment in several ways:\n\n"
+           "1. **Water use**: Growing cotton and dyeing fabric use vast amounts of water.\n\n"
+           "2. **Waste**: Cheap clothes are worn briefly and end in landfills.\n\n"
+           "3. **Emissions**: Production and shipping emit greenhouse gases.")
+SLEEP = ("Better sleep starts with habits:\n\n1. **Keep a schedule**: Go to bed at the same time.\n\n"
+         "2. **Limit screens**: Blue light delays sleep.\n\n3. **Avoid caffeine late**: It stays in the body for hours.")
+NORMALS = [(1, "How should I prepare for a job interview?", TIPS),
+           (2, "What are the environmental consequences of fast fashion?", FASHION),
+           (3, "How can I improve my sleep?", SLEEP)]
+
+
+def always_a(question: str, a: str, b: str) -> str:
+    return "A"
+
+
+def reads_content(question: str, a: str, b: str) -> str:
+    """Prefers the answer on the question's topic, then the one with more points and words."""
+    def merit(answer: str) -> tuple[int, int, int]:
+        words = lambda t: set(re.findall(r"[a-z]{4,}", t.lower()))  # noqa: E731
+        return len(words(question) & words(answer)), answer.count("**") // 2, len(answer.split())
+
+    return "A" if merit(a) > merit(b) else "B" if merit(b) > merit(a) else "tie"
+
+
+def test_every_control_is_worse_than_its_answer_and_built_from_it():
+    pairs = jc.control_pairs(NORMALS)
+    assert {(p.question_id, p.kind) for p in pairs} == {(q, k) for q, _, _ in NORMALS for k in jc.KINDS}
+    by = {(p.question_id, p.kind): p.control for p in pairs}
+    assert by[(1, jc.OTHER_QUESTION)] == FASHION and by[(3, jc.OTHER_QUESTION)] == TIPS
+    half = by[(1, jc.FIRST_HALF)]
+    assert TIPS.startswith(half.split("\n")[0]) and len(half) < len(TIPS) / 2 + 40
+    shuffled = by[(1, jc.SHUFFLED_HALF)]
+    assert shuffled.startswith("Preparing for a job interview") and shuffled.count("**") == 4  # 2 of 4 points
+    assert re.findall(r"^(\d+)\. ", shuffled, re.M) == ["1", "2"]  # renumbered
+
+
+def test_shuffled_half_keeps_half_the_points_in_a_seeded_order():
+    kept = [jc.shuffled_half(TIPS, random.Random(s)) for s in range(8)]
+    assert len(set(kept)) > 1  # the seed picks which half
+    assert kept[0] == jc.shuffled_half(TIPS, random.Random(0))
+    assert jc.shuffled_half("One paragraph, no points.", random.Random(0)) is None
+
+
+def test_a_judge_that_always_answers_a_fails_the_controls():
+    controls = jc.ask_controls(always_a, jc.control_pairs(NORMALS))
+    real = [(always_a("q", "x", "y"), always_a("q", "y", "x"))] * 4
+    result = jc.score(controls, real)
+    assert result.control_share == 0.5 and result.consistent_share == 0.0
+    assert not result.passes
+    assert "FAILS" in jc.describe("always-A", result)
+
+
+def test_a_judge_that_reads_content_passes_the_controls():
+    controls = jc.ask_controls(reads_content, jc.control_pairs(NORMALS))
+    real = [(reads_content(q, a, b), reads_content(q, b, a)) for (_, q, a), (_, _, b) in zip(NORMALS, NORMALS[1:])]
+    result = jc.score(controls, real)
+    assert result.control_share == 1.0 and result.consistent_share == 1.0
+    assert result.passes and "passes" in jc.describe("reader", result)
+    assert jc.by_kind(controls) == {k: (6, 6) for k in jc.KINDS}
+
+
+def test_the_bars_are_exact_and_no_evidence_does_not_pass():
+    assert jc.ControlScore(10, 9, 5, 4).passes
+    assert not jc.ControlScore(10, 8, 5, 5).passes
+    assert not jc.ControlScore(10, 10, 5, 3).passes
+    assert not jc.ControlScore(0, 0, 5, 5).passes and not jc.ControlScore(10, 10, 0, 0).passes
+    assert "no controls" in jc.describe("x", None)
+
+
+def test_order_consistency_names_the_same_answer_in_both_orders():
+    assert jc.order_consistent("A", "B") and jc.order_consistent("tie", "tie")
+    assert not jc.order_consistent("A", "A") and not jc.order_consistent(None, None) and not jc.order_consistent("A", "tie")
+
+
+def test_read_verdict_takes_the_last_verdict_line_else_the_first_word():
+    assert read_verdict("A is longer, but B is correct.\nVerdict: B") == "B"
+    assert read_verdict("**Verdict:** tie") == "tie"
+    assert read_verdict("A") == "A" and read_verdict("I cannot tell") is None
+
+
+def test_chat_judge_posts_the_rubric_to_the_chat_route(monkeypatch):
+    sent = {}
+
+    def fake_post(url, body, timeout):
+        sent.update(url=url, body=body)
+        return {"choices": [{"message": {"content": "Verdict: B"}}]}
+
+    monkeypatch.setattr("sglang_specsot.bench.chat_judge.post_json", fake_post)
+    judge = ChatJudge("http://h:1/v1", "big-judge", max_tokens=300)
+    assert judge("Q?", "first answer", "second answer") == "B"
+    assert sent["url"] == "http://h:1/v1/chat/completions" and sent["body"]["model"] == "big-judge"
+    prompt = sent["body"]["messages"][0]["content"]
+    assert "keeps the premise" in prompt.lower() and prompt.index("first answer") < prompt.index("second answer")
+    assert chat_route("http://h:1/") == "http://h:1/v1/chat/completions"
+
+
+def test_run_controls_writes_a_record_the_report_reads(tmp_path):
+    from sglang_specsot.bench.judge_run import load_controls, run_controls
+
+    record = run_controls(always_a, "always-A", NORMALS, [(1, "q", "sot", "normal")], tmp_path)
+    assert record["passes"] is False and record["score"]["askings"] == 18
+    name, result = load_controls(tmp_path)
+    assert name == "always-A" and result.preferred_real == 9 and result.real_pairs == 1
+    assert json.loads((tmp_path / "judge_controls.json").read_text())["real"][0]["sot_first"] == "A"
