@@ -181,6 +181,11 @@ class StaticShapeVerify:
             buf.custom_mask[real + i * pad.numel() : real + (i + 1) * pad.numel()].copy_(pad)
         return buf.custom_mask[: real + (pbs - bs) * pad.numel()]
 
+    def tier_backend(self, width: int) -> None:
+        """No tier has an attention backend of its own: the twin stands in for the graphs,
+        and the model runner's backend serves every width."""
+        return None
+
     def info(self) -> dict:
         return {
             "graphs": "static_shape_twin", "tiers": list(self.tiers.widths), "capture_bs": list(self.capture_bs),

@@ -41,6 +41,10 @@ class EagerVerify:
         self.counts.count(width, replayed=False)
         return target
 
+    def tier_backend(self, width: int) -> None:
+        """No tier has an attention backend of its own: the model runner's serves every width."""
+        return None
+
     def info(self) -> dict:
         return {"graphs": False, "why_not": self.reason, "tiers": list(self.tiers.widths), **self.counts.info()}
 
@@ -72,6 +76,12 @@ class TierGraphVerify:
         target = target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors, is_verify=True)
         self.counts.count(width, replayed=bool(target.can_run_cuda_graph))
         return target
+
+    def tier_backend(self, width: int):
+        """The attention backend tier `width`'s graphs read (by address: a tree mask written
+        into its buffer is what they see), or None where `width` is no tier."""
+        state = self.states.get(width)
+        return None if state is None else state.attn_backend
 
     def info(self) -> dict:
         backend = type(self.states[self.tiers.window].attn_backend).__name__

@@ -217,10 +217,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
     # -- one step --------------------------------------------------------------------------
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
-        self.timings.agree()  # every rank: the times rank 0 measured, before anything is planned
         self._begin_step(on_publish)
         if not batch.forward_mode.is_decode():
-            self.settle()
             return self._forward_prefill(batch, on_publish, pp_proxy_tensors)
         clock = self.telemetry.start(self.drafter.catch_ups)
         verify_input, proposal = self.draft(batch)
@@ -248,6 +246,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             self.timings.observe(outcome.decision.planner, outcome)
 
     def _begin_step(self, on_publish) -> None:
+        self.timings.agree()  # every rank: the times rank 0 measured, before anything is planned
         # Only the overlap event loop passes on_publish (scheduler.py:4690); the sync loop
         # does not (:4827). Logged once, so users and tests can see which loop drives us.
         if not self._loop_logged:
@@ -259,6 +258,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self.trimmer.tick()
 
     def _forward_prefill(self, batch, on_publish, pp_proxy_tensors):
+        self.settle()  # the last decode step, before a prefill changes the batch's requests
         result = self.target_worker.forward_batch_generation(
             batch, pp_proxy_tensors=pp_proxy_tensors, capture_hidden_mode=self.target_capture
         )
@@ -306,9 +306,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         """The mask buffer of the tier that verifies `width` rows, where its backend reads our
         FULL layout and the batch fits: the tree is written there, as SGLang's EAGLE writes its
         own (eagle_worker_common.py:405-413), so no new mask is made and copied each step."""
-        states = getattr(self.verifier, "states", None)  # TierGraphVerify's captured tiers
-        state = states.get(width) if states else None
-        verify_mask = getattr(state.attn_backend, "verify_mask", None) if state is not None else None
+        verify_mask = getattr(self.verifier.tier_backend(width), "verify_mask", None)
         if verify_mask is None or not verify_mask.is_read or not verify_mask.fits(bs):
             return None
         if self.mask_layout != TreeMaskLayout.FULL or int(verify_mask.mode) != int(TreeMaskLayout.FULL):
@@ -322,10 +320,9 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         (one row per request after a width-1 step) would be written past its end at long
         context; the window's holds any draft tree (at most the window's nodes), and each
         verify installs its own tier again."""
-        states = getattr(self.verifier, "states", None)  # TierGraphVerify's captured tiers
-        if not states or self.draft_worker is None:
-            return
-        self.model_runner.attn_backend = states[max(states)].attn_backend
+        backend = self.verifier.tier_backend(self.verifier.tiers.window)
+        if backend is not None and self.draft_worker is not None:
+            self.model_runner.attn_backend = backend
 
     # -- verify ----------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import torch
 
 from sglang_specsot.cpu import kernels
 from sglang_specsot.speculative.policy.tiers import VerifyTiers
-from sglang_specsot.speculative.verify_runners import TierGraphVerify, TierState
+from sglang_specsot.speculative.verify_runners import EagerVerify, TierGraphVerify, TierState
 from sglang_specsot.speculative.worker import SpecSoTWorker
 
 CONTEXT, BS, WINDOW, STEPS = 512, 2, 8, 3  # a 4-node draft chain per request
@@ -67,6 +67,14 @@ def _draft_writes_its_tree(build_tree_kernel_efficient, model_runner) -> torch.T
         verify_mask.buffer,
     )  # fmt: skip
     return out[0]
+
+
+def test_each_tier_names_the_backend_its_graphs_read():
+    verifier = _tiers(SimpleNamespace(attn_backend=None, decode_cuda_graph_runner=None))
+    for w in verifier.tiers.widths:
+        assert verifier.tier_backend(w) is verifier.states[w].attn_backend
+    assert verifier.tier_backend(3) is None  # not a tier: nothing of its own to write into
+    assert EagerVerify(WINDOW, "a unit test").tier_backend(WINDOW) is None
 
 
 def test_a_long_context_draft_tree_after_a_width_1_step_fits_the_installed_mask(sglang_tree_kernel):

@@ -42,6 +42,9 @@ class Target:
         return SimpleNamespace(logits_output=SimpleNamespace(next_token_logits=logits, hidden_states=None),
                                can_run_cuda_graph=False)  # fmt: skip
 
+    def tier_backend(self, width: int) -> None:
+        return None  # no captured tier: the worker writes a new mask each step
+
     def info(self) -> dict:
         return {}
 
