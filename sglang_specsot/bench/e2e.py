@@ -151,18 +151,32 @@ def build_report(out: Path, quality: bool = True) -> dict:
               "plots": [str(p.relative_to(out)) for p in plots if p],
               "goals": [asdict(g) for g in check(rows)], "coverage_ceiling": asdict(ceiling) if ceiling else None,
               "matched_ceiling": asdict(matched) if matched else None, "coverage_controls": [asdict(c) for c in checks],
-              "profile": [asdict(p) for p in profiles(cells, SUBSETS)]}  # fmt: skip
+              "profile": [asdict(p) for p in profiles(cells, SUBSETS)],
+              "judge_controls": _judge_line(out)}  # fmt: skip
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     table = markdown(rows)
     (out / "report.md").write_text(_report_md(settings, table, report))
     return report | {"table": table}
 
 
+def _judge_line(out: Path) -> str:
+    """The judge's control line for beside the verdict table ("" when nothing was judged)."""
+    from sglang_specsot.bench.judge import JUDGE_FILE
+    from sglang_specsot.bench.judge_controls import describe
+    from sglang_specsot.bench.judge_run import load_controls
+
+    found = load_controls(out)
+    if found is None:
+        return describe("", None) if (out / JUDGE_FILE).exists() else ""
+    return describe(*found)
+
+
 def _report_md(settings: dict, table: str, report: dict) -> str:
     from sglang_specsot.bench import goals, profile
     from sglang_specsot.bench.report import question_markdown
 
-    lines = ["# SpecSoT end-to-end benchmark", "", f"Settings: `{json.dumps(settings)}`", "", table, "",
+    lines = ["# SpecSoT end-to-end benchmark", "", f"Settings: `{json.dumps(settings)}`", "",
+             report.get("judge_controls", ""), "", table, "",
              "Greedy equality of lossless pairs: " + ("this run is float32, so every pair must be equal."
               if settings.get("dtype") == "float32" else f"this run is {settings.get('dtype')}: "
               "batch shapes change the rounding, so pairs may differ; equality is required in float32."), ""]  # fmt: skip

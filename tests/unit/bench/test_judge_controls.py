@@ -117,3 +117,14 @@ def test_run_controls_writes_a_record_the_report_reads(tmp_path):
     name, result = load_controls(tmp_path)
     assert name == "always-A" and result.preferred_real == 9 and result.real_pairs == 1
     assert json.loads((tmp_path / "judge_controls.json").read_text())["real"][0]["sot_first"] == "A"
+
+
+def test_the_report_line_beside_the_verdicts_says_whether_they_count(tmp_path):
+    from sglang_specsot.bench.e2e import _judge_line
+    from sglang_specsot.bench.judge_run import run_controls
+
+    assert _judge_line(tmp_path) == ""  # nothing judged, nothing to say
+    (tmp_path / "judge.jsonl").write_text("{}\n")
+    assert "no controls run" in _judge_line(tmp_path)
+    run_controls(reads_content, "reader", NORMALS, [(1, NORMALS[0][1], SLEEP, TIPS)], tmp_path)
+    assert _judge_line(tmp_path).startswith("Judge reader: prefers the real answer in 18/18") and "passes" in _judge_line(tmp_path)
