@@ -9,13 +9,31 @@ sglang_specsot/host/ imports SGLang's modules.
 
 Names resolve on first use (PEP 562 `__getattr__`), so importing this module costs nothing:
 the frontend client needs only `TaggingRuntimeEndpoint`, the scheduler the speculative set.
-Where SGLang's contract is a private method, a subclass here gives it a public name.
+Where SGLang's contract is a private method, a subclass gives it a public name
+(subclasses.py). The functions over SGLang's objects live here, but for two ideas of their
+own that this module re-exports: the verify-graph capture (verify_graphs.py) and the hooks
+around draft-model forwards (draft_forwards.py). Callers read every name from this module.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
+
+from sglang_specsot.host.draft_forwards import (
+    clamp_draft_input_ids,
+    draft_model_context,
+    kept_forward_logits,
+    new_forward_batch,
+    stoppable_forwards,
+)
+from sglang_specsot.host.subclasses import CLASSES as _CLASSES
+from sglang_specsot.host.verify_graphs import (
+    capture_verify_graphs,
+    decode_graphs_asked,
+    decode_graphs_on,
+    verify_graph_runner_cls,
+    verify_graphs_wanted,
+)
 
 # name -> the SGLang module that defines it.
 NAMES: dict[str, str] = {
@@ -68,7 +86,7 @@ NAMES: dict[str, str] = {
     "_cache_from_str": "sglang.srt.sampling.custom_logit_processor",
     # Host changes (host/changes.py): the draft chain's top-k selection, compiled.
     "_select_top_k_tokens_later": "sglang.srt.speculative.spec_utils",
-    # Public API: registering SPECSOT (speculative/algorithm.py), the base of a custom logit
+    # Public API: registering SPECSOT (speculative/algorithm.py, registration.py), the base of a custom logit
     # processor (serving/skeleton_constraint.py) and its deserializer (serving/request_checks.py).
     "CustomSpecAlgo": "sglang.srt.speculative.spec_registry",
     "SpeculativeAlgorithm": "sglang.srt.speculative.spec_info",
@@ -170,7 +188,6 @@ def chosen_dtype(server_args) -> tuple[str, str, str, str | None]:
     return view.device, server_args.dtype, server_args.model_path, server_args.speculative_draft_model_path
 
 
-
 _providers: set = set()
 
 
@@ -184,6 +201,7 @@ def register_override_provider(provider) -> None:
 
     register_model_override_predicate(lambda architecture: True)(provider)
     _providers.add(provider)
+
 
 def priority_settings(tokenizer_manager) -> tuple[bool, int | None, bool]:
     """(--enable-priority-scheduling, --default-priority-value,
@@ -201,220 +219,6 @@ def priority_settings(tokenizer_manager) -> tuple[bool, int | None, bool]:
 def simulated_accept_len() -> int:
     """SGLANG_SIMULATE_ACC_LEN as eagle_sample reads it (spec_utils.py:276; off when <= 0)."""
     return importlib.import_module("sglang.srt.speculative.spec_utils").SIMULATE_ACC_LEN
-
-
-def verify_graphs_wanted() -> bool:
-    """Whether this server asked for decode graphs: not --disable-cuda-graph nor
-    --disable-decode-cuda-graph, nor --cuda-graph-backend-decode disabled. SPECSOT's handle
-    of the arguments turns SGLang's own decode capture off (speculative/algorithm.py), not
-    these flags, so they still say what the user asked."""
-    from sglang.srt.runtime_context import get_exec
-
-    graph = get_exec().graph
-    backend = graph.cuda_graph_backend_decode
-    return not (graph.disable_cuda_graph or graph.disable_decode_cuda_graph or backend == "disabled")
-
-
-def decode_graphs_asked(server_args) -> bool:
-    """Whether the user's flags ask for decode graphs, as an override provider sees them while
-    SGLang resolves the server's arguments (the raw flags that `verify_graphs_wanted` reads
-    resolved once the server runs)."""
-    off = getattr(server_args, "disable_cuda_graph", False) or getattr(server_args, "disable_decode_cuda_graph", False)
-    return not (off or getattr(server_args, "cuda_graph_backend_decode", None) == "disabled")
-
-
-@contextlib.contextmanager
-def decode_graphs_on(width: int, num_steps: int | None = None):
-    """SGLang's resolved config as a verify of `width` rows per request sees it, with decode
-    graphs on (the capture-time override EAGLEWorkerV2._override_worker_state makes,
-    eagle_worker_v2.py:1909-1980), for SPECSOT's own captures: SGLang's at model load is off
-    (speculative/algorithm.py). Everything is restored when the block ends.
-
-    `num_steps`: the draft model's steps, for its captures (its chain is shorter than the
-    window, which also holds SoT-context nodes); a verify capture leaves it at `width - 1`.
-    The draft runner sizes its out_cache_loc by this value and the draft worker's
-    `draft_forward` checks it against its own `speculative_num_steps`, so the two must agree."""
-    from sglang.srt.model_executor.cuda_graph_config import Backend, Phase, with_phase
-    from sglang.srt.runtime_context import get_context, get_exec, get_spec
-
-    spec, graph = get_spec(), get_exec().graph
-    backup = {
-        "speculative_num_steps": spec.speculative_num_steps,
-        "speculative_num_draft_tokens": spec.speculative_num_draft_tokens,
-        "cuda_graph_config": graph.cuda_graph_config,
-    }
-    backend = graph.cuda_graph_backend_decode or Backend.FULL
-    get_context().override(
-        "specsot.verify_capture", speculative_num_steps=num_steps or max(width - 1, 1), speculative_num_draft_tokens=width,
-        cuda_graph_config=with_phase(graph.cuda_graph_config, Phase.DECODE, backend=backend),
-    )  # fmt: skip
-    try:
-        yield
-    finally:
-        get_context().override("specsot.verify_capture_restore", **backup)
-
-
-def capture_verify_graphs(model_runner, width: int, dummy_input):
-    """(attention backend, decode graph runner) of the target's TARGET_VERIFY at `width` rows
-    per request, as EAGLEWorkerV2.build_adaptive_runtime_state builds a target state
-    (eagle_worker_v2.py:1795-1825): a fresh backend, whose buffers the runner's graphs read.
-
-    The runner is SGLang's decode graph runner class with its capture input replaced
-    (`verify_graph_runner_cls`): `dummy_input(custom_mask, width)` builds the verify input every
-    graph is captured with, from the runner's own static mask buffer."""
-    from sglang.srt.model_executor.graph_shared_output import GraphSharedOutput
-
-    with decode_graphs_on(width):
-        # The runner's graphs write their logits into the process's shared buffer, which SGLang
-        # builds at start-up only when the target captures decode graphs (SPECSOT's target does
-        # not); built here as ModelRunner.ensure_decode_cuda_graphs builds it, sized for `width`
-        # rows per request (the cached one is kept when it is large enough).
-        model_runner.graph_shared_output = GraphSharedOutput.create_for_model_runner(model_runner)
-        init_new_workspace = model_runner.init_new_workspace
-        try:
-            backend = model_runner._get_attention_backend(init_new_workspace=True)
-        finally:
-            model_runner.init_new_workspace = init_new_workspace
-        runner_cls = verify_graph_runner_cls(model_runner._decode_cuda_graph_runner_cls())
-        runner = runner_cls(model_runner, dummy_input, attn_backend=backend, speculative_num_steps=max(width - 1, 1),
-                            speculative_num_draft_tokens=width)  # fmt: skip
-    return backend, runner
-
-
-_verify_runner_classes: dict[type, type] = {}
-
-
-def verify_graph_runner_cls(base: type) -> type:
-    """SGLang's decode graph runner class `base`, capturing with a plugin's verify input.
-
-    SGLang builds a graph's capture input in `capture_prepare` -> `get_spec_info`
-    (decode_cuda_graph_runner.py:1166, :2069), which knows only its own algorithms (EAGLE,
-    STANDALONE, DFlash, NGRAM) and returns None for any other: the graph is then captured
-    without a tree mask (triton_backend.py:1321-1330 bakes USE_CUSTOM_MASK off) and every
-    replay verifies the tree as a causal chain, whatever mask the replay copies in. The
-    subclass returns the plugin's input instead, built on the runner's own mask buffer
-    (`self.buffers.custom_mask`, which the replay's metadata fills) at its captured width."""
-    if base not in _verify_runner_classes:
-
-        class VerifyGraphRunner(base):
-            def __init__(self, model_runner, dummy_input, **kwargs):
-                self.dummy_input = dummy_input  # read by get_spec_info while __init__ captures
-                super().__init__(model_runner, **kwargs)
-
-            def get_spec_info(self, num_tokens: int):
-                spec_info = self.dummy_input(self.buffers.custom_mask, self.speculative_num_draft_tokens)
-                # As SGLang's EAGLE input (decode_cuda_graph_runner.py:2095): MTP-style
-                # models read spec_info.hidden_states in their forward.
-                spec_info.hidden_states = _zero_hidden_states(self.model_runner, num_tokens)
-                return spec_info
-
-        VerifyGraphRunner.__name__ = VerifyGraphRunner.__qualname__ = f"SpecSoTVerify{base.__name__}"
-        _verify_runner_classes[base] = VerifyGraphRunner
-    return _verify_runner_classes[base]
-
-
-def _zero_hidden_states(model_runner, num_tokens: int):
-    """Zero hidden states for `num_tokens` rows in the model's width, dtype and device."""
-    import torch
-
-    hidden = model_runner.model_config.hidden_size
-    return torch.zeros((num_tokens, hidden), dtype=model_runner.dtype, device=model_runner.device)
-
-
-def new_forward_batch(batch, model_runner):
-    """The ForwardBatch SGLang's TpModelWorker builds from a ScheduleBatch (tp_worker.py:653)."""
-    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
-
-    return ForwardBatch.init_new(batch, model_runner, capture_hidden_mode=None, return_hidden_states_before_norm=False)
-
-
-@contextlib.contextmanager
-def draft_model_context(parallel_layout):
-    """What EAGLEWorkerV2 enters around every draft-model forward (eagle_worker_v2.py:1473)."""
-    from sglang.srt.layers.moe.utils import (
-        speculative_moe_a2a_backend_context,
-        speculative_moe_backend_context,
-    )
-    from sglang.srt.speculative.spec_utils import draft_tp_context
-
-    with (
-        draft_tp_context(parallel_layout),
-        speculative_moe_backend_context(),
-        speculative_moe_a2a_backend_context(),
-    ):
-        yield
-
-
-@contextlib.contextmanager
-def _forward_replaced(model_runner, wrap):
-    """`model_runner.forward` replaced by `wrap(forward)` inside the block; the runner's own
-    `forward` (an instance attribute, or the class method) is back when the block ends.
-
-    A change to what SGLang's draft loop does: each use is a "scoped" entry of the host-change
-    ledger (host/changes.py), with its reason and upstream diff."""
-    forward, own = model_runner.forward, "forward" in vars(model_runner)
-    model_runner.forward = wrap(forward)
-    try:
-        yield
-    finally:
-        if own:
-            model_runner.forward = forward
-        else:
-            del model_runner.forward
-
-
-@contextlib.contextmanager
-def kept_forward_logits(model_runner):
-    """The `logits_output` of every `model_runner.forward` call inside the block, in a list
-    (host change keep-draft-extend-logits).
-
-    SGLang's draft-extend (eagle_worker_v2.py:1207-1272) keeps its logits local: for a top-1
-    chain it takes the argmax and leaves `topk_p = 1.0` (a chain needs no scores), so the draft
-    model's confidence is lost. Its eager path replaces `next_token_logits` on the same object
-    with the rows it selected (:1233), so the object kept here holds one row per request
-    after the call.
-    """
-    kept = []
-
-    def wrap(forward):
-        def keep(*args, **kwargs):
-            out = forward(*args, **kwargs)
-            kept.append(out.logits_output)
-            return out
-
-        return keep
-
-    with _forward_replaced(model_runner, wrap):
-        yield kept
-
-
-@contextlib.contextmanager
-def stoppable_forwards(model_runner, go_on, seen):
-    """`model_runner.forward` inside the block: `seen(next_token_logits)` after every call
-    that runs; before every call after the first, `go_on()`, and once that says no, this
-    call and every later one return the last run's output again, without a forward (host
-    change stop-draft-chain-early).
-
-    SGLang's draft loop (eagle_worker_v2.py:816-897) runs every step of the chain and has no
-    way to stop; the tokens it takes from a repeated output lie past where the chain stops,
-    and are cut before verify.
-    """
-    last, stopped = None, False
-
-    def wrap(forward):
-        def step(*args, **kwargs):
-            nonlocal last, stopped
-            if last is not None and (stopped or not go_on()):
-                stopped = True
-                return last
-            last = forward(*args, **kwargs)
-            seen(last.logits_output.next_token_logits)
-            return last
-
-        return step
-
-    with _forward_replaced(model_runner, wrap):
-        yield
 
 
 def uncached_processor_deserializer():
@@ -479,83 +283,6 @@ def delay_sample_enabled() -> bool:
     return bool(envs.SGLANG_ENABLE_DELAY_SAMPLE.get())
 
 
-# -- subclasses giving SGLang's private methods a public name -----------------------------------
-
-
-def _tagging_runtime_endpoint() -> type:
-    from sglang.lang.backend.runtime_endpoint import RuntimeEndpoint
-
-    class TaggingRuntimeEndpoint(RuntimeEndpoint):
-        """A RuntimeEndpoint whose subclasses may add fields to every /generate body."""
-
-        def _add_images(self, s, data):
-            # RuntimeEndpoint builds every /generate body inline and passes the finished body
-            # through this one method just before posting it (runtime_endpoint.py:109-335).
-            super()._add_images(s, data)
-            self.extend_generate_body(s, data)
-
-        def extend_generate_body(self, state, body: dict) -> None:
-            """Add to the /generate `body` of the program `state` about to post it."""
-
-        def get_server_info(self) -> dict:
-            """SGLang's /server_info, or behind SGLang's gateway, which forwards only the older
-            /get_server_info route (smg 1.13 answers /server_info with a 404), that route's
-            answer: the same (http_server.py:853-866)."""
-            from sglang.utils import http_request
-
-            res = http_request(self.base_url + "/server_info", api_key=self.api_key, verify=self.verify)
-            if res.status_code == 404:
-                res = http_request(self.base_url + "/get_server_info", api_key=self.api_key, verify=self.verify)
-            self._assert_success(res)
-            return res.json()
-
-    return TaggingRuntimeEndpoint
-
-
-def _public_draft_stages(base: type, name: str) -> type:
-    """SGLang's draft worker `base` with its draft-extend stages under public names."""
-
-    class PublicDraftStages(base):
-        def _rebuild_topk1_chain_buffers(self) -> None:
-            self.rebuild_chain_buffers(super()._rebuild_topk1_chain_buffers)
-
-        def rebuild_chain_buffers(self, rebuild) -> None:
-            """Build SGLang's top-k 1 chain buffers by calling `rebuild()`; subclasses may wrap it
-            (SGLang calls it from __init__ and whenever the step count changes)."""
-            rebuild()
-
-        def refresh_chain_buffers(self) -> None:
-            """Rebuild SGLang's top-k 1 chain buffers for the current step count (draft_forward
-            reads them; SGLang's own adaptive worker rebuilds them when it changes steps)."""
-            self._rebuild_topk1_chain_buffers()
-
-        def draft_extend_for_prefill(self, batch, target_hidden_states, next_token_ids):
-            """Draft-extend over the prompt; SGLang's draft input (top-k for step one)."""
-            return self._draft_extend_for_prefill(batch, target_hidden_states, next_token_ids)
-
-        def draft_extend_for_decode(self, batch, result) -> None:
-            """Draft-extend over the verify window; fills `result.next_draft_input`."""
-            self._draft_extend_for_decode(batch, result)
-
-    PublicDraftStages.__name__ = PublicDraftStages.__qualname__ = name
-    return PublicDraftStages
-
-
-def _draft_model_worker() -> type:
-    """SGLang's standalone draft worker (a whole draft LM), stages public."""
-    from sglang.srt.speculative.standalone_worker_v2 import StandaloneDraftWorker
-
-    return _public_draft_stages(StandaloneDraftWorker, "DraftModelWorker")
-
-
-def _eagle_head_worker() -> type:
-    """SGLang's EAGLE V2 draft worker (an EAGLE or EAGLE-3 head over the target's hidden
-    states and embedding), stages public."""
-    from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker
-
-    return _public_draft_stages(EagleDraftWorker, "EagleHeadWorker")
-
-
 def model_class_can_capture_aux(architectures: list[str]) -> bool | None:
     """Whether SGLang's model class for `architectures` captures EAGLE-3's aux hidden states
     (attention_backend_setup.py:54-61 requires `set_eagle3_layers_to_capture`); None where
@@ -576,51 +303,15 @@ def model_architecture_known(architectures: list[str]) -> bool:
     return any(ModelRegistry.is_arch_supported(a) for a in architectures)
 
 
-def _spec_worker_base() -> type:
-    from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
-
-    class SpecWorkerBase(BaseSpecWorker):
-        """SGLang's BaseSpecWorker, whose `target_worker` / `draft_worker` properties read two
-        private fields (base_spec_worker.py:202-210), with a public way to set them."""
-
-        def bind_workers(self, target_worker, draft_worker=None) -> None:
-            """The workers the scheduler reaches through `target_worker` / `draft_worker`."""
-            self._target_worker = target_worker
-            self._draft_worker = draft_worker
-
-    return SpecWorkerBase
-
-
-def _future_map_base() -> type:
-    from sglang.srt.managers.overlap_utils import FutureMap
-
-    class FutureMapBase(FutureMap):
-        """SGLang's FutureMap with its gather of the relayed spec extras under a public name."""
-
-        def _resolve_spec_extras(self, batch) -> None:
-            self.resolve_spec_extras(batch)
-
-        def resolve_spec_extras(self, batch) -> None:
-            """Fill `batch.spec_info` with the relayed top-k, bonus tokens and hidden states
-            (SGLang's own gather, overlap_utils.py:476-534, unless a subclass overrides it)."""
-            FutureMap._resolve_spec_extras(self, batch)
-
-    return FutureMapBase
-
-
-_CLASSES = {
-    "TaggingRuntimeEndpoint": _tagging_runtime_endpoint,
-    "DraftModelWorker": _draft_model_worker,
-    "EagleHeadWorker": _eagle_head_worker,
-    "FutureMapBase": _future_map_base,
-    "SpecWorkerBase": _spec_worker_base,
-}
-
 __all__ = sorted(
     [*NAMES, *_CLASSES, "ATTENTION_BACKEND_FLAGS", "chosen_attention_backends", "chosen_dtype", "convert_chat_request", "priority_settings", "register_override_provider",
-     "draft_model_context", "incremental_streaming_output", "validate_chat_request", "model_class_can_capture_aux",
+     "incremental_streaming_output", "validate_chat_request", "model_class_can_capture_aux",
      "model_architecture_known"]
 )  # fmt: skip
+# Re-exported from the adapter's parts.
+__all__ += ["clamp_draft_input_ids", "draft_model_context", "kept_forward_logits", "new_forward_batch",
+            "stoppable_forwards", "capture_verify_graphs", "decode_graphs_asked", "decode_graphs_on",
+            "verify_graph_runner_cls", "verify_graphs_wanted"]  # fmt: skip
 
 
 # -- launch refusals (speculative/backend_choice.py) -----------------------------------------
@@ -649,28 +340,6 @@ def splitkv_verify_on() -> bool:
 
 
 __all__ += ["linear_attention_config_name", "splitkv_verify_on"]
-
-
-# -- a draft on a prefix of the target's vocabulary (speculative/vocab.py) -------------------
-
-
-def clamp_draft_input_ids(draft_runner, size: int) -> None:
-    """Make the draft model's embedding read ids at or past `size` as id `size - 1`.
-
-    A draft whose vocabulary is a prefix of the target's is fed the target's committed tokens,
-    which may lie past its rows; SGLang's VocabParallelEmbedding does not mask them at TP 1
-    (vocab_parallel_embedding.py:516), so the gather would read out of bounds. The draft then
-    drafts from a stand-in token, and verify rejects what it gets wrong: output is unchanged."""
-    embedding = draft_runner.model.get_input_embeddings()
-    last = size - 1
-
-    def clamp(module, args):
-        return (args[0].clamp(max=last), *args[1:])
-
-    embedding.register_forward_pre_hook(clamp)
-
-
-__all__ += ["clamp_draft_input_ids"]
 
 
 # -- one set of timings for every TP rank (speculative/rank_agreement.py) --------------------

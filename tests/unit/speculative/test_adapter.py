@@ -22,6 +22,19 @@ from sglang_specsot.host import BOUNDARY_EXEMPT, adapter
 PACKAGE = Path(sglang_specsot.__file__).parent
 ADAPTER = PACKAGE / "host" / "adapter.py"
 
+
+def _adapter_parts() -> dict[str, Path]:
+    """The adapter and the host/ modules it re-exports (dotted name -> file): one adapter in
+    several files, each an idea of its own."""
+    parts = {"sglang_specsot.host.adapter": ADAPTER}
+    for node in ast.parse(ADAPTER.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sglang_specsot.host."):
+            parts[node.module] = PACKAGE.parent / (node.module.replace(".", "/") + ".py")
+    return parts
+
+
+ADAPTER_PARTS = _adapter_parts()
+
 # SGLang modules a plugin may import directly: its plugin and registration API.
 PUBLIC_MODULES = {
     "sglang": "the frontend language (sgl.function, gen, fork, RuntimeEndpoint)",
@@ -34,7 +47,7 @@ PUBLIC_MODULES = {
 # Modules that may use SGLang internals without the adapter, and why: the CPU attention
 # kernels' exemptions are listed once, in sglang_specsot/host/__init__.py.
 EXEMPT = {
-    "host/adapter.py": "the adapter itself",
+    **{path.relative_to(PACKAGE).as_posix(): "the adapter itself" for path in ADAPTER_PARTS.values()},
     "_bootstrap.py": "supplies sgl_kernel before SGLang is imported (patches/README.md ledger)",
     **BOUNDARY_EXEMPT,
 }
@@ -72,8 +85,9 @@ def test_instance_attributes_are_still_set_by_sglang(owner, names):
 def test_the_adapter_declares_every_private_name_it_uses():
     declared = {m for methods in adapter.PRIVATE_METHODS.values() for m in methods}
     declared |= {f for fields in adapter.PRIVATE_FIELDS.values() for f in fields}
-    used = {name for name, _ in _private_uses(ast.parse(ADAPTER.read_text())) if name not in vars(adapter)}
-    assert used == declared
+    ours = {name for module in ADAPTER_PARTS for name in vars(importlib.import_module(module))}
+    used = {name for path in ADAPTER_PARTS.values() for name, _ in _private_uses(ast.parse(path.read_text()))}
+    assert {name for name in used if name not in ours} == declared
 
 
 @pytest.mark.parametrize(("owner", "fields"), list(adapter.PRIVATE_FIELDS.items()))
@@ -92,9 +106,14 @@ def test_spec_worker_base_binds_the_workers_sglang_reads():
     assert worker.draft_worker is None
 
 
+def test_the_adapters_parts_are_found():
+    assert len(ADAPTER_PARTS) >= 4 and all(path.is_file() for path in ADAPTER_PARTS.values()), ADAPTER_PARTS
+
+
 def test_every_lazy_import_in_the_adapter_resolves():
-    for node in ast.walk(ast.parse(ADAPTER.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module.startswith("sglang."):
+    nodes = [node for path in ADAPTER_PARTS.values() for node in ast.walk(ast.parse(path.read_text()))]
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sglang."):
             module = importlib.import_module(node.module)
             for alias in node.names:
                 assert hasattr(module, alias.name), f"{node.module} has no {alias.name}"
