@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from sglang_specsot import plugin
-from sglang_specsot.host.changes import HOST_CHANGES, HostChange, _http_server_only, register_host_change
+from sglang_specsot.host.changes import HOST_CHANGES, HostChange, http_server_only, register_host_change
 
 
 def test_entry_point_is_declared_for_sglang():
@@ -86,16 +86,16 @@ def test_register_in_a_sglang_cpu_process_applies_everything(tmp_path):
     records = [json.loads(line) for line in trace.read_text().splitlines()]
     assert len(records) == 2 and {r["error"] for r in records} == {None}
     # Every change whose process this is: all but the HTTP server's (no HTTP launcher here).
-    expected = [c.name for c in HOST_CHANGES if c.when is not _http_server_only]
+    expected = [c.name for c in HOST_CHANGES if c.when is not http_server_only]
     assert records[0]["host_changes"] == expected == records[1]["host_changes"]
-    http_only = {c.name for c in HOST_CHANGES if c.when is _http_server_only}
+    http_only = {c.name for c in HOST_CHANGES if c.when is http_server_only}
     assert http_only == {"sot-chat-route", "reject-unservable-requests"}
 
 
 def test_the_processor_cache_is_bounded_and_still_deserializes():
     from sglang.srt.sampling.custom_logit_processor import DisallowedTokensLogitsProcessor
 
-    from sglang_specsot.host.changes import PROCESSOR_CACHE_SIZE, _bounded_processor_cache_hook
+    from sglang_specsot.host.server_changes import PROCESSOR_CACHE_SIZE, _bounded_processor_cache_hook
 
     bounded = _bounded_processor_cache_hook()
     assert bounded.cache_info().maxsize == PROCESSOR_CACHE_SIZE
@@ -109,7 +109,7 @@ def test_the_eager_top_k_selection_is_sglangs_function_undecorated():
     import torch
     from sglang.srt.speculative import spec_utils
 
-    from sglang_specsot.host.changes import _eager_select_top_k_hook
+    from sglang_specsot.host.cpu_changes import _eager_select_top_k_hook
 
     eager = _eager_select_top_k_hook()
     compiled = spec_utils._select_top_k_tokens_later

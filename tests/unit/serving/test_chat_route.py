@@ -59,12 +59,12 @@ class _Raw:
 def test_the_entry_names_its_target_seam_and_patch():
     assert CHANGE.target == "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat.handle_request"
     assert CHANGE.hook_type == "around" and CHANGE.patch == "chat-request-handlers.diff"
-    assert CHANGE.when is host_changes._http_server_only
+    assert CHANGE.when is host_changes.http_server_only
 
 
 def test_only_the_http_server_process_takes_it():
-    assert host_changes._http_server_only() is False  # pytest is no launcher
-    ns = {"f": host_changes._http_server_only}
+    assert host_changes.http_server_only() is False  # pytest is no launcher
+    ns = {"f": host_changes.http_server_only}
     for launcher in ("sglang/launch_server.py", "sglang/cli/serve.py"):
         exec(compile("result = f()", os.path.join("/site-packages", launcher), "exec"), ns)
         assert ns["result"] is True, launcher
