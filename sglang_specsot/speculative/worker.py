@@ -155,11 +155,16 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self._price_at_tiers()
         if self.draft_worker is None:
             return
+        # A failed capture stops the start-up, as the verify graphs' does (verify_runners.py):
+        # an eager draft would serve far slower than asked with only a log line to say so.
         try:
             with sgl.decode_graphs_on(self.num_draft_tokens, num_steps=sgl.get_spec().speculative_num_steps):
                 super().init_cuda_graphs()
-        except Exception as exc:  # noqa: BLE001 - the draft then runs eagerly, as SGLang's does without graphs
-            logger.warning("SPECSOT: capturing the draft model's graphs failed (%s: %s); drafting eagerly", type(exc).__name__, exc)
+        except Exception as exc:
+            raise RuntimeError(
+                f"SPECSOT: capturing the draft model's graphs failed ({type(exc).__name__}: {exc}). Fix the "
+                "cause, or pass --disable-cuda-graph (or --disable-decode-cuda-graph) to draft and verify eagerly"
+            ) from exc
 
     def _price_at_tiers(self) -> None:
         for policy in self.planners.values():

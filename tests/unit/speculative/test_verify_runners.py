@@ -87,3 +87,30 @@ def test_tier_dummy_verify_input_is_specsots_at_the_tiers_width():
     assert dummy_verify_input_around(original, algo, mask, 4, True)[0] == "sglang"
     other = SimpleNamespace(name="EAGLE")
     assert dummy_verify_input_around(original, other, mask, 4, False) == ("sglang", (other, mask, 4, False))
+
+
+def test_draft_capture_that_fails_stops_the_start_up_naming_the_flag(monkeypatch):
+    """With a draft model the worker captures the verify tiers, then the draft's own graphs
+    (SGLang's STANDALONE capture); that capture failing is a start-up error, as the verify
+    tiers' is, not a draft that silently runs eagerly."""
+    import contextlib
+
+    from sglang_specsot.speculative import worker as worker_module
+
+    def fail(self):
+        raise RuntimeError("draft capture out of memory")
+
+    sgl = worker_module.sgl
+    monkeypatch.setattr(sgl, "verify_graphs_wanted", lambda: True, raising=False)
+    monkeypatch.setattr(sgl, "decode_graphs_on", lambda *a, **k: contextlib.nullcontext(), raising=False)
+    monkeypatch.setattr(sgl, "get_spec", lambda: SimpleNamespace(speculative_num_steps=3), raising=False)
+    monkeypatch.setattr(worker_module, "verify_runner", lambda runner, tiers: SimpleNamespace(tiers=tiers))
+    monkeypatch.setattr(sgl.SpecWorkerBase, "init_cuda_graphs", fail, raising=False)
+    worker = object.__new__(worker_module.SpecSoTWorker)
+    worker.device_type, worker.verifier, worker.num_draft_tokens = "cuda", None, 6
+    worker._draft_worker, worker.model_runner, worker.planners = object(), None, {}  # BaseSpecWorker.draft_worker reads it
+    with pytest.raises(RuntimeError) as err:
+        worker.init_cuda_graphs()
+    message = str(err.value)
+    assert "draft model's graphs failed" in message and "draft capture out of memory" in message
+    assert "--disable-cuda-graph" in message
