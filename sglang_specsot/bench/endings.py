@@ -4,7 +4,10 @@ A reader's rule, from the answer text alone (no model): prose ends a sentence ("
 any closing emphasis, quotes or brackets); a list item or a point's bare title is a phrase and
 may end without one, unless it stops on a comma or a word that cannot end a phrase ("the",
 "such", "including"), or its sibling items are sentences; a line ending in ":" (or a heading)
-with nothing after it is a lead-in whose list is missing; a code block left open is cut.
+with nothing after it is a lead-in whose list is missing, and so is one with a single item after
+it ("Here are some tips:" and one tip: the list was cut after its first item); a code block
+left open is cut. Given the skeleton's titles, a point is a bare title only where its text is
+its title: one that goes on past it is prose, and must end a sentence.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ _OPEN_ENDS = ",;-\u2013\u2014(/&+=%$"
 # A "." that ends an abbreviation, not a sentence (the branch stopped in "such as, e.g.").
 _ABBREVIATIONS = frozenset("e.g. i.e. vs. cf. mr. mrs. ms. dr. st. approx. incl. fig.".split())
 TITLE_WORDS = 12  # the skeleton's longest point (SoTConfig.max_point_words): a bare title
+# A lead-in that announces one item ("Here is an example:") may be followed by one item.
+_ONE_ITEM_LEADS = re.compile(r"\b(?:an? (?:\w+ )?(?:example|instance|tip|way|step)|example|for instance|e\.g\.)\b", re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,15 +63,18 @@ def split_points(answer: str) -> list[str]:
     return ["\n".join(p) for p in parts] if parts else [answer]
 
 
-def endings(answer: str) -> Endings:
-    """Which points of `answer` end mid-sentence and which on an empty lead-in."""
-    kinds = [point_ending(p) for p in split_points(answer)]
+def endings(answer: str, titles: list[str] | None = None) -> Endings:
+    """Which points of `answer` end mid-sentence and which on an empty lead-in; `titles` (the
+    skeleton's points, in order), where known, tell a bare title from a point cut early."""
+    points = split_points(answer)
+    kinds = [point_ending(p, titles[i] if titles and i < len(titles) else None) for i, p in enumerate(points)]
     pick = lambda kind: tuple(i for i, k in enumerate(kinds) if k == kind)  # noqa: E731
     return Endings(len(kinds), pick(MID_SENTENCE), pick(LEAD_IN))
 
 
-def point_ending(text: str) -> str:
-    """COMPLETE, MID_SENTENCE or LEAD_IN for one point's text (its numbered title line first)."""
+def point_ending(text: str, title: str | None = None) -> str:
+    """COMPLETE, MID_SENTENCE or LEAD_IN for one point's text (its numbered title line first);
+    `title`, where known, is the skeleton's title of the point."""
     if text.count("```") % 2:
         return MID_SENTENCE  # a code block left open: the branch stopped inside it
     lines = [line.strip() for line in text.split("\n") if _has_text(line)]
@@ -81,6 +89,13 @@ def point_ending(text: str) -> str:
     if last.startswith("#"):
         return LEAD_IN  # a heading with nothing under it
     item = _MARKER.match(last) if len(lines) > 1 else None  # the title line's number is gone
+    kind = _last_line_ending(last, item, lines, numbered, title)
+    if kind == COMPLETE and item and _one_item_list(lines[:-1]):
+        return LEAD_IN  # the list its lead-in announced stops after its first item
+    return kind
+
+
+def _last_line_ending(last: str, item, lines: list[str], numbered, title: str | None) -> str:
     body = _strip_closers(last[item.end() :] if item else last)
     if not body:
         return COMPLETE
@@ -90,7 +105,7 @@ def point_ending(text: str) -> str:
         return LEAD_IN
     if item:
         return _phrase_ending(body, _item_run(lines[1:-1]))
-    if numbered and len(lines) == 1 and _is_bare_title(body):
+    if numbered and len(lines) == 1 and _is_bare_title(body, title):
         return _phrase_ending(body, [])
     return MID_SENTENCE  # prose without a sentence end
 
@@ -112,9 +127,25 @@ def _last_word(text: str) -> str:
     return text.rsplit(None, 1)[-1].lower().lstrip("(\"'*_")
 
 
-def _is_bare_title(text: str) -> bool:
-    """A point's title alone: short, with no sentence end inside it."""
+def _is_bare_title(text: str, title: str | None = None) -> bool:
+    """A point's title alone: its title where known ("5. Displacement of workers is a
+    significant" is a point cut early), else short with no sentence end inside it."""
+    if title is not None:
+        return _words(text) == _words(title)
     return len(text.split()) <= TITLE_WORDS and not re.search(r"[.!?][\s*_]", text)
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.replace("**", "").lower())
+
+
+def _one_item_list(above: list[str]) -> bool:
+    """Whether the last line is the only item under a lead-in: the line above it ends in ":"
+    and is no item itself, and does not announce a single item."""
+    if not above:
+        return False
+    lead = _strip_closers(above[-1])
+    return lead.endswith(":") and not _MARKER.match(above[-1]) and not _ONE_ITEM_LEADS.search(lead)
 
 
 def _phrase_ending(body: str, siblings: list[str]) -> str:

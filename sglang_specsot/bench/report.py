@@ -39,7 +39,7 @@ class Row:
     branch_loops: float | None  # share of SoT branches that ended in a loop (trace "ended")
     empty_points: float | None  # share of SoT points whose branch gave nothing but the title
     # SoT points that end cut (bench.endings), counted over the row's SoT answers: mid-sentence,
-    # and on a lead-in with nothing after it ("Here are some tips:" and no tips).
+    # and on a lead-in with nothing or one item after it ("Here are some tips:" and no tip, or one).
     mid_sentence_points: int | None
     lead_in_points: int | None
     flawed_skeletons: int | None  # skeletons holding code or a repeated point (see skeleton_flawed)
@@ -150,12 +150,19 @@ def _empty_share(sot: list[CellResult]) -> float | None:
 
 
 def _cut_points(sot: list[CellResult]) -> tuple[int | None, int | None]:
-    """(points ending mid-sentence, points ending on an empty lead-in) over the SoT answers;
+    """(points ending mid-sentence, points ending on an empty or one-item lead-in) over the SoT answers;
     None for both where there is none. Read from the answers, so older runs are counted too."""
     if not sot:
         return None, None
-    found = [endings(c.answer) for c in sot]
+    found = [endings(c.answer, skeleton_titles(c.skeleton_text)) for c in sot]
     return sum(len(e.mid_sentence) for e in found), sum(len(e.lead_in) for e in found)
+
+
+def skeleton_titles(skeleton_text: str) -> list[str]:
+    """The titles of a recorded skeleton as the parser kept them; [] for none."""
+    from sglang_specsot.sot import parse_skeleton
+
+    return [p.text for p in parse_skeleton(skeleton_text).points] if skeleton_text else []
 
 
 def skeleton_flawed(text: str) -> bool:
@@ -220,7 +227,7 @@ def per_question(cells: dict[tuple[int, str], CellResult], quality: list[Quality
         if cell.route_latency:  # mode "auto": what the latency model predicted and chose
             row.update(route_latency=cell.route_latency, predicted_ratio=cell.route_latency.get("ratio"))
         if cell.status == OK and cell.path == "sot":
-            found = endings(cell.answer)
+            found = endings(cell.answer, skeleton_titles(cell.skeleton_text))
             row.update(mid_sentence=len(found.mid_sentence), lead_in=len(found.lead_in), cut_points=found.cut)
         q = quality_by.get(key, {})
         row.update({k: q[k] for k in ("normal_covered", "normal_matched", "answer_covered", "cosine", "length_ratio",
@@ -236,7 +243,7 @@ COLUMNS = [("config", "config"), ("subset", "subset"), ("ok", "ok"), ("failed", 
            ("points", "points"), ("accept_length", "accept"), ("sot_share", "SoT path"),
            ("fallback", "fallback"),           ("hit_cap", "hit cap"), ("looped", "looped"), ("branch_loops", "branch loops"),
            ("empty_points", "empty points"), ("mid_sentence_points", "mid-sentence points"),
-           ("lead_in_points", "empty lead-ins"),
+           ("lead_in_points", "lead-ins cut (empty or one item)"),
            ("flawed_skeletons", "flawed skeletons"), ("normal_covered", "covers normal"),
            ("min_normal_covered", "worst covers normal"), ("normal_matched", "covers normal 1:1"),
            ("answer_covered", "covered by normal"), ("cosine", "cosine"), ("length_ratio", "length ratio"),

@@ -123,7 +123,7 @@ def test_points_that_end_cut_are_counted_per_configuration_and_per_question():
     from sglang_specsot.bench.goals import check
 
     cut = "1. Sleep. Rest helps.\n2. Food. For example, the National Institutes of Health (NIH)\n3. Move. Tips:"
-    whole = "1. Sleep. Rest helps.\n2. Food. Tips:\n   - **Rice**: cheap."
+    whole = "1. Sleep. Rest helps.\n2. Food. Tips:\n   - **Rice**: cheap.\n   - **Beans**: filling."
     cells = cells_of(cell(1, "plain"), sot_cell(1, "SpecSoT-server", 1.0, answer=cut),
                      cell(2, "plain"), sot_cell(2, "SpecSoT-server", 1.0, answer=whole),
                      cell(3, "plain"), cell(3, "SpecSoT-server", answer="Answered normally, so not counted"))  # fmt: skip
@@ -131,7 +131,7 @@ def test_points_that_end_cut_are_counted_per_configuration_and_per_question():
     spec = rows[("SpecSoT-server", "all")]
     assert (spec.mid_sentence_points, spec.lead_in_points) == (1, 1)
     assert (rows[("plain", "all")].mid_sentence_points, rows[("plain", "all")].lead_in_points) == (None, None)
-    assert "| mid-sentence points | empty lead-ins |" in markdown(list(rows.values())).splitlines()[0]
+    assert "| mid-sentence points | lead-ins cut (empty or one item) |" in markdown(list(rows.values())).splitlines()[0]
     by_question = {(r["question_id"], r["config"]): r for r in per_question(cells, [])}
     assert by_question[(1, "SpecSoT-server")]["cut_points"] == 2
     assert by_question[(2, "SpecSoT-server")]["cut_points"] == 0
