@@ -123,6 +123,7 @@ def build_report(out: Path, quality: bool = True) -> dict:
     from sglang_specsot.bench.quality import assess, controls
     from sglang_specsot.bench.goals import check, coverage_ceiling
     from sglang_specsot.bench.profile import profiles
+    from sglang_specsot.bench.reader_report import reader_rows
     from sglang_specsot.bench.report import SUBSETS, greedy_equality, lossless_speed, markdown, per_question, summarize
     from sglang_specsot.data import load_questions
 
@@ -152,7 +153,8 @@ def build_report(out: Path, quality: bool = True) -> dict:
               "goals": [asdict(g) for g in check(rows)], "coverage_ceiling": asdict(ceiling) if ceiling else None,
               "matched_ceiling": asdict(matched) if matched else None, "coverage_controls": [asdict(c) for c in checks],
               "profile": [asdict(p) for p in profiles(cells, SUBSETS)],
-              "judge_controls": _judge_line(out)}  # fmt: skip
+              "judge_controls": _judge_line(out),
+              "reader": [asdict(r) for r in reader_rows(cells, texts, scores)]}  # fmt: skip
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     table = markdown(rows)
     (out / "report.md").write_text(_report_md(settings, table, report))
@@ -199,6 +201,12 @@ def _report_md(settings: dict, table: str, report: dict) -> str:
         from sglang_specsot.bench.quality import Control
 
         lines += [goals.controls_markdown([Control(**c) for c in report["coverage_controls"]]), ""]
+    if report.get("reader"):
+        from sglang_specsot.bench.reader_report import ReaderRow, markdown as reader_markdown
+
+        lines += ["## What a reader sees", "", "Answers that went through SoT; those routed to the normal "
+                  "answer are counted apart. Sentences are counted beyond each point's title.", "",
+                  reader_markdown([ReaderRow(**r) for r in report["reader"]]), ""]  # fmt: skip
     lines += ["## Where a SoT answer's time goes", "", "Shares of the complete answer; `branches at once` = "
               "sum of branch durations / branch phase; `tokens / plain` counts the skeleton.", "",
               profile.markdown([profile.Profile(**p) for p in report["profile"]]), ""]  # fmt: skip

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from sglang_specsot.bench.configs import BASELINE
 from sglang_specsot.bench.metrics import COVER_THRESHOLD, completeness, coverage, length_ratio, matched_coverage, sentences
+from sglang_specsot.bench.reading import without_shared_opening
 from sglang_specsot.bench.store import OK, CellResult
 
 
@@ -25,6 +26,9 @@ class Quality:
     asks_addressed: float | None  # share of them the answer addresses
     normal_matched: float | None = None  # normal_covered matched one to one (metrics.matched_coverage)
     threshold: float = COVER_THRESHOLD
+    # normal_covered without the opening paragraph both answers share word for word (a SoT
+    # answer copies the normal answer's opening, which no branch wrote; reading.without_shared_opening)
+    normal_covered_body: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +63,19 @@ def _one(cell: CellResult, base: CellResult, question: str, embedder) -> Quality
     asks, addressed = completeness(question, cell.answer)
     return Quality(cell.question_id, cell.config, coverage(sim), coverage(reverse),
                    float(vectors[-2] @ vectors[-1]), length_ratio(cell.answer, base.answer), asks, addressed,
-                   matched_coverage(sim))  # fmt: skip
+                   matched_coverage(sim), normal_covered_body=_body_coverage(cell.answer, base.answer, embedder, sim))  # fmt: skip
+
+
+def _body_coverage(answer: str, normal: str, embedder, sim) -> float | None:
+    """normal_covered with the shared opening removed from both answers (`sim` where none is shared)."""
+    answer_body, normal_body = without_shared_opening(answer, normal)
+    if answer_body == answer:
+        return coverage(sim)
+    mine, theirs = sentences(answer_body), sentences(normal_body)
+    if not mine or not theirs:
+        return 0.0 if theirs else None
+    vectors = embedder.encode(mine + theirs)
+    return coverage((vectors[len(mine) :] @ vectors[: len(mine)].T).tolist())
 
 
 def controls(cells: dict[tuple[int, str], CellResult], embedder) -> list[Control]:
