@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_specsot.loadtest import Outcome, Report, _tally, by_question, main, memory_trend, request_body
+from sglang_specsot.loadtest import main
+from sglang_specsot.loadtest.clients import request_body
+from sglang_specsot.loadtest.fleet import memory_trend
+from sglang_specsot.loadtest.tally import Outcome, Report, by_question, tally
 
 
 def _entry(t_s: int, rss: float, malloc: float | None = None) -> dict:
@@ -53,7 +56,7 @@ def test_the_tally_counts_how_the_sot_requests_were_answered():
         Outcome("plain", False, None, "completed", 1.0, tokens=64),
     ]
     report = Report()
-    _tally(report, outcomes)
+    tally(report, outcomes)
     assert report.sot_paths == {"sot": 1, "normal": 1} and report.latency["sot"]["n"] == 3
     assert report.tokens == {"sot": 150.0, "plain": 64.0}
     assert [(r["kind"], r["path"], r["tokens"]) for r in report.requests][:2] == [("sot", "sot", 200), ("sot", "normal", 100)]
