@@ -15,7 +15,7 @@ SPECSOT with the model as its own draft (the whole window every step) on the Tri
 then the same self-draft on SPECSOT's CPU runtime, outside the shadow. It passes when SPECSOT
 answers as plain does and accepts exactly the drafts the CPU runtime accepts, depth by depth:
 a random model accepts only part of a self-draft (a standalone draft never sees the prompt's
-first token; scripts/gpu_stages.py `first_token_agreement`), so the count itself says nothing,
+first token; scripts/gpu_stage_parity.py `first_token_agreement`), so the count itself says nothing,
 but any slot, position or row the CUDA path got wrong changes it.
 
     .venv/bin/python scripts/cuda_draft_twin.py            # one JSON line; exit 1 where it fails
@@ -138,7 +138,7 @@ def run_engines(mode: str) -> dict:
     import torch
 
     sys.path.insert(0, str(HERE))
-    import gpu_stages as gs
+    import gpu_stage_parity as gs
 
     plan = gs.SMOKE_PARITY
     # The parity stage's own engine runs (two calls, the second on a flushed cache), on the
@@ -149,8 +149,8 @@ def run_engines(mode: str) -> dict:
         prompts = gs.parity_prompts(plan)
         spec = {"speculative_algorithm": "SPECSOT", "speculative_num_draft_tokens": plan.draft_tokens,
                 "speculative_draft_model_path": str(model_dir), "disable_cuda_graph": True, **backend}  # fmt: skip
-        drafted, info = gs._engine_outputs(model_dir, plan, prompts, spec)
-        plain = gs._engine_outputs(model_dir, plan, prompts, backend)[0] if mode == "twin" else None
+        drafted, info = gs.engine_outputs(model_dir, plan, prompts, spec)
+        plain = gs.engine_outputs(model_dir, plan, prompts, backend)[0] if mode == "twin" else None
     ids = lambda outputs: [o["output_ids"] for o in outputs] if outputs is not None else None  # noqa: E731
     return {"output_ids": ids(drafted), "plain_output_ids": ids(plain), "acceptance_by_depth": info["acceptance_by_depth"]}
 

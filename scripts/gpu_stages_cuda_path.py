@@ -10,9 +10,8 @@
   Qwen2.5-0.5B's (151,936, models/tiny.py `cut_vocabulary`), SPECSOT with the draft model
   against plain decoding (greedy parity, drafts accepted, verify graphs replayed), its blocking
   syncs counted per step (scripts/gpu_sync_count.py).
-- the `syncs` record: the parity stage's SPECSOT engines (context drafting and the target as its
-  own draft, with and without graphs) counted per step by `torch.cuda.set_sync_debug_mode`
-  (`record_syncs`); no engine of its own, so no time of its own.
+- the `syncs` record (scripts/gpu_stage_syncs.py): the parity stage's SPECSOT engines counted
+  per step.
 
 On this project's 2-core CPU (541e7d9): `scripts/gpu_check.sh --cpu-smoke` 2 min 56 s in all, the
 tree stage's CPU twin (--small) 129 s, ok; with SPECSOT_GPU_SMOKE_ENGINES=1 the vocab stage's two
@@ -27,11 +26,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import gpu_stages as gs
+import gpu_stage_parity as parity_stage
+from gpu_random_qwen2 import Qwen2Shape
+from gpu_record import Recorder
 import gpu_sync_count
 
 HERE = Path(__file__).resolve().parent
@@ -56,7 +56,7 @@ def twin_problem(result: dict | None, rc: int, stderr: str) -> str | None:
     return None
 
 
-def stage_tree(rec: gs.Recorder, smoke: bool, limit_s: float) -> None:
+def stage_tree(rec: Recorder, smoke: bool, limit_s: float) -> None:
     cmd = twin_command(smoke)
     rec.emit(f"running {' '.join(cmd[2:])}", command=cmd[2:])
     try:
@@ -100,10 +100,10 @@ SMOKE_VOCAB = VocabPlan(target_vocab=1024, draft_vocab=1000, prompts=2, prompt_l
 PROMPT_IDS = 259  # the tokenizer's special tokens and byte alphabet: ids every tiny tokenizer has
 
 
-def vocab_parity_plan(plan: VocabPlan) -> gs.ParityPlan:
+def vocab_parity_plan(plan: VocabPlan) -> parity_stage.ParityPlan:
     """The parity stage's engine plan for the pair (float32: token identity is exact)."""
-    shape = gs.Qwen2Shape(hidden=plan.hidden, layers=plan.layers, vocab=PROMPT_IDS)  # vocab: the prompts' ids
-    return gs.ParityPlan(shape, dtype="float32", prompts=plan.prompts, prompt_len=plan.prompt_len,
+    shape = Qwen2Shape(hidden=plan.hidden, layers=plan.layers, vocab=PROMPT_IDS)  # vocab: the prompts' ids
+    return parity_stage.ParityPlan(shape, dtype="float32", prompts=plan.prompts, prompt_len=plan.prompt_len,
                          max_new=plan.max_new, draft_tokens=plan.draft_tokens)  # fmt: skip
 
 
@@ -124,9 +124,9 @@ def accept_problem(accept: list, floor: float) -> str | None:
     return None if mean > floor else f"mean accept length {mean:.2f} is not above {floor} (the draft is the target's rows)"
 
 
-def stage_vocab(rec: gs.Recorder, smoke: bool, limit_s: float) -> None:
+def stage_vocab(rec: Recorder, smoke: bool, limit_s: float) -> None:
     plan = SMOKE_VOCAB if smoke else DEVICE_VOCAB
-    gs._import_sglang(rec)
+    parity_stage.import_sglang(rec)
     with tempfile.TemporaryDirectory(prefix="specsot-vocab-") as tmp:
         target, draft = build_pair(plan, Path(tmp))
         sizes = {p.name: json.loads((p / "config.json").read_text())["vocab_size"] for p in (target, draft)}
@@ -134,70 +134,29 @@ def stage_vocab(rec: gs.Recorder, smoke: bool, limit_s: float) -> None:
         if sizes != {"target": plan.target_vocab, "draft": plan.draft_vocab}:
             rec.finish("failed", f"the pair was built with vocabularies {sizes}")
             return
-        if smoke and not gs.engines_on_cpu():
+        if smoke and not parity_stage.engines_on_cpu():
             rec.finish("ok", None, "smoke: the engines are not started (SPECSOT_GPU_SMOKE_ENGINES=1 starts them on the CPU)", smoke=True)  # fmt: skip
             return
         parity = vocab_parity_plan(plan)
-        prompts = gs.parity_prompts(parity)
+        prompts = parity_stage.parity_prompts(parity)
         os.environ["SGLANG_SPECSOT_FIXED_WINDOW"] = "1"
         tokenizer = {"skip_tokenizer_init": False}  # the worker compares the two tokenizers' shared ids
-        plain = gs._run_engine(rec, "plain", target, parity, prompts, tokenizer | {"disable_cuda_graph": True})
+        plain = parity_stage.run_engine(rec, "plain", target, parity, prompts, tokenizer | {"disable_cuda_graph": True})
         if plain is None:
             return
         log = Path(tmp) / "syncs.jsonl"
         os.environ.update(gpu_sync_count.engine_env(log))
         spec = {"speculative_algorithm": "SPECSOT", "speculative_num_steps": plan.draft_steps,
                 "speculative_num_draft_tokens": plan.draft_tokens, "speculative_draft_model_path": str(draft)}  # fmt: skip
-        run = gs._run_engine(rec, "SPECSOT draft model", target, parity, prompts, tokenizer | spec, finish=False)
+        run = parity_stage.run_engine(rec, "SPECSOT draft model", target, parity, prompts, tokenizer | spec, finish=False)
         if run is None:
             rec.finish("failed", "the SPECSOT engine with the prefix-vocabulary draft did not run (its line above)")
             return
         sync_problem = gpu_sync_count.report(rec, "SPECSOT draft model", log)
-    compared = gs._compared(plain, run)
+    compared = parity_stage.compared(plain, run)
     graphs = compared["verify_graphs"] or {}
     problem = (f"SPECSOT differs from plain on prompts {compared['mismatched_prompts']}" if compared["mismatched_prompts"]
                else accept_problem(compared["accept_length"], plan.min_accept)
                or (None if smoke or graphs.get("replayed_by_width") else f"the verify graphs never replayed: {graphs}")
                or sync_problem)  # fmt: skip
     rec.finish("ok" if problem is None else "failed", problem, run=compared, vocab=sizes)
-
-
-# --- syncs: the parity stage's SPECSOT engines, counted -----------------------------------------
-
-
-def sync_log_env(tmp: Path, name: str) -> tuple[Path, dict]:
-    """(the log, the environment) that has an engine's steps counted into a log of its own."""
-    log = tmp / f"syncs-{name.replace(' ', '_')}.jsonl"
-    return log, gpu_sync_count.engine_env(log)
-
-
-def record_syncs(out: Path, logs: dict[str, Path]) -> None:
-    """The `syncs` record: each engine's steps and its verdict, then one status."""
-    rec = gs.Recorder(out, "syncs")
-    problems = {name: p for name, log in logs.items() if (p := gpu_sync_count.report(rec, name, log))}
-    rec.finish("ok" if not problems else "failed", "; ".join(f"{n}: {p}" for n, p in problems.items()) or None,
-               limit_per_step=gpu_sync_count.LIMIT_PER_STEP, engines=list(logs))  # fmt: skip
-
-
-def record_syncs_smoke(out: Path) -> None:
-    """Without engines (the CPU smoke): the counter on a stand-in worker, a prefill and two decode
-    steps whose code raises torch's sync warning once, through the same log and record."""
-    import warnings
-    from types import SimpleNamespace
-
-    class SpecSoTWorker:
-        drafter = None
-
-        def forward_batch_generation(self, batch):
-            if batch.forward_mode.is_decode():
-                warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=1)
-            return time.sleep(0)
-
-    with tempfile.TemporaryDirectory(prefix="specsot-syncs-") as tmp:
-        log = Path(tmp) / "syncs.jsonl"
-        module = SimpleNamespace(SpecSoTWorker=SpecSoTWorker)
-        gpu_sync_count.install(module, str(log))
-        for decode in (False, True, True):
-            mode = SimpleNamespace(is_decode=lambda decode=decode: decode)
-            module.SpecSoTWorker().forward_batch_generation(SimpleNamespace(forward_mode=mode, reqs=[1]))
-        record_syncs(out, {"stand-in worker": log})

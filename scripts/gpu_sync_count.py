@@ -159,7 +159,7 @@ def verdict(steps: list[dict], limit: int = LIMIT_PER_STEP) -> str | None:
 
 
 def report(rec, engine: str, log: Path) -> str | None:
-    """Each step as a JSON line through `rec` (a gpu_stages.Recorder), then the engine's
+    """Each step as a JSON line through `rec` (a gpu_record.Recorder), then the engine's
     summary; returns the verdict."""
     steps = read_steps(log)
     for s in steps:

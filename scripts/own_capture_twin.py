@@ -211,13 +211,14 @@ def main() -> int:
     import torch
 
     sys.path.insert(0, str(HERE))
-    import gpu_stages as gs
+    import gpu_stage_parity as gs
+    from gpu_random_qwen2 import SMOKE_MODEL
 
     device = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "cpu"
     small = "--small" in sys.argv
     run_plan = SMALL_PLAN if small else PLAN
     plan = gs.ParityPlan(
-        gs.SMOKE_MODEL,
+        SMOKE_MODEL,
         prompts=run_plan.prompts,
         prompt_len=run_plan.prompt_len,
         max_new=run_plan.max_new,

@@ -27,7 +27,10 @@ def _load(name: str, path: Path, package_dir: Path | None = None):
 
 
 gpu_check = _load("specsot_gpu_check", ROOT / "scripts" / "gpu_check.py")
-gpu_stages = _load("specsot_gpu_stages", ROOT / "scripts" / "gpu_stages.py")
+_load("specsot_gpu_stages", ROOT / "scripts" / "gpu_stages.py")  # puts scripts/ on sys.path for its stages
+import gpu_random_qwen2  # noqa: E402
+import gpu_stage_cost  # noqa: E402
+import gpu_stage_parity  # noqa: E402
 cuda_twin = _load("specsot_cuda_draft_twin", ROOT / "scripts" / "cuda_draft_twin.py")
 
 
@@ -111,23 +114,23 @@ def test_slim_wheel_drops_the_listed_files_and_their_record_lines(tmp_path):
 
 
 def test_verify_rows_group_by_request_and_plain_rows_are_requests():
-    plan = gpu_stages.DEVICE_COST
-    assert gpu_stages._layout("plain", 64, plan) == (64, 1)
-    assert gpu_stages._layout("verify", 64, plan) == (16, 4)
-    assert gpu_stages._layout("verify", 2, plan) == (1, 2)
+    plan = gpu_stage_cost.DEVICE_COST
+    assert gpu_stage_cost._layout("plain", 64, plan) == (64, 1)
+    assert gpu_stage_cost._layout("verify", 64, plan) == (16, 4)
+    assert gpu_stage_cost._layout("verify", 2, plan) == (1, 2)
 
 
 def test_parity_prompts_are_fixed_and_in_the_vocabulary():
-    plan = gpu_stages.DEVICE_PARITY
-    prompts = gpu_stages.parity_prompts(plan)
-    assert prompts == gpu_stages.parity_prompts(plan)
+    plan = gpu_stage_parity.DEVICE_PARITY
+    prompts = gpu_stage_parity.parity_prompts(plan)
+    assert prompts == gpu_stage_parity.parity_prompts(plan)
     assert len(prompts) == plan.prompts and all(len(p) == plan.prompt_len for p in prompts)
     assert all(0 <= t < plan.model.vocab for p in prompts for t in p)
 
 
 
 def _smoke_model():
-    return gpu_stages.random_qwen2(gpu_stages.SMOKE_MODEL, torch.float32, "cpu")
+    return gpu_random_qwen2.random_qwen2(gpu_random_qwen2.SMOKE_MODEL, torch.float32, "cpu")
 
 
 def _greedy(model, prompt: list[int], n: int) -> list[int]:
@@ -139,15 +142,15 @@ def _greedy(model, prompt: list[int], n: int) -> list[int]:
 def test_the_smoke_model_answers_in_more_than_one_token():
     # A model that repeats one token hides a draft that reads the wrong row: any row gives it.
     model = _smoke_model()
-    for prompt in gpu_stages.parity_prompts(gpu_stages.SMOKE_PARITY):
+    for prompt in gpu_stage_parity.parity_prompts(gpu_stage_parity.SMOKE_PARITY):
         assert len(set(_greedy(model, prompt, 16))) > 4
 
 
 def test_first_token_agreement_is_the_next_token_without_the_first_one_position_by_position():
-    model, plan = _smoke_model(), gpu_stages.SMOKE_PARITY
-    prompts = gpu_stages.parity_prompts(plan)
+    model, plan = _smoke_model(), gpu_stage_parity.SMOKE_PARITY
+    prompts = gpu_stage_parity.parity_prompts(plan)
     outputs = [_greedy(model, p, 12) for p in prompts]
-    agreeing, positions = gpu_stages.first_token_agreement(model, prompts, outputs)
+    agreeing, positions = gpu_stage_parity.first_token_agreement(model, prompts, outputs)
     # The same, one context at a time: with it and without its first token (positions from 0).
     want = 0
     with torch.no_grad():
@@ -163,9 +166,9 @@ def test_first_token_agreement_is_the_next_token_without_the_first_one_position_
 
 def test_a_self_draft_short_of_the_first_token_agreement_is_named():
     depth = {"model": {"reached": [30, 15, 5], "accepted": [15, 5, 2]}}  # 22 of 50
-    assert gpu_stages.self_draft_shortfall(depth, expected=0.5) is None
-    assert "22 of 50 drafts accepted (0.44)" in gpu_stages.self_draft_shortfall(depth, expected=0.7)
-    assert gpu_stages.self_draft_shortfall({}, expected=0.5) == "it never drafted"
+    assert gpu_stage_parity.self_draft_shortfall(depth, expected=0.5) is None
+    assert "22 of 50 drafts accepted (0.44)" in gpu_stage_parity.self_draft_shortfall(depth, expected=0.7)
+    assert gpu_stage_parity.self_draft_shortfall({}, expected=0.5) == "it never drafted"
 
 # --- the torch stand-in for sgl_kernel (scripts/gpu_shim), on CPU tensors --------------------
 

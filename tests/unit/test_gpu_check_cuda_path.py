@@ -20,6 +20,7 @@ SCRIPTS = ROOT / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
 import gpu_check  # noqa: E402
+import gpu_stage_syncs  # noqa: E402
 import gpu_stages_cuda_path as cuda_path  # noqa: E402
 import gpu_sync_count  # noqa: E402
 import own_capture_stand_ins as stand_ins  # noqa: E402
@@ -91,7 +92,7 @@ def test_the_vocab_stage_pairs_the_7b_and_05b_vocabularies():
     smoke = cuda_path.SMOKE_VOCAB
     assert smoke.draft_vocab < smoke.target_vocab
     plan = cuda_path.vocab_parity_plan(cuda_path.DEVICE_VOCAB)
-    prompts = cuda_path.gs.parity_prompts(plan)
+    prompts = cuda_path.parity_stage.parity_prompts(plan)
     assert len(prompts) == plan.prompts and all(2 <= t < cuda_path.PROMPT_IDS for p in prompts for t in p)
     assert cuda_path.accept_problem([2.0, 1.8], 1.5) is None
     assert "1.20 is not above 1.5" in cuda_path.accept_problem([1.2, None], 1.5)
@@ -160,7 +161,7 @@ def test_the_counter_logs_each_step_with_the_warnings_torch_raises_in_it(tmp_pat
 def test_the_smoke_records_the_syncs_stage_through_the_recorder(tmp_path):
     out = tmp_path / "gpu_check.jsonl"
     with warnings.catch_warnings():
-        cuda_path.record_syncs_smoke(out)
+        gpu_stage_syncs.record_syncs_smoke(out)
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert all(r["stage"] == "syncs" for r in records)
     steps = [r for r in records if r.get("kind") == "sync_step"]
