@@ -1,5 +1,5 @@
 """The package's import graph: no cycle between packages nor between modules, one SGLang
-boundary and a pure SoT core.
+boundary, a pure SoT core, and no module too long to read.
 
 Every module under sglang_specsot/ is parsed with `ast`; nothing is imported. The graph is
 drawn twice: between first-level subpackages (`sot`, `speculative`, ...) and top-level
@@ -26,6 +26,8 @@ from sglang_specsot.host import BOUNDARY_EXEMPT
 PACKAGE = Path(sglang_specsot.__file__).parent
 BOUNDARY = "host"  # the one package that names SGLang's internals (sglang_specsot/host/)
 HEAVY = ("torch", "sglang", "transformers")  # what the SoT core never imports
+MAX_LINES = 450  # a module longer than this holds more than one idea: split it by idea
+SCRIPTS = PACKAGE.parent / "scripts"
 
 
 def _modules() -> dict[str, Path]:
@@ -191,6 +193,13 @@ def test_there_is_no_cycle_between_packages(graph):
 def test_there_is_no_cycle_between_modules(graph):
     cycles = graph.module_cycles()
     assert not cycles, "module cycles:\n" + "\n\n".join("\n".join(graph.explain_modules(c)) for c in cycles)
+
+
+def test_no_module_is_longer_than_the_limit():
+    """Files under about 400 lines (docs/style.md): past MAX_LINES a module holds two ideas."""
+    files = [*PACKAGE.rglob("*.py"), *SCRIPTS.rglob("*.py")]
+    long = {p.relative_to(PACKAGE.parent).as_posix(): n for p in files if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert len(files) > 100 and not long, f"modules over {MAX_LINES} lines (split them by idea): {long}"
 
 
 def test_only_the_boundary_imports_sglangs_modules(graph):
