@@ -2,9 +2,12 @@
 change it makes to SGLang's behaviour.
 
 - `adapter.py`: each SGLang name the package uses, resolved on first use, and subclasses
-  that give SGLang's private methods public names;
+  that give SGLang's private methods public names (`subclasses.py`); it re-exports the
+  verify-graph capture (`verify_graphs.py`) and the draft-forward hooks (`draft_forwards.py`),
+  so callers read every name from it;
 - `changes.py`: the ordered list of changes to SGLang's behaviour, each with its reason and
-  its upstream-ready diff in patches/.
+  its upstream-ready diff in patches/; the entries are in `cpu_changes.py` and
+  `server_changes.py`, what an entry is in `host_change.py`.
 
 SGLang is "the host" throughout (host changes, HostChange): the package is named for that
 role, and `import sglang...` beside `import sglang_specsot.host...` reads unambiguously. No
