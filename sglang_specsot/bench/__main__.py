@@ -159,6 +159,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--questions", type=int, default=None, help="build controls from the first N normal answers")
     p.add_argument("--real", type=int, default=None, help="ask the first N real (SoT, normal) pairs (default all)")
     p.add_argument("--configs", default="SoT-server", help="the SoT configurations of the real pairs")
+    p.add_argument("--recorded-real", action="store_true",
+                   help="take the real pairs' verdicts from the run's judge.jsonl (its judge) instead of asking")
     p.add_argument("--seed", type=int, default=0, help="the shuffle of the shuffled-half control")
     p.add_argument("--dest", default=None, help="where judge_controls.json goes (default: the run directory)")
     p.add_argument("--timeout", type=float, default=300.0)

@@ -113,11 +113,13 @@ def control_pairs(normals: Sequence[tuple[int, str, str]], seed: int = 0) -> lis
 
 def ask_controls(judge: Judge, pairs: Sequence[ControlPair]) -> list[ControlVerdict]:
     """Each control pair asked in both orders, real answer first, then second."""
-    out = []
-    for pair in pairs:
-        out.append(ControlVerdict(pair.question_id, pair.kind, True, judge(pair.question, pair.real, pair.control)))
-        out.append(ControlVerdict(pair.question_id, pair.kind, False, judge(pair.question, pair.control, pair.real)))
-    return out
+    return [ask_control(judge, pair, real_first) for pair in pairs for real_first in (True, False)]
+
+
+def ask_control(judge: Judge, pair: ControlPair, real_first: bool) -> ControlVerdict:
+    """One control pair asked in one order (`real_first`: the real answer shown as A)."""
+    a, b = (pair.real, pair.control) if real_first else (pair.control, pair.real)
+    return ControlVerdict(pair.question_id, pair.kind, real_first, judge(pair.question, a, b))
 
 
 def order_consistent(first: str | None, second: str | None) -> bool:

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from sglang_specsot.bench.judge import Reply, judge_pair, load_judgements, pending, record
+from sglang_specsot.bench.judge import JUDGE_FILE, Reply, judge_pair, load_judgements, pending, record
 from sglang_specsot.bench.store import CELLS_FILE, RUN_FILE, load
 
 JUDGE_ARGS = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--dtype", "bfloat16",
@@ -82,24 +82,39 @@ def _question_texts(out: Path) -> dict[int, str]:
     return {int(r.get("id", i)): r["question"] for i, r in enumerate(load_questions(settings["questions"]), 1)}
 
 
-def run_controls(judge, judge_name: str, normals: list, reals: list, dest: Path, seed: int = 0) -> dict:
+def run_controls(judge, judge_name: str, normals: list, reals: list, dest: Path, seed: int = 0,
+                 recorded: list | None = None) -> dict:  # fmt: skip
     """Ask `judge` every control pair of `normals` and every real pair of `reals` in both orders;
-    write the record (dest/judge_controls.json) after each pair, so a stopped run keeps its part."""
+    `recorded` real pairs' words (question_id, SoT-first word, normal-first word) join those
+    asked. The record (dest/judge_controls.json) is written after each asking, so a stopped
+    run keeps its part."""
     from tqdm import tqdm
 
     from sglang_specsot.bench import judge_controls as jc
 
     dest.mkdir(parents=True, exist_ok=True)
     controls: list = []
-    real: list = []
+    real: list = list(recorded or [])
     record = _controls_record(judge_name, seed, controls, real, dest)
     for pair in tqdm(jc.control_pairs(normals, seed), desc="controls", file=sys.stderr):
-        controls += jc.ask_controls(judge, [pair])
-        record = _controls_record(judge_name, seed, controls, real, dest)
+        for real_first in (True, False):
+            controls.append(jc.ask_control(judge, pair, real_first))
+            record = _controls_record(judge_name, seed, controls, real, dest)
     for qid, question, sot, normal in tqdm(reals, desc="real pairs", file=sys.stderr):
-        real.append((qid, judge(question, sot, normal), judge(question, normal, sot)))
+        first = judge(question, sot, normal)
+        real.append((qid, first, judge(question, normal, sot)))
         record = _controls_record(judge_name, seed, controls, real, dest)
     return record
+
+
+def recorded_real_pairs(out: Path, configs: list[str]) -> list[tuple[int, str | None, str | None]]:
+    """(question_id, SoT-first word, normal-first word) of the real pairs a run's judge.jsonl
+    holds for `configs`, leaving out pairs whose answers are identical (never asked)."""
+    cells = load(out / CELLS_FILE)
+    same = {c.key for c, base in pending(cells, configs, {}) if c.answer == base.answer}
+    rows = [json.loads(line) for line in (out / JUDGE_FILE).read_text().splitlines() if line.strip()]
+    return [(r["question_id"], r["sot_first"], r["normal_first"]) for r in rows
+            if r["config"] in configs and (r["question_id"], r["config"]) not in same]  # fmt: skip
 
 
 def _controls_record(judge_name: str, seed: int, controls: list, real: list, dest: Path) -> dict:
@@ -146,11 +161,15 @@ def judge_by_url(out: Path, judge, judge_name: str, configs: list[str]) -> str:
 
 
 def controls_cli(out: Path, dest: Path, args, make_judge) -> str:
-    """`judge-controls`: the controls (and real pairs) of a run, by an endpoint or a served model."""
+    """`judge-controls`: the controls (and real pairs) of a run, by an endpoint or a served model;
+    with --recorded-real, the real pairs' words come from the run's judge.jsonl instead."""
+    configs = args.configs.split(",")
     normals = normal_answers(out)[: args.questions]
-    reals = real_pairs(out, args.configs.split(","))[: args.real]
-    if args.judge_url:
-        return run_controls(make_judge(args), args.judge_name or args.judge_url, normals, reals, dest, args.seed)["line"]
+    recorded = recorded_real_pairs(out, configs) if args.recorded_real else None
+    reals = [] if args.recorded_real else real_pairs(out, configs)[: args.real]
+    name = args.judge_name or args.judge_url or args.judge_model
+    if args.judge_url or not (normals or reals):  # nothing to ask: no server to start
+        return run_controls(make_judge(args), name, normals, reals, dest, args.seed, recorded)["line"]
     from dataclasses import replace
 
     from sglang_specsot.bench.e2e import resolve_model
@@ -160,4 +179,4 @@ def controls_cli(out: Path, dest: Path, args, make_judge) -> str:
     (dest / "logs").mkdir(parents=True, exist_ok=True)
     with ServerProcess(path, JUDGE_ARGS, log_path=dest / "logs" / "judge.log") as server:
         judge = replace(make_judge(args), url=server.base_url)
-        return run_controls(judge, args.judge_model, normals, reals, dest, args.seed)["line"]
+        return run_controls(judge, name, normals, reals, dest, args.seed, recorded)["line"]

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -128,3 +129,37 @@ def test_the_report_line_beside_the_verdicts_says_whether_they_count(tmp_path):
     assert "no controls run" in _judge_line(tmp_path)
     run_controls(reads_content, "reader", NORMALS, [(1, NORMALS[0][1], SLEEP, TIPS)], tmp_path)
     assert _judge_line(tmp_path).startswith("Judge reader: prefers the real answer in 18/18") and "passes" in _judge_line(tmp_path)
+
+
+def test_a_stopped_run_keeps_every_asking_it_finished(tmp_path):
+    from sglang_specsot.bench.judge_run import run_controls
+
+    asked = []
+
+    def stops_after_three(question, a, b):
+        if len(asked) == 3:
+            raise KeyboardInterrupt
+        asked.append(a)
+        return "A"
+
+    try:
+        run_controls(stops_after_three, "stopped", NORMALS, [], tmp_path)
+    except KeyboardInterrupt:
+        pass
+    record = json.loads((tmp_path / "judge_controls.json").read_text())
+    assert record["score"]["askings"] == 3 and len(record["controls"]) == 3
+
+
+def test_recorded_real_pairs_come_from_judge_jsonl_without_identical_answers(tmp_path):
+    from sglang_specsot.bench.judge_run import recorded_real_pairs, run_controls
+    from tests.unit.bench.conftest import cell
+
+    cells = [cell(1, "plain", answer="x"), cell(1, "SoT-server", answer="y"),
+             cell(2, "plain", answer="same"), cell(2, "SoT-server", answer="same")]  # fmt: skip
+    (tmp_path / "cells.jsonl").write_text("".join(json.dumps(dataclasses.asdict(c)) + "\n" for c in cells))
+    rows = [{"question_id": 1, "config": "SoT-server", "sot_first": "A", "normal_first": "A"},
+            {"question_id": 2, "config": "SoT-server", "sot_first": "tie", "normal_first": "tie"}]  # fmt: skip
+    (tmp_path / "judge.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert recorded_real_pairs(tmp_path, ["SoT-server"]) == [(1, "A", "A")]
+    record = run_controls(always_a, "recorded", [], [], tmp_path, recorded=recorded_real_pairs(tmp_path, ["SoT-server"]))
+    assert record["score"] == {"askings": 0, "preferred_real": 0, "real_pairs": 1, "consistent": 0}
