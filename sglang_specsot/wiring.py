@@ -61,6 +61,12 @@ def _dummy_verify_input() -> Callable:
     return dummy_verify_input_around
 
 
+def _chat_body() -> Callable:
+    from sglang_specsot.serving.chat_body import chat_body_around
+
+    return chat_body_around
+
+
 def _row_cost_probe() -> Callable:
     from sglang_specsot.costs.probe import probe_after_start_up
 
@@ -82,6 +88,7 @@ HOST_CHANGE_HOOKS: dict[str, Callable[[], Callable]] = {
     "cpu-top-k-renorm-prob": _sampling_op("top_k_renorm_prob"),
     "cpu-top-p-renorm-prob": _sampling_op("top_p_renorm_prob"),
     "sot-chat-route": _chat_route,
+    "chat-body-is-an-object": _chat_body,
     "reject-unservable-requests": _request_checks,
     "server-info-specsot": _server_info,
     "specsot-dummy-verify-input": _dummy_verify_input,

@@ -1,6 +1,6 @@
-"""The host changes every server takes, whatever its device: the chat route and request
-checks (the HTTP server's process only), the processor cache, SPECSOT's /server_info reports
-and its verify warm-up input, in the order applied.
+"""The host changes every server takes, whatever its device: the chat route, its body check
+and the request checks (the HTTP server's process only), the processor cache, SPECSOT's
+/server_info reports and its verify warm-up input, in the order applied.
 
 Entries of the one ledger, host/changes.py, which applies them after SGLang's CPU path's
 (cpu_changes.py); read that module for what an entry is and how each hook type is applied.
@@ -33,6 +33,31 @@ SERVER_CHANGES.append(
             "route would have to re-parse and re-validate every request instead."
         ),
         patch="chat-request-handlers.diff",
+        when=http_server_only,
+    )
+)
+
+
+# --- A chat request whose body is no JSON object: a 400, not a 500 (serving/chat_body.py) ------
+
+
+SERVER_CHANGES.append(
+    HostChange(
+        name="chat-body-is-an-object",
+        target="sglang.srt.entrypoints.http_server.ORJSONRequest.json",
+        hook_type="around",
+        hook=None,  # serving/chat_body.py: chat_body_around
+        why=(
+            "The chat route's body model, ChatCompletionRequest, has 'before' validators that call "
+            "values.get() before pydantic checks that the body is an object (sglang/srt/entrypoints/"
+            "openai/protocol.py:1078, :1097, :1157), so a JSON array as the body raises AttributeError "
+            "and FastAPI answers 500. No seam validates a body before its model: the hook checks the "
+            "body where SGLang parses every request's JSON (http_server.py:478, ORJSONRequest.json) "
+            "and refuses a non-object on the chat route with an HTTPException(400), which FastAPI "
+            "re-raises and SGLang's handler sends as its usual error. The diff instead lets those "
+            "validators pass a non-object through, so pydantic's own check refuses it (a 400)."
+        ),
+        patch="chat-body-is-an-object.diff",
         when=http_server_only,
     )
 )

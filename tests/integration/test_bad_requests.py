@@ -4,7 +4,8 @@ runs custom logit processors: each gets HTTP 400 with a message, and the next re
 Without host change "reject-unservable-requests", each one kills the scheduler, and with it the
 whole server: a `custom_logit_processor` that does not deserialize (custom_logit_processor.py:20),
 a text of 0 tokens (rotary_embedding/base.py:347 on CPU), and server-side SoT's
-`specsot.skeleton_logit_processor` (sent to the scheduler as the skeleton's processor).
+`specsot.skeleton_logit_processor` (sent to the scheduler as the skeleton's processor). A JSON
+array as a chat request's body, a 500 in SGLang, is a 400 too (host change "chat-body-is-an-object").
 The server, shared with the bad-input and fault modules, is under SGLang's strict idle memory
 check, which must pass after the session's last request to it.
 """
@@ -39,7 +40,7 @@ def server(shared_specsot_server):
     return shared_specsot_server
 
 
-def _post(server, path: str, payload: dict) -> tuple[int, str]:
+def _post(server, path: str, payload: dict | list) -> tuple[int, str]:
     req = urllib.request.Request(
         server.base_url + path, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
     )
@@ -93,6 +94,14 @@ def test_openai_completions_refuse_an_empty_prompt(server):
     # SGLang's OpenAI route refuses this one itself (serving_completions.py:67); here to keep it so.
     status, body = _post(server, "/v1/completions", {"model": "default", "prompt": "", "max_tokens": 8})
     assert status == 400 and "Prompt cannot be empty" in body, body
+    _assert_still_serving(server)
+
+
+def test_chat_refuses_a_json_array_as_its_body(server):
+    # A new user's slip: the messages list sent as the whole body. SGLang's body model raises
+    # AttributeError on it (protocol.py:1157), a 500; serving/chat_body.py makes it a 400.
+    status, body = _post(server, "/v1/chat/completions", CHAT["messages"])
+    assert status == 400 and "must be a JSON object" in body, body
     _assert_still_serving(server)
 
 

@@ -89,7 +89,7 @@ def test_register_in_a_sglang_cpu_process_applies_everything(tmp_path):
     expected = [c.name for c in HOST_CHANGES if c.when is not http_server_only]
     assert records[0]["host_changes"] == expected == records[1]["host_changes"]
     http_only = {c.name for c in HOST_CHANGES if c.when is http_server_only}
-    assert http_only == {"sot-chat-route", "reject-unservable-requests"}
+    assert http_only == {"sot-chat-route", "chat-body-is-an-object", "reject-unservable-requests"}
 
 
 def test_the_processor_cache_is_bounded_and_still_deserializes():
