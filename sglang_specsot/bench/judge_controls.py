@@ -148,9 +148,10 @@ def describe(judge_name: str, result: ControlScore | None) -> str:
     """One line for beside a verdict table: the judge, its control scores, whether it counts."""
     if result is None:
         return f"Judge {judge_name or '(unnamed)'}: no controls run, so its verdicts do not count."
-    control = f"{result.preferred_real}/{result.askings}" + (f" ({result.control_share:.0%})" if result.askings else "")
-    consistent = f"{result.consistent}/{result.real_pairs}" + (f" ({result.consistent_share:.0%})" if result.real_pairs else "")
+    control = (f"prefers the real answer in {result.preferred_real}/{result.askings} control askings "
+               f"({result.control_share:.0%})" if result.askings else "no control pair asked")  # fmt: skip
+    consistent = (f"same verdict in both orders on {result.consistent}/{result.real_pairs} real pairs "
+                  f"({result.consistent_share:.0%})" if result.real_pairs else "no real pair asked in both orders")  # fmt: skip
     verdict = "passes: its verdicts count" if result.passes else "FAILS: its verdicts do not count"
-    return (f"Judge {judge_name or '(unnamed)'}: prefers the real answer in {control} control askings "
-            f"(bar {CONTROL_BAR:.0%}); same verdict in both orders on {consistent} real pairs "
+    return (f"Judge {judge_name or '(unnamed)'}: {control} (bar {CONTROL_BAR:.0%}); {consistent} "
             f"(bar {CONSISTENCY_BAR:.0%}); {verdict}.")  # fmt: skip

@@ -81,6 +81,8 @@ def test_the_bars_are_exact_and_no_evidence_does_not_pass():
     assert not jc.ControlScore(10, 10, 5, 3).passes
     assert not jc.ControlScore(0, 0, 5, 5).passes and not jc.ControlScore(10, 10, 0, 0).passes
     assert "no controls" in jc.describe("x", None)
+    line = jc.describe("x", jc.ControlScore(0, 0, 12, 0))
+    assert "no control pair asked" in line and "0/12 real pairs (0%)" in line and "FAILS" in line
 
 
 def test_order_consistency_names_the_same_answer_in_both_orders():
