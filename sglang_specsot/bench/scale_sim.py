@@ -29,7 +29,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from sglang_specsot.loadtest import percentiles
+from sglang_specsot.loadtest.tally import percentiles
 from sglang_specsot.sot.latency import BRANCH_SUFFIX_TOKENS, AnswerShape, RowCosts, ServerLoad, decide
 
 POLICIES = ("round_robin", "least_load")
