@@ -150,7 +150,7 @@ def build_report(out: Path, quality: bool = True) -> dict:
                   {"question_id": c.question_id, "config": c.config, "reason": c.reason}
                   for c in cells.values() if c.status != "ok"],
               "plots": [str(p.relative_to(out)) for p in plots if p],
-              "goals": [asdict(g) for g in check(rows)], "coverage_ceiling": asdict(ceiling) if ceiling else None,
+              "goals": [asdict(g) for g in check(rows, _judge_counts(out))], "coverage_ceiling": asdict(ceiling) if ceiling else None,
               "matched_ceiling": asdict(matched) if matched else None, "coverage_controls": [asdict(c) for c in checks],
               "profile": [asdict(p) for p in profiles(cells, SUBSETS)],
               "judge_controls": _judge_line(out),
@@ -159,6 +159,14 @@ def build_report(out: Path, quality: bool = True) -> dict:
     table = markdown(rows)
     (out / "report.md").write_text(_report_md(settings, table, report))
     return report | {"table": table}
+
+
+def _judge_counts(out: Path) -> bool:
+    """Whether the run's judge passed its controls (judge_controls.json)."""
+    from sglang_specsot.bench.judge_run import load_controls
+
+    found = load_controls(out)
+    return found is not None and found[1].passes
 
 
 def _judge_line(out: Path) -> str:

@@ -37,8 +37,9 @@ class Goal:
     met: bool | None  # None: not measured
 
 
-def check(rows: list[Row]) -> list[Goal]:
-    """One Goal per (SpecSoT configuration, criterion), then the router's."""
+def check(rows: list[Row], judge_counts: bool = False) -> list[Goal]:
+    """One Goal per (SpecSoT configuration, criterion), then the router's; the judge's goals
+    are measured only where its verdicts count (`judge_counts`: it passed its controls)."""
     by = {(r.config, r.subset): r for r in rows}
     suitable = {c: r for (c, s), r in by.items() if s == "suitable"}
     goals: list[Goal] = []
@@ -52,8 +53,8 @@ def check(rows: list[Row]) -> list[Goal]:
         goals.append(_at_least(f"{name} vs {alone}", _ratio(up, sot), VS_SOT))
         goals.append(_at_least(f"{name} covers the normal answer", row.normal_covered if row else None, MIN_COVERAGE))
         goals.extend(_quality(name, row))
-        goals.append(_judge(f"{name} judge (calibrated)", row.judge_calibrated if row else ""))
-        goals.append(_judge(f"{name} judge (both orders agree)", row.judge if row else ""))
+        goals.append(_judge(f"{name} judge (calibrated)", row.judge_calibrated if row else "", judge_counts))
+        goals.append(_judge(f"{name} judge (both orders agree)", row.judge if row else "", judge_counts))
     for name in SOT_CONFIGS:
         if name in suitable:
             goals.extend(_length(name, suitable[name]))
@@ -170,10 +171,12 @@ def _at_least(name: str, value: float | None, target: float) -> Goal:
     return Goal(name, value, f">= {target:g}", None if value is None else value >= target)
 
 
-def _judge(name: str, wtl: str) -> Goal:
-    """'wins/ties/losses': met when losses <= wins."""
+def _judge(name: str, wtl: str, counts: bool) -> Goal:
+    """'wins/ties/losses': met when losses <= wins; not measured by a judge that failed its controls."""
     if not wtl:
         return Goal(name, None, "losses <= wins", None)
+    if not counts:
+        return Goal(name, f"{wtl} (judge without passing controls)", "losses <= wins", None)
     wins, _, losses = (int(x) for x in wtl.split("/"))
     return Goal(name, wtl, "losses <= wins", losses <= wins)
 

@@ -19,13 +19,17 @@ CELLS = cells_of(
 
 
 def test_goals_name_what_is_met_missed_and_not_measured():
-    goals = {g.name: g for g in check(summarize(CELLS, [], {"SpecSoT-server": {1: "loss"}}))}
+    rows = summarize(CELLS, [], {"SpecSoT-server": {1: "loss"}})
+    goals = {g.name: g for g in check(rows, judge_counts=True)}
     assert goals["SpecSoT-server vs plain"].value == pytest.approx(3.0) and goals["SpecSoT-server vs plain"].met
     assert goals["SpecSoT-server vs best speculative-only"].value == pytest.approx(1.5)  # 3.0 / NGRAM's 2.0
     assert goals["SpecSoT-server vs SoT-server"].met is None  # SoT-server's cell failed
     assert goals["SpecSoT-server judge (both orders agree)"].met is False  # 0 wins, 1 loss
     assert goals["SpecSoT-router vs plain on unsuitable questions"].met is False  # 0.8x
     assert "| SpecSoT-router vs plain on unsuitable questions | 0.80 | >= 1 | **no** |" in markdown(list(goals.values()))
+    # A judge that did not pass its controls measures nothing.
+    uncounted = {g.name: g for g in check(rows)}["SpecSoT-server judge (both orders agree)"]
+    assert uncounted.met is None and uncounted.value == "0/0/1 (judge without passing controls)"
 
 
 def test_profile_splits_the_answer_into_skeleton_branches_and_the_rest():
