@@ -67,11 +67,11 @@ def normal_answers(out: Path) -> list[tuple[int, str, str]]:
             if name == BASELINE and c.status == OK and c.suitable and c.answer.strip()]  # fmt: skip
 
 
-def real_pairs(out: Path, configs: list[str], judged: dict | None = None) -> list[tuple[int, str, str, str]]:
-    """(question_id, question, SoT answer, normal answer) of every pair not in `judged` whose
-    answers differ."""
+def real_pairs(out: Path, configs: list[str], judged: dict | None = None) -> list[tuple[int, str, str, str, str]]:
+    """(question_id, config, question, SoT answer, normal answer) of every pair not in `judged`
+    whose answers differ."""
     cells, texts = load(out / CELLS_FILE), _question_texts(out)
-    return [(c.question_id, texts[c.question_id], c.answer, base.answer)
+    return [(c.question_id, c.config, texts[c.question_id], c.answer, base.answer)
             for c, base in pending(cells, configs, judged or {}) if c.answer != base.answer]  # fmt: skip
 
 
@@ -85,7 +85,7 @@ def _question_texts(out: Path) -> dict[int, str]:
 def run_controls(judge, judge_name: str, normals: list, reals: list, dest: Path, seed: int = 0,
                  recorded: list | None = None) -> dict:  # fmt: skip
     """Ask `judge` every control pair of `normals` and every real pair of `reals` in both orders;
-    `recorded` real pairs' words (question_id, SoT-first word, normal-first word) join those
+    `recorded` real pairs' words (question_id, config, SoT-first word, normal-first word) join those
     asked. The record (dest/judge_controls.json) is written after each asking, so a stopped
     run keeps its part."""
     from tqdm import tqdm
@@ -100,20 +100,20 @@ def run_controls(judge, judge_name: str, normals: list, reals: list, dest: Path,
         for real_first in (True, False):
             controls.append(jc.ask_control(judge, pair, real_first))
             record = _controls_record(judge_name, seed, controls, real, dest)
-    for qid, question, sot, normal in tqdm(reals, desc="real pairs", file=sys.stderr):
+    for qid, config, question, sot, normal in tqdm(reals, desc="real pairs", file=sys.stderr):
         first = judge(question, sot, normal)
-        real.append((qid, first, judge(question, normal, sot)))
+        real.append((qid, config, first, judge(question, normal, sot)))
         record = _controls_record(judge_name, seed, controls, real, dest)
     return record
 
 
-def recorded_real_pairs(out: Path, configs: list[str]) -> list[tuple[int, str | None, str | None]]:
-    """(question_id, SoT-first word, normal-first word) of the real pairs a run's judge.jsonl
+def recorded_real_pairs(out: Path, configs: list[str]) -> list[tuple[int, str, str | None, str | None]]:
+    """(question_id, config, SoT-first word, normal-first word) of the real pairs a run's judge.jsonl
     holds for `configs`, leaving out pairs whose answers are identical (never asked)."""
     cells = load(out / CELLS_FILE)
     same = {c.key for c, base in pending(cells, configs, {}) if c.answer == base.answer}
     rows = [json.loads(line) for line in (out / JUDGE_FILE).read_text().splitlines() if line.strip()]
-    return [(r["question_id"], r["sot_first"], r["normal_first"]) for r in rows
+    return [(r["question_id"], r["config"], r["sot_first"], r["normal_first"]) for r in rows
             if r["config"] in configs and (r["question_id"], r["config"]) not in same]  # fmt: skip
 
 
@@ -122,11 +122,11 @@ def _controls_record(judge_name: str, seed: int, controls: list, real: list, des
 
     from sglang_specsot.bench import judge_controls as jc
 
-    result = jc.score(controls, [(a, b) for _, a, b in real])
+    result = jc.score(controls, [(a, b) for _, _, a, b in real])
     record = {"judge": judge_name, "seed": seed, "score": asdict(result), "passes": result.passes,
               "line": jc.describe(judge_name, result), "by_kind": jc.by_kind(controls),
               "controls": [asdict(v) for v in controls],
-              "real": [{"question_id": q, "sot_first": a, "normal_first": b} for q, a, b in real]}  # fmt: skip
+              "real": [{"question_id": q, "config": c, "sot_first": a, "normal_first": b} for q, c, a, b in real]}  # fmt: skip
     (dest / CONTROLS_FILE).write_text(json.dumps(record, indent=1) + "\n")
     return record
 
@@ -143,19 +143,20 @@ def load_controls(out: Path):
 
 
 def judge_by_url(out: Path, judge, judge_name: str, configs: list[str]) -> str:
-    """The judge pass through an endpoint: its controls on this run's normal answers, then every
-    pending real pair in both orders (appended to judge.jsonl); returns its control line."""
+    """The judge pass through an endpoint: its controls on this run's normal answers and every
+    real pair in both orders (all of them, so the record is this judge's alone); the pairs not
+    yet in judge.jsonl are appended to it. Returns the judge's control line."""
     cells = load(out / CELLS_FILE)
     todo = pending(cells, configs, load_judgements(out))
     same = [(c, base) for c, base in todo if c.answer == base.answer]
     for cell, _ in same:
         record(out, cell, SAME)
-    reals = real_pairs(out, configs, load_judgements(out))
+    reals = real_pairs(out, configs)
     result = run_controls(judge, judge_name, normal_answers(out), reals, out)
-    by_qid = {r["question_id"]: r for r in result["real"]}
+    by_key = {(r["question_id"], r["config"]): r for r in result["real"]}
     for cell, base in todo:
-        if cell.answer != base.answer and cell.question_id in by_qid:
-            row = by_qid[cell.question_id]
+        if cell.answer != base.answer and cell.key in by_key:
+            row = by_key[cell.key]
             record(out, cell, (Reply(row["sot_first"], None), Reply(row["normal_first"], None)))
     return result["line"]
 

@@ -115,7 +115,7 @@ def test_chat_judge_posts_the_rubric_to_the_chat_route(monkeypatch):
 def test_run_controls_writes_a_record_the_report_reads(tmp_path):
     from sglang_specsot.bench.judge_run import load_controls, run_controls
 
-    record = run_controls(always_a, "always-A", NORMALS, [(1, "q", "sot", "normal")], tmp_path)
+    record = run_controls(always_a, "always-A", NORMALS, [(1, "SoT-server", "q", "sot", "normal")], tmp_path)
     assert record["passes"] is False and record["score"]["askings"] == 18
     name, result = load_controls(tmp_path)
     assert name == "always-A" and result.preferred_real == 9 and result.real_pairs == 1
@@ -129,7 +129,7 @@ def test_the_report_line_beside_the_verdicts_says_whether_they_count(tmp_path):
     assert _judge_line(tmp_path) == ""  # nothing judged, nothing to say
     (tmp_path / "judge.jsonl").write_text("{}\n")
     assert "no controls run" in _judge_line(tmp_path)
-    run_controls(reads_content, "reader", NORMALS, [(1, NORMALS[0][1], SLEEP, TIPS)], tmp_path)
+    run_controls(reads_content, "reader", NORMALS, [(1, "SoT-server", NORMALS[0][1], SLEEP, TIPS)], tmp_path)
     assert _judge_line(tmp_path).startswith("Judge reader: prefers the real answer in 18/18") and "passes" in _judge_line(tmp_path)
 
 
@@ -162,6 +162,27 @@ def test_recorded_real_pairs_come_from_judge_jsonl_without_identical_answers(tmp
     rows = [{"question_id": 1, "config": "SoT-server", "sot_first": "A", "normal_first": "A"},
             {"question_id": 2, "config": "SoT-server", "sot_first": "tie", "normal_first": "tie"}]  # fmt: skip
     (tmp_path / "judge.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert recorded_real_pairs(tmp_path, ["SoT-server"]) == [(1, "A", "A")]
+    assert recorded_real_pairs(tmp_path, ["SoT-server"]) == [(1, "SoT-server", "A", "A")]
     record = run_controls(always_a, "recorded", [], [], tmp_path, recorded=recorded_real_pairs(tmp_path, ["SoT-server"]))
     assert record["score"] == {"askings": 0, "preferred_real": 0, "real_pairs": 1, "consistent": 0}
+
+
+def test_judging_by_url_runs_the_controls_then_records_the_real_pairs(tmp_path):
+    from sglang_specsot.bench.judge import load_judgements
+    from sglang_specsot.bench.judge_run import judge_by_url, load_controls
+    from sglang_specsot.data import load_questions
+    from tests.unit.bench.conftest import cell
+
+    rows = load_questions("sglang_specsot/data/router_holdout.jsonl")[:3]
+    ids = [int(r.get("id", i)) for i, r in enumerate(rows, 1)]
+    normals = dict(zip(ids, (TIPS, FASHION, SLEEP)))
+    cells = [cell(q, "plain", answer=normals[q]) for q in ids]
+    cells += [cell(ids[0], "SoT-server", answer=SLEEP), cell(ids[1], "SoT-server", answer=FASHION)]  # the second: identical
+    (tmp_path / "cells.jsonl").write_text("".join(json.dumps(dataclasses.asdict(c)) + "\n" for c in cells))
+    (tmp_path / "run.json").write_text(json.dumps({"questions": "sglang_specsot/data/router_holdout.jsonl"}))
+    line = judge_by_url(tmp_path, always_a, "always-A", ["SoT-server"])
+    assert "FAILS" in line and load_controls(tmp_path)[1].askings == 18
+    assert load_judgements(tmp_path) == {"SoT-server": {ids[0]: "tie", ids[1]: "tie"}}  # A, A: the orders disagree
+    judge_by_url(tmp_path, always_a, "always-A", ["SoT-server"])  # again: nothing new to record
+    assert load_controls(tmp_path)[1].real_pairs == 1  # the record still holds the real pair
+    assert len((tmp_path / "judge.jsonl").read_text().splitlines()) == 2
