@@ -163,7 +163,7 @@ def build_report(out: Path, quality: bool = True) -> dict:
 
 def _judge_counts(out: Path) -> bool:
     """Whether the run's judge passed its controls (judge_controls.json)."""
-    from sglang_specsot.bench.judge_run import load_controls
+    from sglang_specsot.bench.judge_controls import load_controls
 
     found = load_controls(out)
     return found is not None and found[1].passes
@@ -173,7 +173,7 @@ def _judge_line(out: Path) -> str:
     """The judge's control line for beside the verdict table ("" when nothing was judged)."""
     from sglang_specsot.bench.judge import JUDGE_FILE
     from sglang_specsot.bench.judge_controls import describe
-    from sglang_specsot.bench.judge_run import load_controls
+    from sglang_specsot.bench.judge_controls import load_controls
 
     found = load_controls(out)
     if found is None:

@@ -10,13 +10,16 @@ judge is any callable (question, answer A, answer B) -> "A" | "B" | "tie" | None
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from sglang_specsot.bench.endings import split_points
 from sglang_specsot.bench.metrics import sentences
 
+CONTROLS_FILE = "judge_controls.json"  # in a run directory: the judge's ControlScore and every asking
 CONTROL_BAR = 0.9  # share of control askings that must prefer the real answer
 CONSISTENCY_BAR = 0.8  # share of real pairs whose two orders must agree
 FIRST_HALF, OTHER_QUESTION, SHUFFLED_HALF = "first half", "other question", "shuffled half"
@@ -155,3 +158,12 @@ def describe(judge_name: str, result: ControlScore | None) -> str:
     verdict = "passes: its verdicts count" if result.passes else "FAILS: its verdicts do not count"
     return (f"Judge {judge_name or '(unnamed)'}: {control} (bar {CONTROL_BAR:.0%}); {consistent} "
             f"(bar {CONSISTENCY_BAR:.0%}); {verdict}.")  # fmt: skip
+
+
+def load_controls(out: Path) -> tuple[str, ControlScore] | None:
+    """(judge name, ControlScore) from out/judge_controls.json; None if the run has none."""
+    path = out / CONTROLS_FILE
+    if not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    return record.get("judge", ""), ControlScore(**record["score"])

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from sglang_specsot.bench.judge import JUDGE_FILE, Reply, judge_pair, load_judgements, pending, record
+from sglang_specsot.bench.judge_controls import CONTROLS_FILE
 from sglang_specsot.bench.store import CELLS_FILE, RUN_FILE, load
 
 JUDGE_ARGS = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--dtype", "bfloat16",
@@ -52,9 +53,6 @@ def run_judge(out: Path, judge_model: str, configs: list[str], timeout: float) -
             question = texts[cell.question_id]
             record(out, cell, judge_pair(server.base_url, render, ids, question, cell.answer, base.answer, timeout))
     return len(todo)
-
-
-CONTROLS_FILE = "judge_controls.json"
 
 
 def normal_answers(out: Path) -> list[tuple[int, str, str]]:
@@ -129,17 +127,6 @@ def _controls_record(judge_name: str, seed: int, controls: list, real: list, des
               "real": [{"question_id": q, "config": c, "sot_first": a, "normal_first": b} for q, c, a, b in real]}  # fmt: skip
     (dest / CONTROLS_FILE).write_text(json.dumps(record, indent=1) + "\n")
     return record
-
-
-def load_controls(out: Path):
-    """(judge name, ControlScore) from out/judge_controls.json; None if the run has none."""
-    from sglang_specsot.bench.judge_controls import ControlScore
-
-    path = out / CONTROLS_FILE
-    if not path.exists():
-        return None
-    record = json.loads(path.read_text())
-    return record.get("judge", ""), ControlScore(**record["score"])
 
 
 def judge_by_url(out: Path, judge, judge_name: str, configs: list[str]) -> str:

@@ -113,7 +113,8 @@ def test_chat_judge_posts_the_rubric_to_the_chat_route(monkeypatch):
 
 
 def test_run_controls_writes_a_record_the_report_reads(tmp_path):
-    from sglang_specsot.bench.judge_run import load_controls, run_controls
+    from sglang_specsot.bench.judge_controls import load_controls
+    from sglang_specsot.bench.judge_run import run_controls
 
     record = run_controls(always_a, "always-A", NORMALS, [(1, "SoT-server", "q", "sot", "normal")], tmp_path)
     assert record["passes"] is False and record["score"]["askings"] == 18
@@ -169,7 +170,8 @@ def test_recorded_real_pairs_come_from_judge_jsonl_without_identical_answers(tmp
 
 def test_judging_by_url_runs_the_controls_then_records_the_real_pairs(tmp_path):
     from sglang_specsot.bench.judge import load_judgements
-    from sglang_specsot.bench.judge_run import judge_by_url, load_controls
+    from sglang_specsot.bench.judge_controls import load_controls
+    from sglang_specsot.bench.judge_run import judge_by_url
     from sglang_specsot.data import load_questions
     from tests.unit.bench.conftest import cell
 
