@@ -220,9 +220,12 @@ WATCHED_ARGS = ["--log-level", "debug", "--load-snapshot-publish-interval", "1",
 # the bad-input, bad-request and fault modules: each starts from whatever the others left, which
 # is the point of those tests (a server that keeps serving), and a server start is most of a
 # small module's cost on two cores. The frontend and skeleton-constraint modules compare its
-# greedy answers with a plain server's, after flushing its cache. Its teardown, after the
-# session's last request to it, proves SGLang's strict idle memory check ran and found nothing.
-SHARED_SPECSOT_ARGS = cpu_args() + SPECSOT + ["--enable-custom-logit-processor"] + WATCHED_ARGS
+# greedy answers with a plain server's, after flushing its cache. SGLang's priority scheduling is
+# on for the priority module; a request without a priority is queued first come, first served, as
+# without the flag. Its teardown, after the session's last request to it, proves SGLang's strict
+# idle memory check ran and found nothing.
+SHARED_SPECSOT_ARGS = (cpu_args() + SPECSOT + ["--enable-custom-logit-processor", "--enable-priority-scheduling"]
+                       + WATCHED_ARGS)  # fmt: skip
 
 
 @pytest.fixture(scope="session")

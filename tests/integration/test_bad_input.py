@@ -29,6 +29,7 @@ pytestmark = pytest.mark.integration
 SUITABLE = "How can I improve my time management skills?"
 MATH = "Solve for x: 3x + 10 = 5x - 10."
 MAX_TOKENS = 96  # room for a whole skeleton: one cut by its cap falls back to a normal answer
+PLAIN_MAX_TOKENS = 24  # a request without the field never plans: a short answer shows it was served
 CONFIG = {"skeleton_max_tokens": 96, "max_points": 3, "max_running": 2, "default_branch_tokens": 16,
           "min_branch_tokens": 8, "router_min_answer_tokens": 1}  # fmt: skip
 ON = {"mode": "on", "config": CONFIG}
@@ -49,8 +50,9 @@ class Case:
 
 
 def chat(content: object = SUITABLE, sot: dict | None = None, **extra) -> dict:
+    cap = MAX_TOKENS if sot is not None else PLAIN_MAX_TOKENS
     body = {"model": "default", "messages": [{"role": "user", "content": content}],
-            "temperature": 0, "max_tokens": MAX_TOKENS, **extra}  # fmt: skip
+            "temperature": 0, "max_tokens": cap, **extra}  # fmt: skip
     if sot is not None:
         body["specsot"] = sot
     return body

@@ -87,7 +87,9 @@ def _check(server, prompts, plain_ids, label: str) -> dict:
 # Each policy with each scheduler loop, three servers for the four pairs: SPECSOT's own policy
 # with the overlap loop is the no-flag test below (the flag changes nothing in the policy), and
 # an SGLang-format config changes the budgets, not the loop, so one loop for it is enough.
-@pytest.mark.long  # the default policy's parity is the no-flag test below, in the default tier
+# The default policy's parity in the default tier: the CPU user's server of
+# test_specsot_server.py (no flag, no environment, overlap); these and the twin below are long.
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("with_config", "overlap"), [(False, False), (True, True)], ids=["own-policy-no-overlap", "sglang-config-overlap"]
 )
@@ -102,6 +104,7 @@ def test_context_drafting_parity(smollm2_path, smollm2_plain, config_path, tmp_p
     assert scheduler_loop_line(overlap) in log
 
 
+@pytest.mark.long  # the policy through the twin; the no-flag policy's default-tier parity is eager
 def test_without_the_flag_specsot_still_decides_from_its_costs_static_shape(smollm2_path, smollm2_plain, tmp_path):
     # No --speculative-adaptive and SGLANG_SPECSOT_FIXED_WINDOW unset: the same policy, every
     # budget from 0 to the window's weighed each step, under the overlap loop (the default).

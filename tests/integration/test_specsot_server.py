@@ -1,11 +1,12 @@
-"""A real SPECSOT server on this CPU (SmolLM2-135M, float32, SoT-context drafting only), drafting
-its whole window every step (SGLANG_SPECSOT_FIXED_WINDOW=1), so that verify runs on every step.
+"""A real SPECSOT server on this CPU (SmolLM2-135M, float32, SoT-context drafting only).
 
 Proves: greedy output token-identical to plain decoding on 36 prompts at batch sizes 1..8.
 Default tier, two servers: what a CPU user runs (overlap on, launched without
-`--attention-backend`, so the plugin chooses specsot_cpu and says so; the CPU's QLEN_ONLY layout,
-eager), and the CUDA path's CPU twin (overlap off, the GPU's FULL layout through the static-shape
-twin). Long tier: the other two pairs. The overlap event loop really drives the worker;
+`--attention-backend`, so the plugin chooses specsot_cpu and says so; no environment: the CPU's
+QLEN_ONLY layout, eager, and SPECSOT's cost-aware policy choosing each step's draft budget from
+0 to the window's), and the CUDA path's CPU twin (overlap off, the GPU's FULL layout through the
+static-shape twin), drafting its whole window every step (SGLANG_SPECSOT_FIXED_WINDOW=1) so that
+verify runs on every step. Long tier: the other two pairs, fixed window. The overlap event loop really drives the worker;
 sibling branches of one SoT group draft from each other; malformed SoT metadata is served;
 after each server's requests, SGLang's strict idle memory check ran and found no leak.
 """
@@ -81,13 +82,15 @@ def specsot_server(request, smollm2_path, tmp_path_factory):
     mode, layout, backend = request.param
     extra = [] if mode == "overlap" else ["--disable-overlap-schedule"]
     log = tmp_path_factory.mktemp("specsot") / "server.log"
-    env = dict(FIXED_WINDOW_ENV)
-    if backend == "specsot_cpu":  # the user's server sets neither: the defaults are checked instead
-        env |= {LAYOUT_ENV: layout, STATIC_SHAPE_ENV: "1" if layout == "full" else "0"}
+    # The user's server sets nothing: the defaults (layout, eager, the policy) are checked instead.
+    env = {}
+    if backend == "specsot_cpu":
+        env = FIXED_WINDOW_ENV | {LAYOUT_ENV: layout, STATIC_SHAPE_ENV: "1" if layout == "full" else "0"}
     common = without_backend(COMMON) if backend == "no-backend-flag" else COMMON
     # Its teardown, after every test on this server, proves the idle memory check passed.
     with leak_checked_server(smollm2_path, common + SPECSOT + extra, log, env=env) as server:
         server.mode, server.layout, server.backend = mode, layout, backend
+        server.fixed_window = backend == "specsot_cpu"
         yield server
 
 
@@ -105,6 +108,13 @@ def test_greedy_parity_and_accept_length(specsot_server, prompts, plain_ids):
     assert (f"no attention backend chosen, using {FIX}" in log) == (specsot_server.backend == "no-backend-flag")
     # Context trees vary in size step by step: the steps are padded to more than one tier.
     assert_every_step_replayed_a_tier(specsot_server, static_shape=layout == "FULL", widths=2)
+    report = specsot_server.get("/server_info")["internal_states"][0]["specsot"]
+    if specsot_server.fixed_window:
+        assert report["budget_mode"] == "fixed", report
+    else:  # no flag, no environment: the cost-aware policy decided, from steps it measured
+        assert report["budget_mode"] == "adaptive" and report["adaptive"] is True, report
+        assert report["last_plan"] is not None and report["cost_model"]["target"]["observed_steps"] > 0, report
+        assert "SPECSOT adaptive draft budgets on" in log
 
 
 def test_the_expected_scheduler_loop_drives_the_worker(specsot_server):
