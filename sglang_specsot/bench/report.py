@@ -230,8 +230,8 @@ def per_question(cells: dict[tuple[int, str], CellResult], quality: list[Quality
             found = endings(cell.answer, skeleton_titles(cell.skeleton_text))
             row.update(mid_sentence=len(found.mid_sentence), lead_in=len(found.lead_in), cut_points=found.cut)
         q = quality_by.get(key, {})
-        row.update({k: q[k] for k in ("normal_covered", "normal_matched", "answer_covered", "cosine", "length_ratio",
-                                       "asks", "asks_addressed") if k in q})  # fmt: skip
+        row.update({k: q[k] for k in ("normal_covered", "normal_matched", "normal_covered_body", "answer_covered", "cosine",
+                                       "length_ratio", "asks", "asks_addressed") if k in q})  # fmt: skip
         out.append(row)
     return out
 
