@@ -123,7 +123,7 @@ def build_report(out: Path, quality: bool = True) -> dict:
     from sglang_specsot.bench.quality import assess, controls
     from sglang_specsot.bench.goals import check, coverage_ceiling
     from sglang_specsot.bench.profile import profiles
-    from sglang_specsot.bench.reader_report import reader_rows
+    from sglang_specsot.bench.reader_report import reader_per_question, reader_rows
     from sglang_specsot.bench.report import SUBSETS, greedy_equality, lossless_speed, markdown, per_question, summarize
     from sglang_specsot.data import load_questions
 
@@ -154,7 +154,8 @@ def build_report(out: Path, quality: bool = True) -> dict:
               "matched_ceiling": asdict(matched) if matched else None, "coverage_controls": [asdict(c) for c in checks],
               "profile": [asdict(p) for p in profiles(cells, SUBSETS)],
               "judge_controls": _judge_line(out),
-              "reader": [asdict(r) for r in reader_rows(cells, texts, scores)]}  # fmt: skip
+              "reader": [asdict(r) for r in reader_rows(cells, texts, scores)],
+              "reader_per_question": reader_per_question(cells, texts)}  # fmt: skip
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     table = markdown(rows)
     (out / "report.md").write_text(_report_md(settings, table, report))

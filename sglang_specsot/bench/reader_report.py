@@ -51,6 +51,17 @@ def reader_rows(cells: dict[tuple[int, str], CellResult], questions: dict[int, s
     return [_row(config, cells, questions, quality) for config in configs]
 
 
+def reader_per_question(cells: dict[tuple[int, str], CellResult], questions: dict[int, str]) -> list[dict]:
+    """Per SoT answer: its visible-words ratio, items, lead-ins, repeats, and each point's reading."""
+    from dataclasses import asdict
+
+    configs = sorted({name for (_, name), c in cells.items() if c.path == "sot" and c.status == OK})
+    return [{"question_id": qid, "config": config, "words_ratio": r.words_ratio, "points": len(r.points),
+             "normal_items": r.normal_items, "one_item_lead_ins": r.one_item_lead_ins,
+             "repeated": [list(pair) for pair in r.repeated], "per_point": [asdict(p) for p in r.points]}
+            for config in configs for qid, r in readings(cells, questions, config).items()]  # fmt: skip
+
+
 def _row(config: str, cells, questions, quality: list[Quality]) -> ReaderRow:
     found = readings(cells, questions, config)
     routed = [c for (_, n), c in cells.items() if n == config and c.status == OK and c.path != "sot"]

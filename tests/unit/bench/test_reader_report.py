@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_specsot.bench.quality import assess
-from sglang_specsot.bench.reader_report import markdown, reader_rows
+from sglang_specsot.bench.reader_report import markdown, reader_per_question, reader_rows
 from sglang_specsot.bench.reading import visible_words
 from tests.unit.bench.conftest import cell, sot_cell
 from tests.unit.bench.test_report import WordEmbedder, cells_of
@@ -45,3 +45,9 @@ def test_coverage_without_the_shared_opening_is_lower_than_with_it():
     assert routed.normal_covered_body == routed.normal_covered  # nothing shared to remove
     (row,) = reader_rows(cells(), {1: QUESTION}, list(quality.values()))
     assert row.covered_body == pytest.approx(2 / 3) and row.covered_routed == routed.normal_covered
+
+
+def test_per_question_readings_list_each_point():
+    (one,) = reader_per_question(cells(), {1: QUESTION})
+    assert (one["question_id"], one["config"], one["points"], one["normal_items"]) == (1, "SoT-server", 2, 3)
+    assert [p["glued"] for p in one["per_point"]] == [True, False] and one["one_item_lead_ins"] == 1
