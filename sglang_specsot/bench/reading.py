@@ -40,9 +40,9 @@ _MATTERS = re.compile(r"\b(?:is|are)\s+(?:(?:a|an|the)\s+)?(?:\w+\s+)?(?:crucial
                       r"vital|critical|powerful|effective|great|major)\b", re.IGNORECASE)  # fmt: skip
 # An imperative title continued as a subject: a finite verb follows it within a few words.
 _FINITE = frozenset("is are was were can will helps help allows plays makes keeps ensures provides means".split())
-GLUE_WINDOW = 5
+GLUE_WINDOW = 5  # words after the title in which the finite verb must come
 REPEAT_STEMS = 3  # a title repeated in another point's body has at least this many content stems
-TITLE_OVERLAP = 0.6  # two titles sharing this share of their stems (Jaccard) are one point  # words after the title in which the finite verb must come
+TITLE_OVERLAP = 0.6  # two titles sharing this share of their stems (Jaccard) are one point
 _IMPERATIVE = frozenset(
     "add adjust ask attend avoid be book break bring budget build celebrate check choose clean comment "
     "communicate compare consider create declutter define delegate develop do dress eat eliminate embrace "
@@ -230,7 +230,7 @@ def read_answer(answer: str, titles: list[str], normal: str, question: str) -> A
     points = split_points(answer)
     if len(points) == 1 and not re.match(r"\s*1[.)]\s", points[0]):
         points = []
-    else:  # the opening line sits before point 1, not in it
+    else:  # points past the skeleton's are none of its (the merge adds none)
         points = points[: len(titles)] if titles else points
     readings = tuple(read_point(p, titles[i] if i < len(titles) else "", question) for i, p in enumerate(points))
     bodies = [split_title(p, titles[i] if i < len(titles) else "")[0] for i, p in enumerate(points)]
