@@ -22,6 +22,10 @@ def chunks(items: list, sizes: list[int] = BATCH_SIZES) -> list[list]:
 
 # 28 Vicuna questions and the 8 branch prompts: 36 prompts, every batch size 1..8 once (8 batches).
 PARITY_QUESTIONS = 28
+# The static-shape twins' parity: the first six batches (sizes 1..6, 21 questions), every captured
+# batch size (1, 2, 4, 8) met or padded to; the servers a CPU user runs decode all 36 prompts.
+TWIN_PROMPTS = 21
+assert sum(BATCH_SIZES[:6]) == TWIN_PROMPTS
 
 
 @functools.lru_cache(maxsize=None)
