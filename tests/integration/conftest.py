@@ -4,6 +4,7 @@ SPECSOT servers whose teardown proves SGLang's strict idle memory check ran and 
 from __future__ import annotations
 
 import json
+import pkgutil
 import re
 import subprocess
 import sys
@@ -19,6 +20,33 @@ from sglang_specsot.launch import ServerProcess
 from sglang_specsot.serving.router_choice import ROUTER_ENV
 from sglang_specsot.speculative.policy import config as policy_config
 from tests.integration.parity import PARITY_QUESTIONS, plain_reference, plain_reference_on
+
+# The SGLang model modules the suite's servers and engines serve (SmolLM2 and Llama heads, Qwen2).
+SERVED_MODEL_MODULES = frozenset({"llama", "llama_eagle", "llama_eagle3", "qwen2", "qwen2_eagle"})
+
+
+@pytest.fixture(scope="session", autouse=True)
+def only_the_served_model_modules():
+    """Every server and engine the integration tests start skips the SGLang model modules it
+    never serves: SGLang imports every one of sglang/srt/models/ (about 285 architectures) to
+    build its registry at each scheduler's start (models/registry.py, import_model_classes),
+    seconds a start on two cores. SGLANG_DISABLED_MODEL_ARCHS is SGLang's own switch for this;
+    the served modules load as before. A run that sets it keeps its own value."""
+    import os
+
+    import sglang.srt.models as models
+
+    name = "SGLANG_DISABLED_MODEL_ARCHS"
+    if name in os.environ:
+        yield
+        return
+    modules = sorted(m.name for m in pkgutil.iter_modules(models.__path__) if not m.ispkg)
+    os.environ[name] = ",".join(m for m in modules if m not in SERVED_MODEL_MODULES)
+    try:
+        yield
+    finally:
+        del os.environ[name]
+
 
 # SGLang's context-only SPECSOT: no draft model, a 6-token verify window.
 SPECSOT = ["--speculative-algorithm", "SPECSOT", "--speculative-num-draft-tokens", "6"]
