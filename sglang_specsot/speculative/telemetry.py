@@ -17,6 +17,7 @@ from sglang_specsot.speculative.device_times import DeviceStepTimes, StepEvents
 from sglang_specsot.speculative.drafters import Proposal
 from sglang_specsot.speculative.policy.values import StepOutcome, Verified
 from sglang_specsot.speculative.step_log import StepLog, StepRecord
+from sglang_specsot.speculative.trace import TraceWriter, steps_of
 
 logger = logging.getLogger(__name__)
 _COST_LOG_EVERY = 2000  # steps between the cost model's log lines
@@ -55,6 +56,7 @@ class Telemetry:
         self.device_times = None if timed else device_times  # the host's clock where it waits
         self.steps = 0
         self.step_log = StepLog.from_env()  # SGLANG_SPECSOT_STEP_LOG: one JSON line per step
+        self.trace = TraceWriter.from_env()  # SGLANG_SPECSOT_TRACE: one JSON line per request and step
 
     def start(self, catch_ups: int) -> StepClock:
         return StepClock(catch_ups, self.device_times)
@@ -82,6 +84,13 @@ class Telemetry:
         for step in ready:
             self.cost.target.observe(step.target_rows, step.target_ms)
         return [step.outcome for step in ready]
+
+    def trace_step(self, reqs, proposal: Proposal, width: int, committed) -> None:
+        """The step's trees and accepted paths into the trace, if one is written: from the
+        committed tokens the host already read (`host_sync.Committed`), no read of its own."""
+        if self.trace is not None:
+            rids = [req.rid for req in reqs]
+            self.trace.write(steps_of(rids, proposal.trees, width, committed.rows, committed.lens))
 
     def info(self) -> dict | None:
         """Device timing's state for /server_info (None where the host's clock times steps)."""

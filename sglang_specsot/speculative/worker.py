@@ -246,6 +246,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             return
         if step.verified is None:
             self.accept(step)
+        self.telemetry.trace_step(step.reqs, step.proposal, step.width, step.committed)
         for outcome in self.telemetry.finish(step.clock, step.proposal, step.width, step.verified, step.extended,
                                              self.drafter, step.committed.lens):  # fmt: skip
             self.timings.observe(outcome.decision.planner, outcome)

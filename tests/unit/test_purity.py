@@ -31,6 +31,7 @@ SPECULATIVE_MODULES = [
         for m in pkgutil.iter_modules([str(PACKAGE_DIR / "speculative" / "policy")])
     ),
     "sglang_specsot.speculative.shadow",
+    "sglang_specsot.speculative.trace",
 ]
 # The question sets' loader: json and pathlib only, so the eval commands can read sets.
 DATA_MODULES = ["sglang_specsot.data"]

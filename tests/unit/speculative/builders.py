@@ -70,7 +70,7 @@ def _worker(config, model: CostModel, requests: RequestBook, drafter, step_log) 
     worker.context = drafter if isinstance(drafter, ContextDrafting) else drafter.context
     worker.telemetry = Telemetry.__new__(Telemetry)  # without SGLANG_SPECSOT_STEP_LOG's log
     worker.telemetry.cost, worker.telemetry.timed, worker.telemetry.steps = model, False, 0
-    worker.telemetry.step_log, worker.telemetry.device_times = step_log, None
+    worker.telemetry.step_log, worker.telemetry.device_times, worker.telemetry.trace = step_log, None, None
     worker.policy = StepPolicy(config, WINDOW, drafter.costs, log_candidates=step_log is not None)
     worker.planners = {worker.policy.name: worker.policy, **drafter.policies()}
     worker.agreement = SOLO  # one rank: times apply as measured
