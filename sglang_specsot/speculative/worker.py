@@ -28,6 +28,7 @@ from sglang_specsot.speculative.device_times import DeviceStepTimes, cuda_timing
 from sglang_specsot.speculative.draft_tree import pad_tree
 from sglang_specsot.speculative.drafters import Drafter, Proposal
 from sglang_specsot.speculative.drafters.context import ContextDrafting
+from sglang_specsot.speculative.drafters.replay import ReplayedProposal, forced_acceptance, replaying
 from sglang_specsot.speculative.host_sync import Committed, PendingCommit
 from sglang_specsot.speculative.inputs import SoTDraftInput, SoTVerifyInput
 from sglang_specsot.speculative.malloc_trim import MallocTrim
@@ -91,7 +92,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         self.requests = RequestBook()
         # The SoT context: every drafter's trees are filled from it, and it alone may draft.
         self.context = ContextDrafting(self.requests, self.cost, adaptive=self.adaptive is not None)
-        self.drafter: Drafter = self._drafter(server_args, gpu_id, nccl_port, target_worker)
+        # SGLANG_SPECSOT_REPLAY (a benchmark tool): trees and accepted paths from a trace.
+        self.drafter: Drafter = replaying(self._drafter(server_args, gpu_id, nccl_port, target_worker), self.num_draft_tokens)
         # One pickle: the draft's curve keeps the target's as its prior.
         self.cost.target, self.cost.draft = self.agreement.agree((self.cost.target, self.cost.draft))
         # An EAGLE head's extends read the target's hidden states of the prefill and of every
@@ -228,7 +230,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
         clock = self.telemetry.start(self.drafter.catch_ups)
         verify_input, proposal = self.draft(batch)
         clock.mark("draft")
-        result = self.verify(batch, verify_input, clock, pp_proxy_tensors)
+        result = self.verify(batch, verify_input, clock, pp_proxy_tensors, proposal)
         if on_publish is not None:
             on_publish(result.new_seq_lens)  # before draft-extend: the fence is at verify end
         clock.mark("verify")
@@ -332,7 +334,7 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
 
     # -- verify ----------------------------------------------------------------------------
 
-    def verify(self, batch, verify_input: SoTVerifyInput, clock: StepClock, pp_proxy_tensors=None):
+    def verify(self, batch, verify_input: SoTVerifyInput, clock: StepClock, pp_proxy_tensors=None, proposal=None):
         """One TARGET_VERIFY forward over every tree, then SGLang's exact tree sampling (at
         width 1 what it would commit, where that is known: `root_commit`)."""
         n, bs = verify_input.draft_token_num, len(batch.reqs)
@@ -366,6 +368,8 @@ class SpecSoTWorker(sgl.SpecWorkerBase):
             predict, accept_lens, accept_index = sgl.eagle_sample(
                 verify_input, batch, logits_output, grammar_mask, watermark_state=watermark,
             )  # fmt: skip
+        if isinstance(proposal, ReplayedProposal):  # SGLANG_SPECSOT_REPLAY: the trace's paths, not the target's
+            predict, accept_lens, accept_index = forced_acceptance(proposal, verify_input, predict)
         new_seq_lens = batch.seq_lens + accept_lens
         sgl.commit_mamba_states_after_verify(self.target_worker, batch, accept_lens, accept_index, n)
         accept_tokens = predict[accept_index]  # shape: (bs, n); rows past accept_lens are garbage

@@ -142,7 +142,7 @@ def test_a_decode_steps_phase_times_in_the_step_log_are_its_own(tmp_path, monkey
         decision = StepDecision(view, worker.policy.plain_plan(1), (0.5,), (0.5,), exploring=False, adaptive=True)
         return SimpleNamespace(draft_token_num=2), Proposal((DraftTree((0, 1), (-1, 0)),), "context", decision)
 
-    def verify(batch, verify_input, clock, pp_proxy_tensors=None):
+    def verify(batch, verify_input, clock, pp_proxy_tensors=None, proposal=None):
         time.sleep(0.04)
         clock.target_ms = 10.0
         return result
