@@ -5,7 +5,9 @@ in the server's environment, each decode step drafts, for each request, a tree o
 recorded request proposed at that step, and verify accepts the recorded path, whatever the
 weights say (`drafters/replay.py`), so a GPU runs the real widths and accepted lengths of a real
 model pair on random weights, as SGLang's `SGLANG_SIMULATE_ACC_LEN` does for its own
-algorithms. The outputs are not the model's tokens (nor greedy, nor sampled from it): that is
+algorithms. SoT-context drafting takes the recorded trees; a draft model or EAGLE head drafts
+its own within the recorded sizes and has the recorded accept length forced along its own
+tree, so its draft-extend runs on its own accepted tokens. The outputs are not the model's tokens (nor greedy, nor sampled from it): that is
 why the mode needs its opt-in. A new request replays the recorded request of its own rid where
 the trace has one, else the first recorded request no other has claimed; once its steps run
 out, or where none is left, it decodes plainly (width 1). Send each request at least its

@@ -10,12 +10,14 @@ import torch
 
 from sglang_specsot.speculative import replay
 from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree
+from sglang_specsot.speculative.drafters import replay as drafters_replay
 from sglang_specsot.speculative.drafters.replay import ReplayDrafting, ReplayedProposal, forced_acceptance, replaying
 from sglang_specsot.speculative.replay import TraceReplay
 from sglang_specsot.speculative.trace import TraceStep, TraceWriter, read_trace
-from tests.unit.speculative.builders import WINDOW, context_worker
+from sglang_specsot.speculative.policy.config import AdaptiveConfig
+from tests.unit.speculative.builders import WINDOW, context_worker, draft_model, model_worker
 from tests.unit.speculative.sync_counter import SyncCounter
-from tests.unit.speculative.test_sync_count import _batch, _on_device, sglang_stand_ins  # noqa: F401
+from tests.unit.speculative.test_sync_count import PROMPT, DraftModel, _batch, _on_device, sglang_stand_ins  # noqa: F401
 
 # Two recorded requests over four steps: branching trees, a path down a second branch, paths
 # into the padding's fillers, a step that drafts nothing. A step's width is its widest tree.
@@ -98,7 +100,67 @@ def test_replay_needs_its_opt_in_and_room_for_the_trees(tmp_path, monkeypatch):
     monkeypatch.setenv(replay.OPT_IN_ENV, replay.OPT_IN)
     assert list(TraceReplay.from_env(WINDOW).trace) == ["a"]
     assert isinstance(replaying(drafter, WINDOW), ReplayDrafting)
-    with pytest.raises(ValueError, match="SoT-context drafting only"):
-        replaying(SimpleNamespace(), WINDOW)  # a draft model's drafter: not replayed yet
+    assert isinstance(replaying(SimpleNamespace(), WINDOW), ReplayDrafting)  # a draft model's drafter too
     with pytest.raises(ValueError, match="at least 5"):
         TraceReplay.from_env(4)
+
+
+# Chains a draft model drafts to the recorded sizes, with accepted lengths shorter than the
+# target (PROMPT's cycle, which the fake draft model always matches) would accept.
+MODEL_STEPS = {"a": [(4, 2), (2, 1), (3, 0), (1, 0)], "b": [(2, 0), (4, 3), (1, 0), (3, 2)]}
+
+
+def _chain_trace() -> dict[str, list[TraceStep]]:
+    widths = [max(MODEL_STEPS[r][i][0] for r in MODEL_STEPS) for i in range(4)]
+    return {rid: [TraceStep(rid, w, tuple(range(-1, size - 1)), k, k) for (size, k), w in zip(steps, widths)]
+            for rid, steps in MODEL_STEPS.items()}  # fmt: skip
+
+
+def _replay_with_model(tmp_path, variable_steps: bool) -> tuple[dict, list[int], list[int]]:
+    """The re-recorded trace, blocking reads per step and r0's history of a draft model's replay."""
+    model = DraftModel(**vars(draft_model(max_steps=3, variable_steps=variable_steps, keeps_confidence=False)))
+    worker = model_worker(AdaptiveConfig.default(WINDOW - 1), model, deferred=False)
+    worker.drafter = ReplayDrafting(worker.drafter, TraceReplay(_chain_trace(), WINDOW))
+    worker.telemetry.trace = TraceWriter(str(tmp_path / "replayed.jsonl"))
+    _on_device(worker)
+    counter = SyncCounter()
+    batch = _batch(counter, 2)
+    prefill = SimpleNamespace(next_draft_input=batch.spec_info)
+    model.extend_after_verify(batch, prefill)  # the top-k a prefill's extend relays
+    batch.spec_info = prefill.next_draft_input
+    per_step = []
+    with counter:
+        for _ in range(4):
+            before = len(counter.syncs)
+            result = worker.forward_batch_generation(batch)
+            per_step.append(len(counter.syncs) - before)
+            batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum = result.new_seq_lens, None, None
+            batch.spec_info = result.next_draft_input
+        worker.settle()
+    return read_trace(str(tmp_path / "replayed.jsonl")), per_step, worker.context.context.tokens("r0")
+
+
+def test_replay_with_a_draft_model_reproduces_the_trace(sglang_stand_ins, tmp_path):  # noqa: F811
+    trace = _chain_trace()
+    replayed, _, history = _replay_with_model(tmp_path, variable_steps=True)
+    assert [_shape(s) for s in replayed["r0"]] == [_shape(s) for s in trace["a"]]
+    assert [_shape(s) for s in replayed["r1"]] == [_shape(s) for s in trace["b"]]
+    # What was committed is the draft model's own chain (PROMPT's cycle), cut where the trace says.
+    assert history[len(PROMPT) :] == [7, 8, 5, 6, 7, 8, 5], history  # 3 + 2 + 1 + 1 tokens
+
+
+def test_a_draft_model_replay_without_the_forcing_accepts_what_the_target_chose(sglang_stand_ins, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(drafters_replay, "with_nodes", lambda proposal, nodes: proposal)  # no forced path
+    replayed, _, _ = _replay_with_model(tmp_path, variable_steps=True)
+    trace = _chain_trace()
+    assert [s.width for s in replayed["r0"]] == [s.width for s in trace["a"]]  # the recorded budgets still
+    assert [s.accepted for s in replayed["r0"]] == [3, 1, 2, 0] != [s.accepted for s in trace["a"]]
+
+
+def test_a_draft_model_replay_waits_once_a_step(sglang_stand_ins, tmp_path):  # noqa: F811
+    # A fixed chain (as with draft graphs on a GPU) is drafted whole: wider than a shorter
+    # recorded tree, its acceptance forced all the same, with no read more than a real step's.
+    replayed, per_step, _ = _replay_with_model(tmp_path, variable_steps=False)
+    assert per_step == [1] * 4
+    assert [s.width for s in replayed["r1"]] == [4] * 4  # the draft's whole chain (3 drafts), every step
+    assert [s.accepted for s in replayed["r1"]] == [s.accepted for s in _chain_trace()["b"]]
