@@ -15,8 +15,9 @@ already does (the accept lengths come with the committed tokens, `host_sync.Comm
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
+
+from sglang_specsot.speculative.jsonl import JsonLinesFile
 
 ENV = "SGLANG_SPECSOT_STEP_LOG"
 
@@ -48,17 +49,10 @@ class StepRecord:
     phase_ms: dict
 
 
-class StepLog:
-    """Appends StepRecords as JSON lines to one file (the scheduler's own: one writer)."""
+class StepLog(JsonLinesFile):
+    """Appends StepRecords as JSON lines to the file SGLANG_SPECSOT_STEP_LOG names."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._file = open(path, "a", buffering=1)  # line-buffered: a crash loses no step
-
-    @classmethod
-    def from_env(cls) -> StepLog | None:
-        path = os.environ.get(ENV)
-        return cls(path) if path else None
+    ENV = ENV
 
     def write(self, record: StepRecord) -> None:
-        self._file.write(json.dumps(asdict(record)) + "\n")
+        self.write_lines([json.dumps(asdict(record))])

@@ -19,11 +19,11 @@ Plain Python (no torch, no SGLang).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sglang_specsot.speculative.draft_tree import DraftTree, pad_tree
+from sglang_specsot.speculative.jsonl import JsonLinesFile
 
 ENV = "SGLANG_SPECSOT_TRACE"
 
@@ -80,20 +80,13 @@ def steps_of(rids: Sequence[str], trees: Sequence[DraftTree], width: int, rows: 
     return out
 
 
-class TraceWriter:
-    """Appends TraceSteps as JSON lines to one file (the scheduler's own: one writer)."""
+class TraceWriter(JsonLinesFile):
+    """Appends TraceSteps as JSON lines to the file SGLANG_SPECSOT_TRACE names."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._file = open(path, "a", buffering=1)  # line-buffered: a crash loses no step
-
-    @classmethod
-    def from_env(cls) -> TraceWriter | None:
-        path = os.environ.get(ENV)
-        return cls(path) if path else None
+    ENV = ENV
 
     def write(self, steps: Sequence[TraceStep]) -> None:
-        self._file.write("".join(s.to_json() + "\n" for s in steps))
+        self.write_lines(s.to_json() for s in steps)
 
 
 def read_trace(path: str) -> dict[str, list[TraceStep]]:

@@ -32,6 +32,7 @@ SPECULATIVE_MODULES = [
     ),
     "sglang_specsot.speculative.shadow",
     "sglang_specsot.speculative.trace",
+    "sglang_specsot.speculative.jsonl",
     "sglang_specsot.speculative.replay",
 ]
 # The question sets' loader: json and pathlib only, so the eval commands can read sets.

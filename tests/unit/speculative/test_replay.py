@@ -17,7 +17,7 @@ from sglang_specsot.speculative.trace import TraceStep, TraceWriter, read_trace
 from sglang_specsot.speculative.policy.config import AdaptiveConfig
 from tests.unit.speculative.builders import WINDOW, context_worker, draft_model, model_worker
 from tests.unit.speculative.sync_counter import SyncCounter
-from tests.unit.speculative.test_sync_count import PROMPT, DraftModel, _batch, _on_device, sglang_stand_ins  # noqa: F401
+from tests.unit.speculative.test_sync_count import PROMPT, DraftModel, _batch, _on_device, drive, sglang_stand_ins  # noqa: F401
 
 # Two recorded requests over four steps: branching trees, a path down a second branch, paths
 # into the padding's fillers, a step that drafts nothing. A step's width is its widest tree.
@@ -47,14 +47,8 @@ def test_replay_reproduces_the_trace_step_for_step(sglang_stand_ins, tmp_path): 
     _on_device(worker)
     counter = SyncCounter()
     batch = _batch(counter, 2)
-    per_step = []
     with counter:
-        for _ in range(4):
-            before = len(counter.syncs)
-            result = worker.forward_batch_generation(batch)
-            per_step.append(len(counter.syncs) - before)
-            batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum = result.new_seq_lens, None, None
-            batch.spec_info = result.next_draft_input
+        per_step = drive(worker, batch, counter, steps=4)
     assert per_step == [1] * 4, counter.syncs  # as a real step (test_sync_count)
     replayed = read_trace(str(tmp_path / "replayed.jsonl"))
     assert list(replayed) == ["r0", "r1"]  # live rids claim the recorded requests in order
@@ -128,14 +122,8 @@ def _replay_with_model(tmp_path, variable_steps: bool) -> tuple[dict, list[int],
     prefill = SimpleNamespace(next_draft_input=batch.spec_info)
     model.extend_after_verify(batch, prefill)  # the top-k a prefill's extend relays
     batch.spec_info = prefill.next_draft_input
-    per_step = []
     with counter:
-        for _ in range(4):
-            before = len(counter.syncs)
-            result = worker.forward_batch_generation(batch)
-            per_step.append(len(counter.syncs) - before)
-            batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum = result.new_seq_lens, None, None
-            batch.spec_info = result.next_draft_input
+        per_step = drive(worker, batch, counter, steps=4)
         worker.settle()
     return read_trace(str(tmp_path / "replayed.jsonl")), per_step, worker.context.context.tokens("r0")
 

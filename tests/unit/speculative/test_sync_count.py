@@ -135,18 +135,25 @@ def _steps(worker, bs: int = 3) -> tuple[list[int], SyncCounter]:
     """Blocking reads per decode step of STEPS steps, as the scheduler drives them."""
     counter = SyncCounter()
     batch = _batch(counter, bs)
-    per_step = []
     with counter:
-        for _ in range(STEPS):
-            before = len(counter.syncs)
-            result = worker.forward_batch_generation(batch)
-            per_step.append(len(counter.syncs) - before)
-            # The scheduler's part between steps, on the device: the committed length and the
-            # relayed draft input.
-            batch.seq_lens = result.new_seq_lens
-            batch.seq_lens_cpu, batch.seq_lens_sum = None, None
-            batch.spec_info = result.next_draft_input
+        per_step = drive(worker, batch, counter)
     return per_step, counter
+
+
+def drive(worker, batch, counter: SyncCounter, steps: int = STEPS) -> list[int]:
+    """`steps` decode steps of `batch` as the scheduler drives them (inside `counter`); the
+    blocking reads each step made."""
+    per_step = []
+    for _ in range(steps):
+        before = len(counter.syncs)
+        result = worker.forward_batch_generation(batch)
+        per_step.append(len(counter.syncs) - before)
+        # The scheduler's part between steps, on the device: the committed length and the
+        # relayed draft input.
+        batch.seq_lens = result.new_seq_lens
+        batch.seq_lens_cpu, batch.seq_lens_sum = None, None
+        batch.spec_info = result.next_draft_input
+    return per_step
 
 
 def test_sync_count_context_drafting_waits_once_a_step(sglang_stand_ins, tmp_path, monkeypatch):
