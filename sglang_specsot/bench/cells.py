@@ -10,6 +10,7 @@ import subprocess
 import threading
 import time
 import urllib.error
+import uuid
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,7 +167,7 @@ def _ask(cfg: CellConfig, question: Question, target: Target, settings: Settings
         warm_prefixes(target, settings.timeout, settings.system_prompt)
     started = time.perf_counter()
     if cfg.kind == NORMAL:
-        fields = _normal(target, question, settings, cfg.temperature)
+        fields = _normal(target, question, settings, cfg.temperature, rid=f"{cfg.name}-q{question.id}-{uuid.uuid4().hex[:8]}")
     elif cfg.kind == SERVER_SOT:
         fields = _server_sot(target, question, cfg.mode, sot_config(cfg, settings), settings)
     elif cfg.kind == FRONTEND:
@@ -194,15 +195,16 @@ def code_commit() -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
-def _normal(target: Target, question: Question, settings: Settings, temperature: float = 0.0) -> dict:
+def _normal(target: Target, question: Question, settings: Settings, temperature: float = 0.0, rid: str = "") -> dict:
     prompt = target.render(normal_messages(question.text, settings.system_prompt))
-    out = post_json(target.url + "/generate", {"text": prompt, "sampling_params": {
+    out = post_json(target.url + "/generate", {"text": prompt, "rid": rid or None, "sampling_params": {
         "temperature": temperature, "max_new_tokens": settings.max_tokens}}, settings.timeout)  # fmt: skip
     meta = out["meta_info"]
     finish = meta.get("finish_reason") or {}
     return {"answer": out["text"], "output_tokens": meta["completion_tokens"],
             "finish_reason": finish.get("type", "") if isinstance(finish, dict) else str(finish),
-            "accept_length": meta.get("spec_accept_length")}  # fmt: skip
+            "accept_length": meta.get("spec_accept_length"), "rid": rid,
+            "token_parts": {"prompt": meta.get("prompt_tokens"), "completion": meta["completion_tokens"]}}  # fmt: skip
 
 
 def sot_config(cfg: CellConfig, settings: Settings) -> dict | None:
@@ -264,4 +266,14 @@ def from_trace(trace: dict) -> dict:
         "branches": branches,
         "empty_points": len(merge.get("empty_points") or ()) if merge is not None else None,
         "route_latency": (trace.get("route") or {}).get("latency"),
+        "rid": f"specsot-{trace['group']}" if trace.get("group") else "",
+        "token_parts": _sot_token_parts(skeleton, items) if skeleton and items else None,
     }
+
+
+def _sot_token_parts(skeleton: dict, items: list[dict]) -> dict:
+    """A SoT answer's prompt and generated tokens by part (CellResult.token_parts)."""
+    ordered = sorted(items, key=lambda b: b["index"])
+    return {"skeleton_prompt": skeleton.get("prompt_tokens"), "skeleton": skeleton.get("completion_tokens"),
+            "branch_prompts": [b.get("prompt_tokens") for b in ordered],
+            "branch_cached": [b.get("cached_tokens") for b in ordered]}  # fmt: skip

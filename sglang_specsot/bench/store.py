@@ -48,6 +48,14 @@ class CellResult:
     route_latency: dict | None = None
     load: float | None = None  # the machine's 1-minute load average when the answer arrived
     commit: str = ""  # the git commit of the code that measured it
+    # The server's rid of a normal answer; of a SoT answer, "specsot-<group>", which starts the
+    # rid of each of its generations (serving/backend.py): how a SGLANG_SPECSOT_TRACE line is
+    # matched to its question ("" in runs recorded before the field).
+    rid: str = ""
+    # Prompt and generated tokens by part, for replaying the answer's shape on other weights:
+    # normal {"prompt", "completion"}; SoT {"skeleton_prompt", "skeleton", "branch_prompts",
+    # "branch_cached"} (per point, in skeleton order); None where not recorded.
+    token_parts: dict | None = None
 
     @property
     def key(self) -> tuple[int, str]:

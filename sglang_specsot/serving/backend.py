@@ -111,12 +111,15 @@ class TokenizerManagerBackend:
             raise SoTPhaseError("branches' shared prefix", exc) from exc
 
     def _rid(self, role: str) -> str:
-        """A new rid for one generation of this answer: "specsot-<group>-<role>-<n>"."""
+        """A new rid for one generation of this answer: "specsot-<group>-<role>-<n>", where a
+        branch's role names its point ("branch3": the skeleton's 0-based point 3), so a
+        SGLANG_SPECSOT_TRACE line says which part of which answer it is."""
         self.count += 1
         return f"specsot-{self.group}-{role}-{self.count}"
 
     def _input(self, request: GenRequest, stream: bool):
-        rid = self._rid(request.tag.role)
+        role = request.tag.role
+        rid = self._rid(f"{role}{request.tag.point}" if role == BRANCH else role)
         params = self._sampling_params(request)
         if request.tag.role == PLAIN:  # SGLang's own rendering and tokenization of the chat
             return replace(self.chat_input, rid=rid, stream=stream, sampling_params=params)

@@ -31,9 +31,9 @@ IDLE_DEADLINE = 120.0  # hang guard while waiting on the server after a disconne
 # default limit max_branch_tokens (sot/limits.py); two such branches fit the KV pool together.
 UNBOUNDED = 1024
 # SGLang's scheduler logs, at debug level, each unfinished request an AbortReq reaches
-# (scheduler.py:5805 running, 5722 queued); branch rids are "specsot-<group>-branch-<n>"
+# (scheduler.py:5805 running, 5722 queued); branch rids are "specsot-<group>-branch<point>-<n>"
 # (serving/backend.py).
-ABORTED_BRANCH = re.compile(r"Abort (?:running|queued) request\. req\.rid='(specsot-\w+-branch-\d+)'")
+ABORTED_BRANCH = re.compile(r"Abort (?:running|queued) request\. req\.rid='(specsot-\w+-branch\d+-\d+)'")
 PREFILL_LINE = "Prefill batch"  # SGLang's info line for every prefill (metrics_reporter.py:754)
 
 

@@ -258,3 +258,24 @@ def test_a_cell_sets_its_own_sot_config_over_the_runs():
     plain_sot = {c.name: c for c in matrix(has_draft=False)}["SoT-server"]
     assert sot_config(plain_sot, Settings(384, 60.0)) is None
     assert sot_config(plain_sot, Settings(384, 60.0, {"max_points": 5})) == {"max_points": 5}
+
+
+def test_from_trace_keeps_the_groups_rid_and_the_token_parts_in_skeleton_order():
+    trace = {**TRACE, "group": "g7",
+             "skeleton": {**TRACE["skeleton"], "prompt_tokens": 400, "completion_tokens": 9},
+             "branches": {"items": [{**TRACE["branches"]["items"][1], "prompt_tokens": 130, "cached_tokens": 120},
+                                    {**TRACE["branches"]["items"][0], "prompt_tokens": 128, "cached_tokens": 0}]}}  # fmt: skip
+    fields = from_trace(trace)
+    assert fields["rid"] == "specsot-g7"
+    assert fields["token_parts"] == {"skeleton_prompt": 400, "skeleton": 9, "branch_prompts": [128, 130],
+                                     "branch_cached": [0, 120]}  # fmt: skip
+    assert from_trace({"path": "normal"})["rid"] == "" and from_trace({"path": "normal"})["token_parts"] is None
+
+
+def test_a_normal_cell_sends_and_records_its_rid_and_token_parts(fake):
+    FakeServer.replies = {"/flush_cache": (200, {}), "/generate": (200, {"text": "ok", "meta_info": {
+        "completion_tokens": 3, "prompt_tokens": 11, "finish_reason": {"type": "stop"}}})}  # fmt: skip
+    cell = run_cell(PLAIN, QUESTION, Target(url(fake), render), Settings(max_tokens=8, timeout=5))
+    sent = FakeServer.received["/generate"]["rid"]
+    assert cell.status == OK and cell.rid == sent and sent.startswith("plain-q7-")
+    assert cell.token_parts == {"prompt": 11, "completion": 3}

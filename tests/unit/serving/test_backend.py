@@ -66,7 +66,7 @@ def _branch(stop_on_loop: bool = True) -> GenRequest:
 def test_a_looping_branch_is_aborted_in_the_scheduler_and_ends_as_a_loop():
     tm = _TokenizerManager("The plague spread fast, " + CLAUSE * 12)
     result = asyncio.run(_backend(tm).generate(_branch()))
-    assert tm.aborted == ["specsot-g1-branch-1"] and tm.streamed == [True]
+    assert tm.aborted == ["specsot-g1-branch0-1"] and tm.streamed == [True]
     assert result.finish_reason == "loop" and result.text.count("which would") < 12
     assert result.prompt_tokens == 7 and result.completion_tokens == len(result.text) // 4
 
@@ -94,7 +94,7 @@ def test_a_branch_past_its_aim_ends_at_its_next_sentence_and_keeps_the_text_up_t
     result = asyncio.run(_backend(tm).generate(request))
     # 13 tokens are reached at 54 characters, inside the second sentence: it is the last.
     assert result.text == "A planner shows the whole week at a glance. It keeps deadlines in sight, so nothing is forgotten."
-    assert result.finish_reason == "aim" and tm.aborted == ["specsot-g1-branch-1"] and tm.streamed == [True]
+    assert result.finish_reason == "aim" and tm.aborted == ["specsot-g1-branch0-1"] and tm.streamed == [True]
     assert result.completion_tokens > len(result.text) // 4  # the tokens decoded before the abort count
 
 
