@@ -4,6 +4,8 @@
     report   rebuild report.json, report.md and plots/ from a run directory's cells.jsonl
     judge    pairwise judgement of SoT answers vs plain answers by a judge model (resumable)
     judge-controls  a judge's control score: real answers against worse copies, both orders
+    blind-packets  a run's control and real pairs as shuffled blind packets for outside readers
+    blind-score    those readers' verdicts as the run's judge: judge_controls.json and judge.jsonl
     serving  SGLang's own bench_serving on the same questions (see bench/serving.py)
     scale-sim    p50/p95 and throughput over replicas, simulated from one replica's curve
     dp-placement  an SoT answer's branches kept on one DP rank vs spread, side by side
@@ -81,6 +83,37 @@ def _judge_controls(args) -> int:
     record_invocation(dest)
     print(controls_cli(Path(args.out), dest, args, _chat_judge))
     return 0
+
+
+def _blind_packets(args) -> int:
+    from sglang_specsot.bench.blind import packets_cli
+
+    print(packets_cli(args))
+    return 0
+
+
+def _blind_score(args) -> int:
+    from sglang_specsot.bench.blind import score_cli
+
+    record_invocation(Path(args.dest or args.out))
+    print(score_cli(args))
+    return 0
+
+
+def _add_blind(sub) -> None:
+    p = sub.add_parser("blind-packets", help="a run's pairs as blind packets for outside readers (bench/blind.py)")
+    p.add_argument("out", help="the run directory (its normal answers build the controls)")
+    p.add_argument("--configs", default="SoT-server", help="the SoT configurations of the real pairs")
+    p.add_argument("--out", dest="dest", required=True, help="the packet folder (packets, rubric.md, keys.json)")
+    p.add_argument("--readers", type=int, default=4, help="packets, one per reader (at least 2)")
+    p.add_argument("--seed", type=int, default=0, help="the shuffle of the items and of the shuffled-half control")
+    p.set_defaults(run=_blind_packets)
+    p = sub.add_parser("blind-score", help="blind readers' verdicts as the run's judge (bench/blind.py)")
+    p.add_argument("out", help="the run directory the packets were built from")
+    p.add_argument("folder", help="the packet folder: keys.json and the readers' verdicts-*.jsonl")
+    p.add_argument("--judge-name", required=True, help='who judged, as the report names it ("an LLM reader, blind")')
+    p.add_argument("--dest", default=None, help="where judge_controls.json and judge.jsonl go (default: the run directory)")
+    p.set_defaults(run=_blind_score)
 
 
 def _add_judge_endpoint(p) -> None:
@@ -166,6 +199,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=300.0)
     _add_judge_endpoint(p)
     p.set_defaults(run=_judge_controls)
+    _add_blind(sub)
     from sglang_specsot.bench.serving import add_arguments
 
     add_arguments(sub.add_parser("serving", help="sglang.bench_serving on the questions, merged table"))

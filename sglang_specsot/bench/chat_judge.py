@@ -14,6 +14,15 @@ from sglang_specsot.bench.cells import post_json
 from sglang_specsot.bench.metrics import parse_verdict
 
 ANSWER_CHARS = 3000  # each answer is cut to this many characters to keep the prompt bounded
+# The rubric alone: the chat judge's prompt and the blind readers' instructions (bench/blind.py).
+RUBRIC = """Judge them on this rubric, in this order:
+1. Correct: no factual errors, no wrong reasons.
+2. Complete: covers what the question asks; an answer that stops early or leaves out ideas loses.
+3. Keeps the premise: answers the question as asked, without inverting or ignoring its situation.
+4. No repetition: does not repeat the same point or restate titles and the question.
+5. Reads as one answer: coherent and grammatical, not pieces glued together.
+Length alone is not quality, and the order of the answers does not matter.
+An answer to a different question is wrong."""
 RUBRIC_PROMPT = """You are a careful, strict judge. Compare two answers to the user's question.
 
 [Question]
@@ -25,16 +34,10 @@ RUBRIC_PROMPT = """You are a careful, strict judge. Compare two answers to the u
 [Answer B]
 {b}
 
-Judge them on this rubric, in this order:
-1. Correct: no factual errors, no wrong reasons.
-2. Complete: covers what the question asks; an answer that stops early or leaves out ideas loses.
-3. Keeps the premise: answers the question as asked, without inverting or ignoring its situation.
-4. No repetition: does not repeat the same point or restate titles and the question.
-5. Reads as one answer: coherent and grammatical, not pieces glued together.
-Length alone is not quality, and the order of the answers does not matter.
-An answer to a different question is wrong.
+""" + RUBRIC + """
 
 End your reply with one line: "Verdict: A", "Verdict: B" or "Verdict: tie"."""
+
 _VERDICT = re.compile(r"verdict\s*:?\s*\**\s*(A|B|tie)\b", re.IGNORECASE)
 
 

@@ -1,8 +1,11 @@
 """Controls a pairwise judge must pass before its verdicts count.
 
 Control pairs are built from the normal answers themselves, so the better answer is known: the
-answer against its own first half, against another question's answer, and against a copy with
-its points shuffled and half of them deleted. Each is asked in both orders. A judge counts only
+answer against its opening and the first half of its points (it stops partway through its
+list), against another question's answer, and against a copy with its points shuffled and half
+of them deleted. Each is asked in both orders. Only sound answers build controls: one that
+loops, was cut at the token cap or has fewer than MIN_POINTS numbered points may be no better
+than its own first half, so the control would not be worse by construction. A judge counts only
 if it prefers the real answer in at least CONTROL_BAR of the control askings and gives the same
 verdict in both orders on at least CONSISTENCY_BAR of the real (SoT, normal) pairs. Pure: a
 judge is any callable (question, answer A, answer B) -> "A" | "B" | "tie" | None.
@@ -17,15 +20,28 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_specsot.bench.endings import split_points
-from sglang_specsot.bench.metrics import sentences
+from sglang_specsot.sot.loops import find_loop
 
 CONTROLS_FILE = "judge_controls.json"  # in a run directory: the judge's ControlScore and every asking
 CONTROL_BAR = 0.9  # share of control askings that must prefer the real answer
 CONSISTENCY_BAR = 0.8  # share of real pairs whose two orders must agree
-FIRST_HALF, OTHER_QUESTION, SHUFFLED_HALF = "first half", "other question", "shuffled half"
+FIRST_HALF, OTHER_QUESTION, SHUFFLED_HALF = "first half of the points", "other question", "shuffled half"
 KINDS = (FIRST_HALF, OTHER_QUESTION, SHUFFLED_HALF)
+MIN_POINTS = 3  # fewer, and half the points is one point: too close to a short complete answer
+LOOPED, CUT, FEW_POINTS = "looped", "cut at the token cap", f"fewer than {MIN_POINTS} numbered points"
 
 Judge = Callable[[str, str, str], "str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class NormalAnswer:
+    """One question's normal answer and what the run recorded about how it ended."""
+
+    question_id: int
+    question: str
+    answer: str
+    finish_reason: str = ""  # "length": the answer hit the token cap
+    looped: bool = False  # the run found its tail repeating (sot.loops.find_loop)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +93,45 @@ class ControlScore:
         return control is not None and consistent is not None and control >= CONTROL_BAR and consistent >= CONSISTENCY_BAR
 
 
+def unsound(normal: NormalAnswer) -> str | None:
+    """Why `normal` cannot build controls (LOOPED, CUT or FEW_POINTS), or None if it can."""
+    if normal.looped or find_loop(normal.answer) is not None:
+        return LOOPED
+    if normal.finish_reason == "length":
+        return CUT
+    if len(split_points(normal.answer)) < MIN_POINTS:
+        return FEW_POINTS
+    return None
+
+
+def sound_answers(normals: Sequence[NormalAnswer]) -> tuple[list[NormalAnswer], dict[int, str]]:
+    """The answers that can build controls, and {question_id: why not} for the rest."""
+    reasons = {n.question_id: unsound(n) for n in normals}
+    return [n for n in normals if reasons[n.question_id] is None], {q: r for q, r in reasons.items() if r}
+
+
+def describe_sound(sound: int, excluded: dict[int, str]) -> str:
+    """One line: how many normal answers built controls, and why the others did not."""
+    why: dict[str, list[int]] = {}
+    for qid, reason in sorted(excluded.items()):
+        why.setdefault(reason, []).append(qid)
+    parts = [f"{len(qids)} {reason} (questions {', '.join(map(str, qids))})" for reason, qids in why.items()]
+    left = f"; left out: {'; '.join(parts)}" if parts else ""
+    return f"Controls built from {sound} of {sound + len(excluded)} normal answers{left}."
+
+
 def first_half(answer: str) -> str:
-    """The first half (rounded down, at least one) of an answer's sentences, one a line."""
-    parts = sentences(answer)
-    return "\n".join(parts[: max(1, len(parts) // 2)])
+    """The answer's opening and the first half of its numbered points (rounded down, at least
+    one), whole and as written: it stops partway through its list, and its closing paragraph,
+    which goes with its last point, is gone."""
+    points = split_points(answer)
+    keep = max(1, len(points) // 2)
+    if keep == len(points):
+        return answer.strip()
+    start = 0
+    for point in points[: keep + 1]:  # split_points' points are the answer's lines, in order
+        start = answer.index(point, start)
+    return answer[:start].strip()
 
 
 def shuffled_half(answer: str, rng: random.Random) -> str | None:
@@ -99,18 +150,20 @@ def _unnumbered(point: str) -> str:
     return point.split(" ", 1)[1] if " " in point else point
 
 
-def control_pairs(normals: Sequence[tuple[int, str, str]], seed: int = 0) -> list[ControlPair]:
-    """Every control kind for every (question_id, question, normal answer); another question's
-    answer is the next one's (so at least two answers are needed for that kind)."""
+def control_pairs(normals: Sequence[NormalAnswer], seed: int = 0) -> list[ControlPair]:
+    """Every control kind for every sound answer of `normals` (see `sound_answers`); another
+    question's answer is the next sound one's (so at least two are needed for that kind)."""
     rng = random.Random(seed)
+    sound, _ = sound_answers(normals)
     out = []
-    for i, (qid, question, answer) in enumerate(normals):
+    for i, normal in enumerate(sound):
+        answer = normal.answer
         controls = {FIRST_HALF: first_half(answer), SHUFFLED_HALF: shuffled_half(answer, rng)}
-        if len(normals) > 1:
-            controls[OTHER_QUESTION] = normals[(i + 1) % len(normals)][2]
+        if len(sound) > 1:
+            controls[OTHER_QUESTION] = sound[(i + 1) % len(sound)].answer
         for kind in KINDS:
             if controls.get(kind) and controls[kind].strip() != answer.strip():
-                out.append(ControlPair(qid, kind, question, answer, controls[kind]))
+                out.append(ControlPair(normal.question_id, kind, normal.question, answer, controls[kind]))
     return out
 
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from sglang_specsot.bench.judge import JUDGE_FILE, Reply, judge_pair, load_judgements, pending, record
-from sglang_specsot.bench.judge_controls import CONTROLS_FILE
+from sglang_specsot.bench.judge_controls import CONTROLS_FILE, NormalAnswer
 from sglang_specsot.bench.store import CELLS_FILE, RUN_FILE, load
 
 JUDGE_ARGS = ["--device", "cpu", "--attention-backend", "specsot_cpu", "--dtype", "bfloat16",
@@ -55,13 +55,14 @@ def run_judge(out: Path, judge_model: str, configs: list[str], timeout: float) -
     return len(todo)
 
 
-def normal_answers(out: Path) -> list[tuple[int, str, str]]:
-    """(question_id, question, normal answer) of every suitable question a run answered plainly."""
+def normal_answers(out: Path) -> list[NormalAnswer]:
+    """The normal answer of every suitable question a run answered plainly, with how it ended
+    (controls are built only from the sound ones: judge_controls.sound_answers)."""
     from sglang_specsot.bench.configs import BASELINE
     from sglang_specsot.bench.store import OK
 
     cells, texts = load(out / CELLS_FILE), _question_texts(out)
-    return [(qid, texts[qid], c.answer) for (qid, name), c in sorted(cells.items())
+    return [NormalAnswer(qid, texts[qid], c.answer, c.finish_reason, c.looped) for (qid, name), c in sorted(cells.items())
             if name == BASELINE and c.status == OK and c.suitable and c.answer.strip()]  # fmt: skip
 
 
@@ -80,12 +81,12 @@ def _question_texts(out: Path) -> dict[int, str]:
     return {int(r.get("id", i)): r["question"] for i, r in enumerate(load_questions(settings["questions"]), 1)}
 
 
-def run_controls(judge, judge_name: str, normals: list, reals: list, dest: Path, seed: int = 0,
+def run_controls(judge, judge_name: str, normals: list[NormalAnswer], reals: list, dest: Path, seed: int = 0,
                  recorded: list | None = None) -> dict:  # fmt: skip
-    """Ask `judge` every control pair of `normals` and every real pair of `reals` in both orders;
-    `recorded` real pairs' words (question_id, config, SoT-first word, normal-first word) join those
-    asked. The record (dest/judge_controls.json) is written after each asking, so a stopped
-    run keeps its part."""
+    """Ask `judge` every control pair of `normals` (the sound ones) and every real pair of
+    `reals` in both orders; `recorded` real pairs' words (question_id, config, SoT-first word,
+    normal-first word) join those asked. The record (dest/judge_controls.json) is written after
+    each asking, so a stopped run keeps its part."""
     from tqdm import tqdm
 
     from sglang_specsot.bench import judge_controls as jc
@@ -93,15 +94,17 @@ def run_controls(judge, judge_name: str, normals: list, reals: list, dest: Path,
     dest.mkdir(parents=True, exist_ok=True)
     controls: list = []
     real: list = list(recorded or [])
-    record = _controls_record(judge_name, seed, controls, real, dest)
+    sound, excluded = jc.sound_answers(normals)
+    write = lambda: write_controls_record(judge_name, seed, controls, real, dest, len(sound), excluded)  # noqa: E731
+    record = write()
     for pair in tqdm(jc.control_pairs(normals, seed), desc="controls", file=sys.stderr):
         for real_first in (True, False):
             controls.append(jc.ask_control(judge, pair, real_first))
-            record = _controls_record(judge_name, seed, controls, real, dest)
+            record = write()
     for qid, config, question, sot, normal in tqdm(reals, desc="real pairs", file=sys.stderr):
         first = judge(question, sot, normal)
         real.append((qid, config, first, judge(question, normal, sot)))
-        record = _controls_record(judge_name, seed, controls, real, dest)
+        record = write()
     return record
 
 
@@ -115,7 +118,11 @@ def recorded_real_pairs(out: Path, configs: list[str]) -> list[tuple[int, str, s
             if r["config"] in configs and (r["question_id"], r["config"]) not in same]  # fmt: skip
 
 
-def _controls_record(judge_name: str, seed: int, controls: list, real: list, dest: Path) -> dict:
+def write_controls_record(judge_name: str, seed: int, controls: list, real: list, dest: Path, sound: int,
+                          excluded: dict[int, str]) -> dict:  # fmt: skip
+    """Write dest/judge_controls.json: the judge's ControlScore and line, every control verdict,
+    every real pair's (question_id, config, SoT-first word, normal-first word), and how many
+    normal answers were sound enough to build controls and why the others were not."""
     from dataclasses import asdict
 
     from sglang_specsot.bench import judge_controls as jc
@@ -123,6 +130,7 @@ def _controls_record(judge_name: str, seed: int, controls: list, real: list, des
     result = jc.score(controls, [(a, b) for _, _, a, b in real])
     record = {"judge": judge_name, "seed": seed, "score": asdict(result), "passes": result.passes,
               "line": jc.describe(judge_name, result), "by_kind": jc.by_kind(controls),
+              "sound_answers": sound, "excluded": {str(q): why for q, why in sorted(excluded.items())},
               "controls": [asdict(v) for v in controls],
               "real": [{"question_id": q, "config": c, "sot_first": a, "normal_first": b} for q, c, a, b in real]}  # fmt: skip
     (dest / CONTROLS_FILE).write_text(json.dumps(record, indent=1) + "\n")
@@ -150,14 +158,19 @@ def judge_by_url(out: Path, judge, judge_name: str, configs: list[str]) -> str:
 
 def controls_cli(out: Path, dest: Path, args, make_judge) -> str:
     """`judge-controls`: the controls (and real pairs) of a run, by an endpoint or a served model;
-    with --recorded-real, the real pairs' words come from the run's judge.jsonl instead."""
+    with --recorded-real, the real pairs' words come from the run's judge.jsonl instead. Returns
+    which answers built controls and the judge's control line."""
+    from sglang_specsot.bench.judge_controls import describe_sound, sound_answers
+
     configs = args.configs.split(",")
     normals = normal_answers(out)[: args.questions]
     recorded = recorded_real_pairs(out, configs) if args.recorded_real else None
     reals = [] if args.recorded_real else real_pairs(out, configs)[: args.real]
     name = args.judge_name or args.judge_url or args.judge_model
+    sound, excluded = sound_answers(normals)
+    head = describe_sound(len(sound), excluded) + "\n"
     if args.judge_url or not (normals or reals):  # nothing to ask: no server to start
-        return run_controls(make_judge(args), name, normals, reals, dest, args.seed, recorded)["line"]
+        return head + run_controls(make_judge(args), name, normals, reals, dest, args.seed, recorded)["line"]
     from dataclasses import replace
 
     from sglang_specsot.bench.e2e import resolve_model
@@ -167,4 +180,4 @@ def controls_cli(out: Path, dest: Path, args, make_judge) -> str:
     (dest / "logs").mkdir(parents=True, exist_ok=True)
     with ServerProcess(path, JUDGE_ARGS, log_path=dest / "logs" / "judge.log") as server:
         judge = replace(make_judge(args), url=server.base_url)
-        return run_controls(judge, name, normals, reals, dest, args.seed, recorded)["line"]
+        return head + run_controls(judge, name, normals, reals, dest, args.seed, recorded)["line"]

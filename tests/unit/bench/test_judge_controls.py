@@ -20,9 +20,14 @@ FASHION = ("Fast fashion harms the environment in several ways:\n\n"
            "3. **Emissions**: Production and shipping emit greenhouse gases.")
 SLEEP = ("Better sleep starts with habits:\n\n1. **Keep a schedule**: Go to bed at the same time.\n\n"
          "2. **Limit screens**: Blue light delays sleep.\n\n3. **Avoid caffeine late**: It stays in the body for hours.")
-NORMALS = [(1, "How should I prepare for a job interview?", TIPS),
-           (2, "What are the environmental consequences of fast fashion?", FASHION),
-           (3, "How can I improve my sleep?", SLEEP)]
+NORMALS = [jc.NormalAnswer(1, "How should I prepare for a job interview?", TIPS),
+           jc.NormalAnswer(2, "What are the environmental consequences of fast fashion?", FASHION),
+           jc.NormalAnswer(3, "How can I improve my sleep?", SLEEP)]
+# A 1.5B's answer that turns into a loop in its last point: its first half is the better answer.
+LOOPING = ("Saving money takes a plan:\n\n1. **Budget**: Write down what you spend each month.\n\n"
+           "2. **Cook at home**: Restaurants cost more than groceries.\n\n"
+           "3. **Cut subscriptions**: Cancel the ones you do not use, and the costs go down, and the costs go down, "
+           "and the costs go down, and the costs go down, and the costs go down")
 
 
 def always_a(question: str, a: str, b: str) -> str:
@@ -40,14 +45,43 @@ def reads_content(question: str, a: str, b: str) -> str:
 
 def test_every_control_is_worse_than_its_answer_and_built_from_it():
     pairs = jc.control_pairs(NORMALS)
-    assert {(p.question_id, p.kind) for p in pairs} == {(q, k) for q, _, _ in NORMALS for k in jc.KINDS}
+    assert {(p.question_id, p.kind) for p in pairs} == {(n.question_id, k) for n in NORMALS for k in jc.KINDS}
     by = {(p.question_id, p.kind): p.control for p in pairs}
     assert by[(1, jc.OTHER_QUESTION)] == FASHION and by[(3, jc.OTHER_QUESTION)] == TIPS
-    half = by[(1, jc.FIRST_HALF)]
-    assert TIPS.startswith(half.split("\n")[0]) and len(half) < len(TIPS) / 2 + 40
+    assert by[(1, jc.FIRST_HALF)] == TIPS[: TIPS.index("3. **Dress")].strip()  # opening, points 1-2, whole
     shuffled = by[(1, jc.SHUFFLED_HALF)]
     assert shuffled.startswith("Preparing for a job interview") and shuffled.count("**") == 4  # 2 of 4 points
     assert re.findall(r"^(\d+)\. ", shuffled, re.M) == ["1", "2"]  # renumbered
+
+
+def test_first_half_is_the_opening_and_the_first_half_of_the_points_as_written():
+    assert jc.first_half(FASHION) == FASHION[: FASHION.index("2. **Waste")].strip()  # 3 points: keeps 1
+    tight = "Benefits:\n1. Fast.\n2. Simple.\n3. Free.\n4. Portable.\n5. Popular.\nOverall, good."
+    assert jc.first_half(tight) == "Benefits:\n1. Fast.\n2. Simple."  # no mid-sentence cut, no closing line
+    assert "Good preparation" not in jc.first_half(TIPS)  # the closing paragraph goes with the last point
+
+
+def test_only_sound_answers_build_controls_and_the_rest_are_reported():
+    cut = jc.NormalAnswer(4, "How do I learn to cook?", TIPS.replace("Good preparation", "Good prep"), "length")
+    short = jc.NormalAnswer(5, "What is a bond?", "A bond is a loan to a company.\n\n1. It pays interest.\n2. It ends.")
+    looped = jc.NormalAnswer(6, "How do I save money?", TIPS, looped=True)  # the run found a loop
+    sound, excluded = jc.sound_answers([*NORMALS, cut, short, looped])
+    assert [n.question_id for n in sound] == [1, 2, 3]
+    assert excluded == {4: jc.CUT, 5: jc.FEW_POINTS, 6: jc.LOOPED}
+    assert {p.question_id for p in jc.control_pairs([*NORMALS, cut, short, looped])} == {1, 2, 3}
+    line = jc.describe_sound(3, excluded)
+    assert line.startswith("Controls built from 3 of 6 normal answers") and "1 looped (questions 6)" in line
+
+
+def test_a_looping_answer_builds_no_control_though_its_record_missed_the_loop():
+    # The old controls cut this answer's sentences in half: a "first half" without the loop,
+    # the better answer, asked as the worse one. Now the loop is found in the text and the
+    # answer is left out, with every control made from it.
+    normal = jc.NormalAnswer(7, "How do I save money?", LOOPING)
+    assert jc.unsound(normal) == jc.LOOPED
+    pairs = jc.control_pairs([*NORMALS, normal])
+    assert all(p.question_id != 7 and p.control != LOOPING for p in pairs)
+    assert {p.question_id for p in pairs if p.kind == jc.FIRST_HALF} == {1, 2, 3}
 
 
 def test_shuffled_half_keeps_half_the_points_in_a_seeded_order():
@@ -68,7 +102,8 @@ def test_a_judge_that_always_answers_a_fails_the_controls():
 
 def test_a_judge_that_reads_content_passes_the_controls():
     controls = jc.ask_controls(reads_content, jc.control_pairs(NORMALS))
-    real = [(reads_content(q, a, b), reads_content(q, b, a)) for (_, q, a), (_, _, b) in zip(NORMALS, NORMALS[1:])]
+    real = [(reads_content(n.question, n.answer, m.answer), reads_content(n.question, m.answer, n.answer))
+            for n, m in zip(NORMALS, NORMALS[1:])]  # fmt: skip
     result = jc.score(controls, real)
     assert result.control_share == 1.0 and result.consistent_share == 1.0
     assert result.passes and "passes" in jc.describe("reader", result)
@@ -121,6 +156,9 @@ def test_run_controls_writes_a_record_the_report_reads(tmp_path):
     name, result = load_controls(tmp_path)
     assert name == "always-A" and result.preferred_real == 9 and result.real_pairs == 1
     assert json.loads((tmp_path / "judge_controls.json").read_text())["real"][0]["sot_first"] == "A"
+    looping = jc.NormalAnswer(7, "How do I save money?", LOOPING)
+    record = run_controls(always_a, "always-A", [*NORMALS, looping], [], tmp_path)
+    assert record["sound_answers"] == 3 and record["excluded"] == {"7": jc.LOOPED}
 
 
 def test_the_report_line_beside_the_verdicts_says_whether_they_count(tmp_path):
@@ -130,7 +168,7 @@ def test_the_report_line_beside_the_verdicts_says_whether_they_count(tmp_path):
     assert _judge_line(tmp_path) == ""  # nothing judged, nothing to say
     (tmp_path / "judge.jsonl").write_text("{}\n")
     assert "no controls run" in _judge_line(tmp_path)
-    run_controls(reads_content, "reader", NORMALS, [(1, "SoT-server", NORMALS[0][1], SLEEP, TIPS)], tmp_path)
+    run_controls(reads_content, "reader", NORMALS, [(1, "SoT-server", NORMALS[0].question, SLEEP, TIPS)], tmp_path)
     assert _judge_line(tmp_path).startswith("Judge reader: prefers the real answer in 18/18") and "passes" in _judge_line(tmp_path)
 
 
