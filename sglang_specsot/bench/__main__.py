@@ -9,6 +9,7 @@
     serving  SGLang's own bench_serving on the same questions (see bench/serving.py)
     scale-sim    p50/p95 and throughput over replicas, simulated from one replica's curve
     dp-placement  an SoT answer's branches kept on one DP rank vs spread, side by side
+    trace-shapes  an e2e run's acceptance trace and answer shapes, compact, for the device's replay
     gpu-predict  predicted GPU latency of every route from a roofline and the runs' acceptance (not a measurement)
 """
 
@@ -137,6 +138,17 @@ def _gpu_predict(args) -> int:
     return 0
 
 
+def _trace_shapes(args) -> int:
+    import json
+
+    from sglang_specsot.bench.trace_shapes import write
+
+    summary = write(Path(args.out), [Path(r) for r in args.runs], [Path(t) for t in args.trace])
+    print(json.dumps(summary, indent=1))
+    print(f"written: {args.out}/answers.jsonl, trace.jsonl, acceptance.json")
+    return 0
+
+
 def _add_e2e(sub) -> None:
     p = sub.add_parser("e2e", help="run the benchmark (resumable)")
     p.add_argument("--target", required=True, help="registry name (python -m sglang_specsot.models list) or a checkpoint dir")
@@ -204,6 +216,11 @@ def _parser() -> argparse.ArgumentParser:
 
     add_arguments(sub.add_parser("serving", help="sglang.bench_serving on the questions, merged table"))
     sub.choices["serving"].set_defaults(run=_serving)
+    p = sub.add_parser("trace-shapes", help="a traced run's answer shapes and acceptance for the replay (bench/trace_shapes.py)")
+    p.add_argument("runs", nargs="+", help="e2e run directories (plain, SPECSOT and SpecSoT-server cells)")
+    p.add_argument("--trace", nargs="+", required=True, help="the SGLANG_SPECSOT_TRACE files of those runs")
+    p.add_argument("--out", required=True, help="the folder for answers.jsonl, trace.jsonl and acceptance.json")
+    p.set_defaults(run=_trace_shapes)
     p = sub.add_parser("gpu-predict", help="H100 latency predicted from a roofline and the runs' step logs")
     p.add_argument("--root", default=".", help="the repository root the benchmark files are read under")
     p.set_defaults(run=_gpu_predict)
