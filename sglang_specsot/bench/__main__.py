@@ -174,6 +174,9 @@ def _add_e2e(sub) -> None:
     p.add_argument("--token-map", default=None, metavar="PATH|qwen2.5",
                    help="SPECSOT's --speculative-token-map: its draft's LM head keeps only these tokens "
                         "(a .pt file, or the name of a map the package ships)")  # fmt: skip
+    p.add_argument("--trace", default=None, metavar="PATH",
+                   help="SPECSOT servers draft their whole window and record each step's tree and accepted path "
+                        "(PATH-<server>.jsonl; bench trace-shapes joins them to the answers)")  # fmt: skip
     p.add_argument("--one-at-a-time", choices=("auto", "yes", "no"), default="auto",
                    help="one server at a time in rounds over question blocks (auto: unless every server fits in memory at once)")
     p.add_argument("--block", type=int, default=6, help="questions per round when one server runs at a time")

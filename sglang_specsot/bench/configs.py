@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from sglang_specsot.speculative.draft_kind import DraftKind, config_of, draft_kind
 
@@ -74,17 +75,24 @@ def baseline_algorithm(draft: str | None) -> str:
 
 
 def servers(
-    draft_path: str | None, ngram_tokens: int = 6, steps: int = 4, token_map: str | None = None
+    draft_path: str | None, ngram_tokens: int = 6, steps: int = 4, token_map: str | None = None,
+    trace: str | None = None,
 ) -> dict[str, ServerSpec]:  # fmt: skip
     """Plain, NGRAM, SPECSOT from the SoT context alone and, with a draft, SGLang's own
     algorithm for it (STANDALONE, or EAGLE3 for an EAGLE-3 head; the server is named after it)
     and SPECSOT with the draft (the same chain; SPECSOT's window holds 3 context nodes more).
-    `token_map`: SPECSOT's draft LM head keeps only its tokens (--speculative-token-map)."""
+    `token_map`: SPECSOT's draft LM head keeps only its tokens (--speculative-token-map).
+    `trace`: SPECSOT servers record what the model pair accepts (SGLANG_SPECSOT_TRACE, this path
+    with the server's name before its suffix) and draft their whole window every step
+    (SGLANG_SPECSOT_FIXED_WINDOW, no --speculative-adaptive): the pair's acceptance at full
+    width, not widths chosen for this machine's costs, which a replay on other hardware needs."""
+    adaptive = () if trace else SPECSOT_ADAPTIVE
+    traced = lambda name: _traced(trace, name)  # noqa: E731
     out = [
         ServerSpec("plain", (), DELAY_SAMPLE),
         ServerSpec("ngram", ("--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(ngram_tokens))),
         ServerSpec("specsot-ctx", ("--speculative-algorithm", "SPECSOT",
-                                   "--speculative-num-draft-tokens", str(ngram_tokens), *SPECSOT_ADAPTIVE)),
+                                   "--speculative-num-draft-tokens", str(ngram_tokens), *adaptive), traced("specsot-ctx")),
     ]  # fmt: skip
     if draft_path:
         chain = ("--speculative-draft-model-path", draft_path, "--speculative-num-steps", str(steps),
@@ -94,8 +102,17 @@ def servers(
                                                   "--speculative-num-draft-tokens", str(steps + 1))))  # fmt: skip
         hot = ("--speculative-token-map", token_map) if token_map else ()
         out.append(ServerSpec("specsot", ("--speculative-algorithm", "SPECSOT", *chain, *hot,
-                                          "--speculative-num-draft-tokens", str(steps + 4), *SPECSOT_ADAPTIVE)))  # fmt: skip
+                                          "--speculative-num-draft-tokens", str(steps + 4), *adaptive), traced("specsot")))  # fmt: skip
     return {s.name: s for s in out}
+
+
+def _traced(trace: str | None, server: str) -> tuple[tuple[str, str], ...]:
+    """The environment that makes a SPECSOT server record its acceptance at full width."""
+    if not trace:
+        return ()
+    path = Path(trace)
+    return (("SGLANG_SPECSOT_TRACE", str(path.with_name(f"{path.stem}-{server}{path.suffix}").resolve())),
+            ("SGLANG_SPECSOT_FIXED_WINDOW", "1"))  # fmt: skip
 
 
 def matrix(has_draft: bool, baseline: str = "STANDALONE") -> list[CellConfig]:

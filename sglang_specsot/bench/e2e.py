@@ -96,7 +96,7 @@ def plan_from_args(args) -> RunPlan:
     token_map = resolve_map(args.token_map) if args.token_map else None
     if token_map and not draft:
         raise ValueError("--token-map cuts the draft model's LM head: give --draft too")
-    specs = servers(draft, token_map=token_map)
+    specs = servers(draft, token_map=token_map, trace=args.trace)
     if args.one_at_a_time == "auto":
         needed = {specs[c.server] for c in configs}
         one = not servers_fit(needed, weight_file_bytes(target), weight_file_bytes(draft) if draft else 0, available_bytes())
@@ -111,7 +111,8 @@ def plan_from_args(args) -> RunPlan:
                              "warm_prefixes": args.warm_prefixes or None,
                              "warm_up": args.warm_up or None,
                              "system_prompt": args.system_prompt,
-                             "token_map": args.token_map})  # fmt: skip
+                             "token_map": args.token_map,
+                             **({"trace": args.trace} if args.trace else {})})  # fmt: skip
     return RunPlan(target, args.dtype, specs, tuple(configs), tuple(questions), out, settings,
                    one, args.block, warm_up=args.warm_up)  # fmt: skip
 

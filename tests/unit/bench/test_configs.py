@@ -86,3 +86,15 @@ def test_an_eagle3_head_is_compared_with_sglangs_eagle3(tmp_path):
     sot = cells["SoT+EAGLE3"]  # SoT's branches over SGLang's own drafting with the same head
     assert (sot.server, sot.kind, sot.mode) == ("eagle3", SERVER_SOT, "on")
     assert {c.server for c in cells.values()} <= set(specs)
+
+
+def test_a_traced_run_drafts_the_whole_window_and_records_each_specsot_server_apart(tmp_path):
+    specs = servers("/models/draft", trace=str(tmp_path / "trace.jsonl"))
+    for name in ("specsot", "specsot-ctx"):
+        env = dict(specs[name].env)
+        assert env["SGLANG_SPECSOT_TRACE"] == str(tmp_path / f"trace-{name}.jsonl")
+        assert env["SGLANG_SPECSOT_FIXED_WINDOW"] == "1"
+        # The adaptive flag would win over the fixed window (policy/config.py).
+        assert "--speculative-adaptive" not in specs[name].args
+    assert "SGLANG_SPECSOT_TRACE" not in dict(specs["plain"].env)
+    assert "--speculative-adaptive" in servers("/models/draft")["specsot"].args
