@@ -10,8 +10,12 @@ its own within the recorded sizes and has the recorded accept length forced alon
 tree, so its draft-extend runs on its own accepted tokens. The outputs are not the model's tokens (nor greedy, nor sampled from it): that is
 why the mode needs its opt-in. A new request replays the recorded request of its own rid where
 the trace has one, else the first recorded request no other has claimed; once its steps run
-out, or where none is left, it decodes plainly (width 1). Send each request at least its
-recorded length (`ignore_eos`) to replay all of it. Plain Python (no torch, no SGLang).
+out, or where none is left, it decodes plainly (width 1). A rid `X@tag` (REPEAT_SEP) that is
+not itself recorded replays recorded request X again, however often X was replayed (and nothing,
+decoding plainly, where X is not recorded either: never another's steps), so a benchmark can send
+each recorded request in a warm-up pass and in measured passes (each with its own tag, since
+SGLang refuses two live requests of one rid). Send each request at least its recorded length
+(`ignore_eos`) to replay all of it. Plain Python (no torch, no SGLang).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from sglang_specsot.speculative.trace import TraceStep, read_trace
 ENV = "SGLANG_SPECSOT_REPLAY"
 OPT_IN_ENV = "SGLANG_SPECSOT_REPLAY_OPT_IN"
 OPT_IN = "forced-acceptance"
+REPEAT_SEP = "@"  # `X@tag` replays recorded request X again (a benchmark's repeated passes)
 
 
 class TraceReplay:
@@ -65,6 +70,11 @@ class TraceReplay:
         return steps.popleft() if steps else None
 
     def _claim(self, rid: str) -> list[TraceStep]:
+        recorded = repeated_rid(rid, self.trace)
+        if recorded is not None:  # `X@tag`: X again, whoever replayed it before (none: plain)
+            if recorded in self.unclaimed:
+                self.unclaimed.remove(recorded)
+            return self.trace.get(recorded, [])
         if rid in self.unclaimed:  # the recorded request of the same rid
             self.unclaimed.remove(rid)
             return self.trace[rid]
@@ -72,6 +82,13 @@ class TraceReplay:
 
     def forget(self, rid: str) -> None:
         self.claims.pop(rid, None)
+
+
+def repeated_rid(rid: str, trace: dict[str, list[TraceStep]]) -> str | None:
+    """The rid `X` that a rid `X@tag` repeats (split at its last REPEAT_SEP; X may be missing
+    from `trace`), or None where `rid` is itself recorded or has no REPEAT_SEP."""
+    recorded, sep, _ = rid.rpartition(REPEAT_SEP)
+    return None if rid in trace or not sep else recorded
 
 
 def replayed_tree(step: TraceStep | None, root: int) -> DraftTree:

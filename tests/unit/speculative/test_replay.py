@@ -83,6 +83,31 @@ def test_a_request_replays_its_own_rid_else_the_next_unclaimed():
     assert replayer.next_steps(["x"]) == [None]  # its steps ran out
 
 
+def test_a_tagged_rid_replays_its_recorded_request_again_on_every_pass():
+    trace = _trace()
+    replayer = TraceReplay(trace, WINDOW)
+    assert replayer.next_steps(["a@warm", "b"]) == [trace["a"][0], trace["b"][0]]
+    # Each pass's tag is a new live request: a again from its first step, while a@warm goes on.
+    assert replayer.next_steps(["a@m0", "a@warm"]) == [trace["a"][0], trace["a"][1]]
+    assert replayer.next_steps(["b@m0"]) == [trace["b"][0]]  # b was claimed by its own rid: again all the same
+    assert replayer.next_steps(["y"]) == [None]  # a was taken by its tags: nothing left unclaimed
+
+
+def test_a_tagged_rid_of_an_unrecorded_request_decodes_plainly_and_takes_nothing():
+    trace = _trace()
+    replayer = TraceReplay(trace, WINDOW)
+    assert replayer.next_steps(["zz@m0", "untraced-1@m0"]) == [None, None]  # not a's or b's steps
+    assert replayer.next_steps(["y"]) == [trace["a"][0]]  # both still unclaimed
+
+
+def test_a_rid_with_the_separator_that_is_itself_recorded_claims_itself():
+    trace = {"a@1": _trace()["a"], "a": _trace()["b"]}
+    assert replay.repeated_rid("a@1", trace) is None and replay.repeated_rid("a@2", trace) == "a"
+    assert replay.repeated_rid("x@y@z", {"x@y": []}) == "x@y"  # split at the last separator
+    assert replay.repeated_rid("plain-rid", trace) is None
+    assert TraceReplay(trace, WINDOW).next_steps(["a@1"]) == [trace["a@1"][0]]
+
+
 def test_replay_needs_its_opt_in_and_room_for_the_trees(tmp_path, monkeypatch):
     path = tmp_path / "trace.jsonl"
     TraceWriter(str(path)).write(_trace()["a"])
