@@ -20,8 +20,12 @@ trees at every tier through real CUDA graphs, graph vs eager logits, parity with
 `parity` (greedy SPECSOT vs plain through sglang.Engine: verify graphs per tier and eager, the
 target as its own draft with and without graphs, accepted about as often as its next token
 survives losing the prompt's first token; decode times; how verify steps ran; and the `syncs`
-record: each SPECSOT engine's blocking syncs per step, torch.cuda.set_sync_debug_mode). A stage
-that cannot run records what blocked it. SPECSOT_GPU_STAGES=parity (say) runs only the stages named.
+record: each SPECSOT engine's blocking syncs per step, torch.cuda.set_sync_debug_mode); `replay`
+(gpu_stage_replay.py, issue 85: plain, STANDALONE, SPECSOT, SoT-only and SpecSoT end to end on
+random Qwen2.5-1.5B and -7B shapes with a 0.5B-shaped draft, a trace folder's acceptance replayed;
+5 minutes of its own, so it runs only where named: SPECSOT_GPU_STAGES=replay, with
+SPECSOT_GPU_TRACES=DIR and SPECSOT_GPU_PAIRS=1.5b,7b). A stage that cannot run records what
+blocked it. SPECSOT_GPU_STAGES=parity (say) runs only the stages named.
 """
 
 from __future__ import annotations
@@ -72,8 +76,10 @@ PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_24_x8
 # Seconds each stage may run on the device, in this order (a96a428 on an H200: cost 23 s, masks
 # 13 s, parity 161 s with four engines, ~35 s an engine; tree and vocab start two engines each);
 # with SETUP_S for the install and the environment probe they fill RUN_BUDGET_S, under
-# gpu_check.sh's 7 minutes. The CPU smoke (Triton interpreted) gets SMOKE_SLOWER times as long.
-STAGE_LIMITS = {"cost": 25, "masks": 20, "tree": 80, "vocab": 70, "parity": 200}
+# gpu_check.sh's 7 minutes; `replay` fills such a run alone (OWN_RUN). The CPU smoke (Triton
+# interpreted) gets SMOKE_SLOWER times as long.
+STAGE_LIMITS = {"cost": 25, "masks": 20, "tree": 80, "vocab": 70, "parity": 200, "replay": 300}
+OWN_RUN = ("replay",)  # stages that fill a run alone: run only where SPECSOT_GPU_STAGES names them
 SETUP_S, RUN_BUDGET_S, SMOKE_SLOWER = 13, 408, 4
 SITE = Path("/tmp/specsot-gpu-check/site")
 SHIM = ROOT / "scripts" / "gpu_shim"
@@ -373,13 +379,14 @@ def run(out_dir: Path, smoke: bool = False) -> int:
 
 
 def selected_stages(smoke: bool = False) -> dict[str, float]:
-    """The stages to run and their limits: all, or those SPECSOT_GPU_STAGES names (a device
-    rerun spends its minutes only on the stage that was blocked); longer on the CPU smoke."""
+    """The stages to run and their limits: all but OWN_RUN's, or those SPECSOT_GPU_STAGES names
+    (a device rerun spends its minutes only on the stage that was blocked); longer on the CPU smoke."""
     names = [n for n in os.environ.get("SPECSOT_GPU_STAGES", "").split(",") if n]
     unknown = [n for n in names if n not in STAGE_LIMITS]
     if unknown:
         raise ValueError(f"SPECSOT_GPU_STAGES names unknown stages {unknown}; known: {', '.join(STAGE_LIMITS)}")
-    return {n: s * (SMOKE_SLOWER if smoke else 1) for n, s in STAGE_LIMITS.items() if not names or n in names}
+    chosen = names or [n for n in STAGE_LIMITS if n not in OWN_RUN]
+    return {n: s * (SMOKE_SLOWER if smoke else 1) for n, s in STAGE_LIMITS.items() if n in chosen}
 
 
 def print_summary(out: Path) -> None:
@@ -398,6 +405,9 @@ def print_summary(out: Path) -> None:
         print(f"  {name:<28} decode {run['decode_s']:.3f} s ({run['speed_vs_plain']}x plain), accept "
               f"{[round(a or 0, 2) for a in run['accept_length']]}, replayed {graphs.get('replayed_by_width')}, "
               f"eager {graphs.get('eager_by_width')}, mismatched {run['mismatched_prompts']}")  # fmt: skip
+    for r in (r for r in records if r.get("stage") == "replay" and "summary" in r):
+        medians = {c: v["median_s"] for c, v in r["summary"]["configs"].items()}
+        print(f"  replay {r['pair']:<6} median s per answer {medians}, SpecSoT/SoT-only {r['summary']['specsot_vs_sot']}")
     for r in records:
         if "status" in r:
             print(f"[{r['stage']}] {r['status']}" + (f": {r['blocker']}" if r.get("blocker") else ""))
