@@ -159,9 +159,6 @@ class _SoTChat:
             options = self.field.options(answer_cap(self.cap, limits), system_prompt)
         except ValueError as exc:
             return self._error(str(exc))
-        # The SoT answer aims at the length of this server's normal answers (sot.budget).
-        aim = server_costs(self.serving.tokenizer_manager).book.aim()
-        options = dataclasses.replace(options, aim_tokens=aim)
         # Off the event loop: the classifier encodes the question (and may still be loading).
         options, route = await asyncio.to_thread(_route, question, options)
         if route.decision.use_sot and self.field.mode == "auto":

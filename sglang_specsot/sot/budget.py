@@ -1,12 +1,13 @@
 """How long a SoT answer's parts may be: the length it aims at, and the cap it must fit in.
 
-The aim: a SoT answer about as long as the normal answer would be. Nothing known before the
-branches run predicts one question's normal length, so the aim is one length per server: the
-geometric mean of its recent normal answers (else `AIM_ANSWER_TOKENS`), the length that keeps
-a SoT answer's ratio to the normal answer nearest 1 on the log scale a ratio is judged on.
-That aim, less the skeleton, is shared evenly by the points (`point_target`); each branch is
-asked for that length, ends at its first sentence end past it (sot.finish), and gets
-`predicted_length_slack` times it as its budget, the bound for a point that never ends a sentence.
+The aim: each point as long as a point of a complete answer needs (`POINT_AIM_TOKENS`, about
+three sentences), not a share of a total. A share made every point of a broad question thin
+(one or two sentences each when the skeleton had many points); with a fixed aim per point the
+answer's length follows its skeleton, whose point count follows the question. Each branch ends
+at its first sentence end past the aim (sot.finish) and gets `predicted_length_slack` times it
+as its budget, the bound for a point that never ends a sentence. `point_target` (the aim a
+normal answer's length shared by the points) is what the latency model prices SoT at: equal
+length, so SoT is never chosen for writing less.
 
 The cap: a client's `max_tokens` caps the whole answer (what OpenAI clients expect), not each
 generation. The skeleton gets its configured budget, less what `min_points` branches of
@@ -27,12 +28,12 @@ MIN_SKELETON_TOKENS = 16
 # Until a server has seen normal answers of its own, the 1.5B's greedy normal answers to the
 # suitable questions of router_train at a 384-token cap (the tuning set;
 # docs/benchmarks.md#answer-length), never the held-out questions the reports score on:
-# their median, what a normal answer is expected to cost (sot.latency prices it) ...
+# their median, what a normal answer is expected to cost (sot.latency prices it).
 EXPECTED_ANSWER_TOKENS = 319
-# ... and their geometric mean, what a SoT answer aims at. The normal lengths spread 113-384
-# there; against one fixed length their ratios are least far from 1 in log terms at the
-# geometric mean, which the shorter answers pull below the median.
-AIM_ANSWER_TOKENS = 278
+# What each point aims at: the 1.5B's sentences are about 19 tokens (tuning answers), so a
+# branch ending at its first sentence end past 48 tokens writes about three sentences, the
+# middle of the "two to four" its prompt asks for (prompts.POINT_LENGTH).
+POINT_AIM_TOKENS = 48
 # A point of one sentence is about this long: a shorter target would leave points empty.
 MIN_POINT_TOKENS = 24
 # A branch past its aim ends at its next sentence end (sot.finish): about half a sentence later,
@@ -44,11 +45,6 @@ HALF_SENTENCE_TOKENS = 12
 def expected_tokens(expected: int | None, cap: int | None) -> int:
     """The normal answer's expected length within the cap (`expected` None: the prior)."""
     return _within_cap(EXPECTED_ANSWER_TOKENS if expected is None else expected, cap)
-
-
-def aim_tokens(aim: int | None, cap: int | None) -> int:
-    """The length a SoT answer aims at within the cap (`aim` None: the prior)."""
-    return _within_cap(AIM_ANSWER_TOKENS if aim is None else aim, cap)
 
 
 def _within_cap(tokens: int, cap: int | None) -> int:

@@ -33,17 +33,14 @@ class SoTConfig:
     default_branch_tokens: int = 128
     min_branch_tokens: int = 32
     max_branch_tokens: int = 384
-    # A point's aimed length (the skeleton's "(n)" prediction, else its share of the expected
-    # answer) is a guess the branch keeps only roughly; cutting it mid-sentence costs more
+    # A point's aimed length (the skeleton's "(n)" prediction, else budget.POINT_AIM_TOKENS)
+    # is a guess the branch keeps only roughly; cutting it mid-sentence costs more
     # quality than a few extra tokens cost time, so budgets get this much headroom over it.
     predicted_length_slack: float = 1.5
 
-    # Point expansion: SoT pre-fills "i. point" in the assistant turn, but small models
-    # then write near-empty expansions, so it is opt-in.
-    prefill_point_header: bool = False
-    # A branch that stops after writing only its point's title ("Use time management apps.")
-    # leaves the point empty; it is asked once more with the title and a colon pre-filled,
-    # within what is left of its budget (runner.retry_request).
+    # A branch that ends right after its pre-filled title lead-in ("**Use a planner**:") leaves
+    # the point empty; it is asked once more with nothing pre-filled, within what is left of
+    # its budget (gen_requests.retry_request).
     retry_empty_points: bool = True
 
     # A question that names MIN_ITEMS or more items in a series ("compare A, B, C and D")
@@ -83,7 +80,7 @@ class SoTConfig:
                 f"predicted_length_slack={self.predicted_length_slack} is outside [1.0, 4.0]; "
                 "use 1.0 to trust predicted lengths exactly, or a little more for headroom"
             )
-        for flag in ("prefill_point_header", "derive_skeleton", "retry_empty_points"):
+        for flag in ("derive_skeleton", "retry_empty_points"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag}={getattr(self, flag)!r} must be True or False")
         if self.read_opening is not None and not isinstance(self.read_opening, bool):

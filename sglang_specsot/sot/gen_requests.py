@@ -54,8 +54,7 @@ def branch_requests(
     requests = {}
     for branch in plan.branches:
         chat = expansion_prompt(
-            question, points, branch.index, prefill_header=options.config.prefill_point_header,
-            instructions=options.system_prompt, point_tokens=plan.point_tokens,
+            question, points, branch.index, instructions=options.system_prompt,
         )  # fmt: skip
         requests[branch.index] = GenRequest(
             chat.render(render),
@@ -81,24 +80,23 @@ RETRY_MIN_TOKENS = 16
 def retry_request(
     question: str, plan: BranchPlan, render: Render, options: SoTOptions, first: GenRequest, result: GenResult
 ) -> GenRequest | None:
-    """A second request for a branch that stopped after writing only its point's title, or
-    None when the first answer stands.
+    """A second request for a branch that wrote no content after its title lead-in, or None
+    when the first answer stands.
 
-    Small models (Qwen2.5-Coder-0.5B, the demo's) end some points right after restating the
-    title ("Use time management apps."), which leaves the point empty. Asked again with the
-    title and a colon pre-filled, they write the point's content, where a pre-filled header
-    "3. Use ..." gets nothing. The retry gets what is left of the branch's budget, so the
-    answer stays within its cap."""
+    A branch is pre-filled with its title ("**Use a planner**:"); a small model sometimes ends
+    right there, which leaves the point empty. Asked again with nothing pre-filled, it writes
+    the point in its own words (the merge strips a title it echoes). Asked once: a second try
+    without the lead-in is not asked again. The retry gets what is left of the branch's budget,
+    so the answer stays within its cap."""
     index, points = first.tag.point, plan.points
     if not options.config.retry_empty_points or result.finish_reason != "stop" or ended_by(result) != "stop":
         return None
-    if merged_point(points, index, result.text).expansion:
+    if not first.assistant_prefix or merged_point(points, index, result.text).expansion:
         return None
     left = first.max_new_tokens - result.completion_tokens
     if left < RETRY_MIN_TOKENS:
         return None
-    chat = expansion_prompt(question, points, index, instructions=options.system_prompt, lead_in=True,
-                            point_tokens=plan.point_tokens)  # fmt: skip
+    chat = expansion_prompt(question, points, index, instructions=options.system_prompt, lead_in=False)
     end_after = None if first.end_after is None else max(1, min(left, first.end_after - result.completion_tokens))
     return GenRequest(chat.render(render), left, first.tag, chat.assistant_prefix, stop_on_loop=first.stop_on_loop,
                       end_after=end_after)  # fmt: skip

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from sglang_specsot.sot.budget import (
     HALF_SENTENCE_TOKENS,
-    aim_tokens,
+    POINT_AIM_TOKENS,
     expected_tokens,
     fit_plan,
     point_target,
@@ -275,13 +275,6 @@ class LengthBook:
         """The median normal answer's completion tokens seen here; None before the first."""
         return int(statistics.median_low(self._normal)) if self._normal else None
 
-    def aim(self) -> int | None:
-        """What a SoT answer aims at: the geometric mean of the normal answers' completion tokens
-        seen here (sot.budget says why not their median); None before the first."""
-        if not self._normal:
-            return None
-        return round(statistics.geometric_mean(max(1, tokens) for tokens in self._normal))  # an empty answer counts 1
-
     def observe_sot(self, skeleton_tokens: int, branch_tokens: list[int]) -> None:
         self._push(self._skeleton, skeleton_tokens)
         self._push(self._points, len(branch_tokens))
@@ -306,7 +299,7 @@ class LengthBook:
         normal = expected_tokens(self.normal(), cap)
         skeleton = min(_median(self._skeleton, PRIOR_SKELETON_TOKENS), skeleton_budget(config, cap))
         points = self.points(config)
-        aim = point_target(normal, skeleton, points)
+        aim = max(POINT_AIM_TOKENS, point_target(normal, skeleton, points))  # what the runner aims at, or more
         left = None if cap is None else max(0, cap - skeleton)
         branches = (Branch(i, str(i), branch_budget(aim, config), None) for i in range(points))
         plan = fit_plan(BranchPlan(tuple(branches), config.max_running), left, config)
@@ -325,7 +318,6 @@ class LengthBook:
     def info(self) -> dict:
         return {"seen": {"normal": len(self._normal), "sot": len(self._skeleton)},
                 "median_normal_tokens": expected_tokens(self.normal(), None),
-                "aim_tokens": aim_tokens(self.aim(), None),
                 "median_skeleton_tokens": _median(self._skeleton, PRIOR_SKELETON_TOKENS),
                 "median_points": _median(self._points, PRIOR_POINTS)}  # fmt: skip
 

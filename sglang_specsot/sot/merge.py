@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sglang_specsot.sot.loops import cut_loop
+from sglang_specsot.sot.prompts import title_lead_in
 from sglang_specsot.sot.text import (
     classify_line,
     clean_model_text,
@@ -20,7 +21,6 @@ logger = logging.getLogger(__name__)
 
 _INLINE_NUMBER = re.compile(r"(?<!\S)(\d{1,2})[.)]\s+")
 _HEADER_TAIL = " \t*_:.-\u2013\u2014"  # what may sit between an echoed title and the text
-_CONTINUES = ",;:)"  # an expansion starting with these continues the point's own sentence
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,13 +242,8 @@ def format_point(point: MergedPoint) -> str:
 
 
 def _format(point: MergedPoint) -> str:
-    head = f"{point.index + 1}. {point.point}"
-    body = point.expansion
-    if not body:
-        return head
-    if body[0] in _CONTINUES:
-        return head + body
-    if body[0].islower():
-        return f"{head} {body}"
-    end = "" if point.point[-1:] in ".!?:" else "."
-    return f"{head}{end} {body}"
+    """"i. **Title**: body", as the branch wrote it after its pre-filled title lead-in
+    (prompts.title_lead_in): the title stands apart, so no reading joins it into the body's
+    first sentence; a point with no body keeps its bold title alone."""
+    head = f"{point.index + 1}. {title_lead_in(point.point)}"
+    return f"{head} {point.expansion}" if point.expansion else head.rstrip(":")

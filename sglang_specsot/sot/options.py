@@ -30,9 +30,6 @@ class SoTOptions:
     # and in mode "auto" the hard rules read it too (a system prompt that asks for code,
     # JSON or brevity keeps the answer normal, whatever the question).
     system_prompt: str | None = None
-    # The completion tokens a SoT answer aims at: the geometric mean of the server's recent
-    # normal answers to suitable questions (sot.budget); None: the prior.
-    aim_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -52,9 +49,6 @@ class SoTOptions:
             raise ValueError(
                 f"classifier must be a callable question -> Suitability or None, got {self.classifier!r}"
             )
-        aim = self.aim_tokens
-        if aim is not None and (not isinstance(aim, int) or isinstance(aim, bool) or aim < 1):
-            raise ValueError(f"aim_tokens={aim!r} must be a positive integer (tokens) or None for the prior")
         system = self.system_prompt
         if system is not None and not (isinstance(system, str) and system.strip()):
             raise ValueError(f"system_prompt must be non-empty text or None, got {system!r}")

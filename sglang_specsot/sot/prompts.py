@@ -16,21 +16,29 @@ ROUTE_LIST, ROUTE_DIRECT = "LIST", "DIRECT"
 
 _SKELETON_SYSTEM = (
     "You are an organizer. You never write the answer itself; you plan it. Given a "
-    "question, reply only with the skeleton of a good answer: a numbered list of 3 to 10 "
-    "points, each 3 to 5 words long, one point per line. Do not explain the points and "
-    "stop after the last one."
+    "question, reply only with the skeleton of a good answer: a numbered list of the distinct "
+    "points a complete answer covers, as many as the question needs (a narrow question needs "
+    "three, a broad one up to eight), each 2 to 6 words, one point per line. No two points may "
+    "cover the same idea, and every point keeps to the question's situation. Do not explain the "
+    "points and stop after the last one."
 )
-# Two short worked examples, given as earlier turns so even small models copy the format.
+# Worked examples, given as earlier turns so even small models copy the format. Their lengths
+# differ (6, 3 and 4 points): with two examples of 4 and 5 points the 1.5B planned 5 points for
+# every question, where its normal answers list 5 to 10 items.
 _SKELETON_EXAMPLES = (
+    (
+        "How do I make a good impression in a job interview?",
+        "1. Research the company\n2. Dress for the role\n3. Arrive a little early\n"
+        "4. Prepare answers with examples\n5. Ask thoughtful questions\n6. Send a thank-you note",
+    ),
+    (
+        "What is the difference between weather and climate?",
+        "1. The time scale\n2. What each describes\n3. How each is predicted",
+    ),
     (
         "What are some good habits for sleeping better?",
         "1. Keep a regular bedtime\n2. Limit screens before bed\n3. Avoid late caffeine\n"
         "4. Keep the bedroom dark",
-    ),
-    (
-        "Why do people enjoy travelling?",
-        "1. Discovering other cultures\n2. Breaking the daily routine\n3. Tasting unfamiliar "
-        "food\n4. Making lasting memories\n5. Learning about oneself",
     ),
 )
 _EXPAND_SYSTEM = (
@@ -45,12 +53,10 @@ _EXPAND_SYSTEM = (
 _SKELETON_INSTRUCTIONS = "The answer will be written under these instructions; plan it for them:\n{instructions}"
 _EXPAND_INSTRUCTIONS = "The user's instructions, which your part follows too:\n{instructions}"
 _EXPAND_REMINDER = "Follow the user's instructions: {instructions}\n"
-# What a point aimed at up to n tokens is asked for (sot.budget.point_target): small models
-# keep to a count of sentences better than to a count of words, but not exactly. The 1.5B's
-# sentences are about 19 tokens (median, tuning answers) and its branches write one or two
-# more than asked (often restating the title first), so each sentence asked is ~30 tokens.
-_LENGTHS = ((60, "one or two sentences"), (90, "two or three sentences"), (130, "three or four sentences"))
-_LONGEST, _DEFAULT_LENGTH = "four to six sentences", "two to four sentences"
+# What a point is asked for: what a point of a complete answer needs, not a share of a total
+# length. The 1.5B's sentences are about 19 tokens (median, tuning answers); a branch ends at
+# its first sentence end past its aim (sot.budget.POINT_AIM_TOKENS), about three sentences.
+POINT_LENGTH = "two to four sentences"
 _ROUTE_SYSTEM = "You decide how a question should be answered. You reply with one word."
 _ROUTE_USER = (
     "Question: {question}\n\n"
@@ -107,8 +113,11 @@ def skeleton_prompt(question: str, *, instructions: str | None = None, system_ro
 
 
 def title_lead_in(point: str) -> str:
-    """The point's title ending in a colon: what a retried branch's answer starts with."""
-    return point.rstrip(" .:;!?") + ":"
+    """The point's title in bold and a colon ("**Use a planner**:"; a question or exclamation
+    keeps its mark and needs no colon: "**Why rest?**"): what each branch's answer is pre-filled
+    with, and how the merge shows the point (merge._format)."""
+    title = point.rstrip(" .:;")
+    return f"**{title}**" if title.endswith(("?", "!")) else f"**{title}**:"
 
 
 def expansion_prompt(
@@ -116,24 +125,23 @@ def expansion_prompt(
     points: Sequence[str],
     index: int,
     *,
-    prefill_header: bool = False,
     instructions: str | None = None,
     system_role: bool = True,
-    lead_in: bool = False,
-    point_tokens: int | None = None,
+    lead_in: bool = True,
 ) -> ChatPrompt:
     """Ask to write only point `index` (0-based) as a short paragraph, seeing the whole skeleton.
 
-    `point_tokens` is the length the point is aimed at (sot.budget.point_target), asked for as
-    a number of sentences (`length_phrase`); None asks for two to four.
+    The assistant turn is pre-filled with the point's title in bold and a colon
+    (`title_lead_in`), so the branch writes the point's content and cannot run its title into a
+    sentence: an imperative title continued as a subject ("Take breaks are crucial") is what a
+    bare title followed by the branch's text reads as. `lead_in=False` pre-fills nothing: how a
+    branch that ended right after its lead-in is asked again (gen_requests.retry_request).
 
     `instructions` is the client's system prompt, if any: each point is written under it.
-    `lead_in` pre-fills the point's title and a colon ("Use time management apps:"), so the
-    text goes on with the point's content: how a branch that wrote only its title is asked
-    again (runner.retry_request).
 
-    A paragraph, not the SoT paper's "1-2 sentences": the joined answer has to say what the
-    normal answer says, and one sentence per point says too little.
+    A paragraph of what the point needs (POINT_LENGTH), not the SoT paper's "1-2 sentences": the
+    joined answer has to say what the normal answer says, and one sentence per point says too
+    little.
     """
     if not 0 <= index < len(points):
         raise ValueError(
@@ -147,27 +155,18 @@ def expansion_prompt(
     user = (
         f"Question: {question}\n\nThe answer follows this skeleton:\n"
         f"{format_skeleton(points)}\n\n"
-        f"You write one of these points: one short paragraph of {length_phrase(point_tokens)}, prose "
-        "without a list, with the facts, examples or steps a complete answer gives for it. "
-        "Start with the content itself: do not repeat the point's title, the question or the "
-        "skeleton, do not number your text, and stop before any other point.\n"
+        f"You write the body of one of these points: {POINT_LENGTH} of prose with the specific facts, "
+        "examples, steps or reasons a complete answer gives for it. Its title is already written: go "
+        "straight to the content, without repeating the title or the question. Do not number your text "
+        "and stop before any other point.\n"
         + (_EXPAND_REMINDER.format(instructions=instructions) if instructions else "")
         + f'Write only point {number}, "{point}".'
     )
-    if prefill_header and lead_in:
-        raise ValueError("prefill_header and lead_in both pre-fill the assistant turn; pass at most one")
-    prefix = f"{number}. {point}" if prefill_header else (title_lead_in(point) if lead_in else "")
+    prefix = title_lead_in(point) if lead_in else ""
     system = _EXPAND_SYSTEM
     if instructions:
         system += "\n\n" + _EXPAND_INSTRUCTIONS.format(instructions=instructions)
     return ChatPrompt(_with_system(system, [("user", user)], system_role), prefix)
-
-
-def length_phrase(point_tokens: int | None) -> str:
-    """The sentences a point aimed at `point_tokens` tokens is asked for ("two or three sentences")."""
-    if point_tokens is None:
-        return _DEFAULT_LENGTH
-    return next((phrase for most, phrase in _LENGTHS if point_tokens <= most), _LONGEST)
 
 
 def route_prompt(question: str, *, system_role: bool = True) -> ChatPrompt:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from sglang_specsot.sot.branches import SoTBackend, cancel, generate, run_branches
-from sglang_specsot.sot.budget import aim_tokens, fit_plan, point_target, remaining
+from sglang_specsot.sot.budget import POINT_AIM_TOKENS, fit_plan, remaining
 from sglang_specsot.sot.gen_requests import Render, branch_requests, new_group, plain_request, retry_request, skeleton_request
 from sglang_specsot.sot.gen_requests import shared_prefix  # noqa: F401 (re-exported)
 from sglang_specsot.sot.opening import OpeningWatch
@@ -78,7 +78,7 @@ async def run_sot(
         skeleton = await _skeleton(question, backend, render, options, group, emit)
     spent = skeleton.result.completion_tokens + (opening.result.completion_tokens if opening else 0)
     left = remaining(options.max_new_tokens, spent)
-    plan, reason = _fitted_plan(skeleton, left, options, spent)
+    plan, reason = _fitted_plan(skeleton, left, options)
     if plan is None:
         normal = await _normal(question, backend, render, options, group, to_answer, left)
         return assemble_answer(group, NORMAL, reason, route, started, skeleton=skeleton, normal=normal, opening=opening)
@@ -100,18 +100,13 @@ def reads_opening(backend: SoTBackend, options: SoTOptions) -> bool:
     return options.config.reads_opening(options.mode) and getattr(backend, "watches_text", False)
 
 
-def _fitted_plan(
-    skeleton: SkeletonPhase, left: int | None, options: SoTOptions, spent: int
-) -> tuple[BranchPlan | None, str]:  # fmt: skip
-    """The branch plan, each point aimed at its share of the expected answer length less the
-    `spent` tokens (skeleton, intro), within what the cap `left`; or (None, why not)."""
+def _fitted_plan(skeleton: SkeletonPhase, left: int | None, options: SoTOptions) -> tuple[BranchPlan | None, str]:
+    """The branch plan, each point aimed at what a point needs (budget.POINT_AIM_TOKENS),
+    within what the cap `left`; or (None, why not)."""
     parse, config = skeleton.parse, options.config
     if not parse.is_plan:
         return None, f"skeleton {parse.outcome}: {parse.reason}"
-    aim = aim_tokens(options.aim_tokens, options.max_new_tokens)
-    points = min(len(parse.points), config.branch_cap)
-    target = point_target(aim, spent, points)
-    plan = fit_plan(plan_branches(parse, config, target), left, config)
+    plan = fit_plan(plan_branches(parse, config, POINT_AIM_TOKENS), left, config)
     if plan is None:
         return None, f"the {left} tokens the cap left after the skeleton cannot hold {config.min_points} branches"
     return plan, ""
