@@ -9,6 +9,7 @@
     serving  SGLang's own bench_serving on the same questions (see bench/serving.py)
     scale-sim    p50/p95 and throughput over replicas, simulated from one replica's curve
     dp-placement  an SoT answer's branches kept on one DP rank vs spread, side by side
+    teacher-trace  a draft's greedy chain acceptance on a run's recorded answers, offline (no server)
     trace-shapes  an e2e run's acceptance trace and answer shapes, compact, for the device's replay
     gpu-predict  predicted GPU latency of every route from a roofline and the runs' acceptance (not a measurement)
 """
@@ -149,6 +150,23 @@ def _trace_shapes(args) -> int:
     return 0
 
 
+def _teacher_trace(args) -> int:
+    import json
+
+    from sglang_specsot.bench.teacher_trace import TeacherDraft, write
+    from sglang_specsot.data import load_questions
+    from sglang_specsot.bench.e2e import resolve_model
+
+    run = Path(args.run_dir)
+    settings = json.loads((run / "run.json").read_text())
+    questions = {q["id"]: q["question"] for q in load_questions(settings["questions"])}
+    teacher = TeacherDraft(resolve_model(args.draft, "draft"), resolve_model(settings["target"], "target"))
+    summary = write(run, questions, teacher, Path(args.out), k=args.k)
+    print(json.dumps(summary, indent=1))
+    print(f"written: {args.out}/answers.jsonl, trace.jsonl, acceptance.json")
+    return 0
+
+
 def _add_e2e(sub) -> None:
     p = sub.add_parser("e2e", help="run the benchmark (resumable)")
     p.add_argument("--target", required=True, help="registry name (python -m sglang_specsot.models list) or a checkpoint dir")
@@ -219,6 +237,12 @@ def _parser() -> argparse.ArgumentParser:
 
     add_arguments(sub.add_parser("serving", help="sglang.bench_serving on the questions, merged table"))
     sub.choices["serving"].set_defaults(run=_serving)
+    p = sub.add_parser("teacher-trace", help="a draft's chain acceptance on a run's answers, offline (bench/teacher_trace.py)")
+    p.add_argument("run_dir", metavar="RUN", help="an e2e run directory with plain (and SoT-server) cells")
+    p.add_argument("--draft", required=True, help="the draft model: registry name or checkpoint dir")
+    p.add_argument("--k", type=int, default=4, help="draft tokens a step (SPECSOT's --speculative-num-steps)")
+    p.add_argument("--out", required=True, help="the folder for answers.jsonl, trace.jsonl and acceptance.json")
+    p.set_defaults(run=_teacher_trace)
     p = sub.add_parser("trace-shapes", help="a traced run's answer shapes and acceptance for the replay (bench/trace_shapes.py)")
     p.add_argument("runs", nargs="+", help="e2e run directories (plain, SPECSOT and SpecSoT-server cells)")
     p.add_argument("--trace", nargs="+", required=True, help="the SGLANG_SPECSOT_TRACE files of those runs")
