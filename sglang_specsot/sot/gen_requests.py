@@ -91,7 +91,7 @@ def retry_request(
     index, points = first.tag.point, plan.points
     if not options.config.retry_empty_points or result.finish_reason != "stop" or ended_by(result) != "stop":
         return None
-    if not first.assistant_prefix or merged_point(points, index, result.text).expansion:
+    if not first.prefill or merged_point(points, index, result.text).expansion:
         return None
     left = first.max_new_tokens - result.completion_tokens
     if left < RETRY_MIN_TOKENS:

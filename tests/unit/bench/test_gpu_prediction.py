@@ -78,15 +78,23 @@ def test_pooled_acceptance_sums_the_logs_and_cuts_thin_depths():
     assert p == pytest.approx([0.6, 0.6]) and reached == [200, 80, 10]
 
 
-def test_an_sot_answer_shares_its_tokens_by_characters():
-    record = {"skeleton": "1. Alpha\n2. Beta", "answer": "1. Alpha and more text.\n2. Beta and a little.",
-              "output_tokens": 40}  # fmt: skip
-    shape = gp.sot_answer_shape(record, plain_tokens=30)
-    assert len(shape.branch_tokens) == 2 and shape.branch_tokens[0] > shape.branch_tokens[1]
-    assert shape.skeleton_tokens + sum(shape.branch_tokens) == pytest.approx(40, abs=2)
+def test_host_time_a_step_slows_speculation_until_it_declines_to_draft():
+    cost = _cost()
+    free, dear = (gp.predict_ms(cost, SHAPE, [0.8] * 4, host_ms=h) for h in (0.0, 3.0))
+    assert free["SPECSOT-only"] < dear["SPECSOT-only"]
+    # Host time a step dearer than the steps it saves: every step is plain, only the draft's
+    # prefill stays (SPECSOT's policy never drafts slower than plain).
+    never = gp.predict_ms(cost, SHAPE, [0.8] * 4, host_ms=1e3)
+    assert never["SPECSOT-only"] == pytest.approx(never["plain"] + cost.draft.ms(SHAPE.plain_prompt))
 
 
-def test_the_table_reads_the_repository_runs():
+def test_a_share_of_the_bandwidth_slows_the_memory_bound_forward_alike():
+    full = gp.roofline_ms(gp.QWEN25_1_5B, gp.H100_SXM, 1, 0)
+    share = gp.GpuSpec("h", gp.H100_SXM.hbm_bytes_per_s, gp.H100_SXM.bf16_flops_per_s, 0.0, bandwidth_share=0.8)
+    assert gp.roofline_ms(gp.QWEN25_1_5B, share, 1, 0) == pytest.approx(full / 0.8)
+
+
+def test_the_table_reads_the_repository_traces_and_says_it_is_a_prediction():
     table = gp.prediction_table(ROOT)
-    assert "Qwen2.5-1.5B + Qwen2.5-0.5B" in table and "Qwen2.5-7B + Qwen2.5-0.5B" in table
-    assert "12 SoT-suitable questions" in table
+    assert table.startswith("A PREDICTION, not a measurement")
+    assert "Qwen2.5-1.5B + Qwen2.5-0.5B, 0.3, 4.5" in table and "Qwen2.5-7B + Qwen2.5-0.5B, 1.0, 0.0" in table

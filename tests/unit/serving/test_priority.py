@@ -49,9 +49,9 @@ def _priorities(monkeypatch, settings, chat_priority) -> dict[str, int | None]:
 
 def test_with_priority_scheduling_the_branches_and_their_prefix_go_first(monkeypatch):
     got = _priorities(monkeypatch, (True, None, False), chat_priority=3)
-    assert got == {"skeleton": 3, "prefix": 4, "branch": 4}
+    assert got == {"skeleton": 3, "prefix": 4, "branch0": 4, "branch1": 4}  # a branch's rid names its point
 
 
 def test_without_it_no_generation_carries_a_priority(monkeypatch):
     got = _priorities(monkeypatch, (False, None, False), chat_priority=None)
-    assert got == {"skeleton": None, "prefix": None, "branch": None}
+    assert got == {"skeleton": None, "prefix": None, "branch0": None, "branch1": None}

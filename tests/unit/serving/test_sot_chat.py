@@ -62,7 +62,7 @@ class _TokenizerManager:
     async def generate_request(self, obj, raw_request=None):
         self.requests.append(obj)
         cap = obj.sampling_params.get("max_new_tokens")
-        role = obj.rid.split("-")[2]
+        role = _role(obj.rid)
         # Distinct words, so the branch's loop watch never ends it early.
         filler = " ".join(f"w{i}" for i in range(5_000))
         words = (SKELETON if role == "skeleton" else self.plain + filler if role == "plain" else filler).split(" ")
@@ -83,6 +83,12 @@ class _TokenizerManager:
 
     def abort_request(self, rid="", abort_all=False):
         self.aborted.append(rid)
+
+
+def _role(rid: str) -> str:
+    """The part a rid ("specsot-<group>-<role>-<n>") is for; a branch's role names its point
+    ("branch3"), which this drops."""
+    return rid.split("-")[2].rstrip("0123456789")
 
 
 class _Serving:
@@ -165,7 +171,7 @@ def test_empty_messages_get_sglangs_own_message():
 
 
 def _prompts(tm: _TokenizerManager, role: str) -> list[str]:
-    return [r.text for r in tm.requests if r.rid.split("-")[2] == role]
+    return [r.text for r in tm.requests if _role(r.rid) == role]
 
 
 def test_mode_auto_reads_the_normal_answers_opening_and_answers_prose_normally():

@@ -11,11 +11,9 @@ from hypothesis import strategies as st
 
 from sglang_specsot.sot import SoTConfig
 from sglang_specsot.sot.budget import (
-    AIM_ANSWER_TOKENS,
     EXPECTED_ANSWER_TOKENS,
     HALF_SENTENCE_TOKENS,
     MIN_POINT_TOKENS,
-    aim_tokens,
     expected_tokens,
     fit_plan,
     min_sot_tokens,
@@ -75,22 +73,17 @@ def test_a_fitted_plan_never_exceeds_its_budget(budgets, budget):
     assert len(fitted.branches) + len(fitted.dropped_points) == len(budgets)
 
 
-def test_the_answer_aims_at_the_normal_answers_length_within_the_cap():
+def test_the_normal_answers_expected_length_is_the_prior_until_one_is_seen_within_the_cap():
     assert expected_tokens(None, None) == EXPECTED_ANSWER_TOKENS  # the prior, until one is seen
     assert expected_tokens(250, None) == 250 and expected_tokens(250, 120) == 120
-    assert aim_tokens(None, None) == AIM_ANSWER_TOKENS and aim_tokens(250, 120) == 120
-    # The aim's prior is the tuning answers' geometric mean, below their median: short normal
-    # answers pull it down, as they pull down the ratio a fixed length is judged by.
-    assert AIM_ANSWER_TOKENS < EXPECTED_ANSWER_TOKENS
 
 
 TUNING_NORMAL_TOKENS = (384, 113, 384, 319, 368, 204, 189, 305, 370, 266, 380, 327, 215)
 
 
-def test_the_priors_are_the_tuning_answers_median_and_geometric_mean():
-    # benchmarks/e2e-length-tuning-*: the 13 greedy normal answers the priors come from.
+def test_the_prior_is_the_tuning_answers_median():
+    # benchmarks/e2e-length-tuning-*: the 13 greedy normal answers the prior comes from.
     assert EXPECTED_ANSWER_TOKENS == statistics.median(TUNING_NORMAL_TOKENS)
-    assert AIM_ANSWER_TOKENS == round(statistics.geometric_mean(TUNING_NORMAL_TOKENS))
 
 
 def _squared_log_ratios(length: float, normals) -> float:

@@ -32,7 +32,7 @@ def test_defaults_are_valid_and_frozen():
         ({"default_branch_tokens": 500}, r"128 <= 500 <= 384|32 <= 500 <= 384"),
         ({"predicted_length_slack": 0.5}, r"predicted_length_slack=0.5 is outside \[1.0, 4.0\]"),
         ({"predicted_length_slack": "1.2"}, r"predicted_length_slack='1.2' must be a number"),
-        ({"prefill_point_header": "yes"}, r"prefill_point_header='yes' must be True or False"),
+        ({"retry_empty_points": "yes"}, r"retry_empty_points='yes' must be True or False"),
         ({"router_min_answer_tokens": -5}, r"router_min_answer_tokens=-5 must be a positive"),
     ],
 )

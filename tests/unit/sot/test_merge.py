@@ -47,33 +47,44 @@ def test_merge_keeps_skeleton_order_whatever_the_finish_order():
     finish_order[1] = "Do the hardest first."
     answer = merge_answer(POINTS, finish_order)
     assert answer.text == (
-        "1. Set clear goals. Goals give direction.\n"
-        "2. Prioritize tasks. Do the hardest first.\n"
-        "3. Take breaks. Rest restores focus."
+        "1. **Set clear goals**: Goals give direction.\n"
+        "2. **Prioritize tasks**: Do the hardest first.\n"
+        "3. **Take breaks**: Rest restores focus."
     )
     assert [p.index for p in answer.points] == [0, 1, 2]
     assert answer.empty_points == ()
 
 
-def test_prefilled_header_continuations_join_the_point():
-    expansions = {0: " by writing them down.", 1: ": hardest first.", 2: "Rest helps."}
+def test_the_text_written_after_the_lead_in_follows_the_bold_title_apart_from_it():
+    # A branch writes after its pre-filled "**Title**:" (prompts.title_lead_in): whatever its text
+    # starts with, the title stays apart from it (one space after the colon), never run into its
+    # first sentence; a retried branch (nothing pre-filled) that echoes its title loses the echo.
+    expansions = {0: " by writing them down.", 1: "  Hardest first.", 2: "**Take breaks**: Rest helps."}
     answer = merge_answer(POINTS, expansions)
     assert answer.text.splitlines() == [
-        "1. Set clear goals by writing them down.",
-        "2. Prioritize tasks: hardest first.",
-        "3. Take breaks. Rest helps.",
+        "1. **Set clear goals**: by writing them down.",
+        "2. **Prioritize tasks**: Hardest first.",
+        "3. **Take breaks**: Rest helps.",
     ]
+    assert answer.points[2].repairs == ("stripped echoed header",)
 
 
 def test_missing_and_empty_branches_leave_the_bare_point():
     answer = merge_answer(POINTS, {1: "   ", 2: "Rest helps."})
-    assert answer.text.splitlines()[:2] == ["1. Set clear goals", "2. Prioritize tasks"]
+    # A point with no body keeps its bold title alone, without the lead-in's colon.
+    assert answer.text.splitlines() == ["1. **Set clear goals**", "2. **Prioritize tasks**", "3. **Take breaks**: Rest helps."]
     assert answer.empty_points == (0, 1)
 
 
-def test_point_ending_in_punctuation_gets_no_extra_period():
-    answer = merge_answer(["Why rest?", "Sleep"], {0: "It restores focus.", 1: "Eight hours."})
-    assert answer.text.splitlines()[0] == "1. Why rest? It restores focus."
+def test_a_title_ending_in_a_question_or_exclamation_mark_keeps_it_and_gets_no_colon():
+    answer = merge_answer(["Why rest?", "Sleep.", "Act now!", "Eat well;"],
+                          {0: "It restores focus.", 1: "Eight hours.", 2: "Start today."})  # fmt: skip
+    assert answer.text.splitlines() == [
+        "1. **Why rest?** It restores focus.",
+        "2. **Sleep**: Eight hours.",  # a trailing period or semicolon goes before the colon
+        "3. **Act now!** Start today.",
+        "4. **Eat well**",
+    ]
 
 
 def test_expansion_for_unknown_index_is_rejected():

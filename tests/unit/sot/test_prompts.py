@@ -11,18 +11,19 @@ from sglang_specsot.sot import (
     parse_skeleton,
     skeleton_prompt,
 )
-from sglang_specsot.sot.prompts import length_phrase
+from sglang_specsot.sot.prompts import POINT_LENGTH, title_lead_in
 
 QUESTION = "How can I improve my time management skills?"
 POINTS = ["Set clear goals", "Prioritize tasks", "Take breaks"]
 
 
-def test_skeleton_prompt_has_organizer_role_two_examples_and_prefill():
+def test_skeleton_prompt_has_organizer_role_three_examples_and_prefill():
     prompt = skeleton_prompt(QUESTION)
     roles = [m["role"] for m in prompt.messages]
-    assert roles == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert roles == ["system", *["user", "assistant"] * 3, "user"]
     assert "organizer" in prompt.messages[0]["content"]
-    assert "3 to 10 points" in prompt.messages[0]["content"]
+    assert "as many as the question needs" in prompt.messages[0]["content"]
+    assert "No two points may cover the same idea" in prompt.messages[0]["content"]
     assert prompt.messages[-1]["content"] == QUESTION
     assert prompt.assistant_prefix == SKELETON_PREFILL == "1."
 
@@ -32,8 +33,11 @@ def test_worked_examples_parse_as_plans_of_short_points():
     for message in prompt.messages:
         if message["role"] == "assistant":
             parse = parse_skeleton(message["content"], prefill="")
-            assert parse.is_plan and 3 <= len(parse.points) <= 10
-            assert all(3 <= len(p.split()) <= 5 for p in parse.texts), parse.texts
+            assert parse.is_plan and 3 <= len(parse.points) <= 8
+            assert all(2 <= len(p.split()) <= 6 for p in parse.texts), parse.texts
+    # Examples of several lengths, so a small model does not copy one point count.
+    counts = [len(parse_skeleton(m["content"], prefill="").points) for m in prompt.messages if m["role"] == "assistant"]
+    assert len(set(counts)) == len(counts)
 
 
 def test_system_role_can_be_folded_into_the_first_user_turn():
@@ -47,16 +51,16 @@ def test_expansion_prompt_sees_question_and_whole_skeleton():
     prompt = expansion_prompt(QUESTION, POINTS, 1)
     user = prompt.messages[-1]["content"]
     assert QUESTION in user and format_skeleton(POINTS) in user
-    assert 'point 2, "Prioritize tasks"' in user and "two to four sentences" in user and "do not repeat the point's title" in user
-    assert prompt.assistant_prefix == ""
-    prefilled = expansion_prompt(QUESTION, POINTS, 1, prefill_header=True)
-    assert prefilled.assistant_prefix == "2. Prioritize tasks"
-    # A retried branch's answer starts with its title and a colon, whatever the title ends in.
-    led = expansion_prompt(QUESTION, POINTS, 1, lead_in=True)
-    assert led.assistant_prefix == "Prioritize tasks:" and led.messages == prompt.messages
-    assert expansion_prompt(QUESTION, ["Why rest?", "Sleep.", "Eat"], 0, lead_in=True).assistant_prefix == "Why rest:"
-    with pytest.raises(ValueError, match="pass at most one"):
-        expansion_prompt(QUESTION, POINTS, 1, prefill_header=True, lead_in=True)
+    assert 'point 2, "Prioritize tasks"' in user and "two to four sentences" in user
+    assert "without repeating the title or the question" in user
+    # The title is pre-filled in bold with a colon, so the branch writes only the content and
+    # cannot run the title into its first sentence ("Take breaks are crucial").
+    assert prompt.assistant_prefix == "**Prioritize tasks**:"
+    # A retried branch gets the same prompt with nothing pre-filled.
+    bare = expansion_prompt(QUESTION, POINTS, 1, lead_in=False)
+    assert bare.assistant_prefix == "" and bare.messages == prompt.messages
+    assert expansion_prompt(QUESTION, ["Why rest?", "Sleep.", "Eat"], 0).assistant_prefix == "**Why rest?**"
+    assert title_lead_in("Use a planner.") == "**Use a planner**:"
 
 
 def test_expansion_prompts_share_everything_but_the_last_instruction():
@@ -107,14 +111,8 @@ def test_the_clients_system_prompt_goes_into_every_sot_prompt_after_the_shared_p
     assert folded.messages[0]["role"] == "user" and system in folded.messages[0]["content"]
 
 
-@pytest.mark.parametrize("tokens, phrase", [
-    (None, "two to four sentences"), (24, "one or two sentences"), (60, "one or two sentences"),
-    (61, "two or three sentences"), (90, "two or three sentences"), (130, "three or four sentences"),
-    (131, "four to six sentences"),
-])  # fmt: skip
-def test_a_points_aimed_length_is_asked_as_sentences_in_the_shared_part(tokens, phrase):
-    assert length_phrase(tokens) == phrase
-    first, second = (expansion_prompt("Q?", ["A", "B"], i, point_tokens=tokens).turns[-1][1] for i in (0, 1))
-    assert f"one short paragraph of {phrase}," in first
+def test_every_point_is_asked_for_what_a_point_needs_in_the_shared_part():
+    first, second = (expansion_prompt("Q?", ["A", "B", "C", "D", "E", "F"], i).turns[-1][1] for i in (0, 5))
+    assert f"the body of one of these points: {POINT_LENGTH} of prose" in first
     shared = first[: first.rfind("\n")]
-    assert phrase in shared and second.startswith(shared)  # the radix cache shares it
+    assert POINT_LENGTH in shared and second.startswith(shared)  # the radix cache shares it

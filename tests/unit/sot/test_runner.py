@@ -4,6 +4,7 @@ HTTP layer for the frontend program (tags, fork/join, bounded branches)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 import time
@@ -12,8 +13,8 @@ import pytest
 
 from sglang_specsot.sot import SoTConfig, merge_answer
 from sglang_specsot.sot.merge import format_point
-from sglang_specsot.sot.budget import AIM_ANSWER_TOKENS, HALF_SENTENCE_TOKENS
-from sglang_specsot.sot.prompts import length_phrase
+from sglang_specsot.sot.budget import POINT_AIM_TOKENS
+from sglang_specsot.sot.prompts import POINT_LENGTH
 from sglang_specsot.sot.runner import (
     ANSWER_CHANNEL,
     BRANCH,
@@ -122,10 +123,14 @@ def test_plan_gives_numbered_answer_in_skeleton_order_with_tags():
     answer = run(run_sot(QUESTION, fake, render, options()))
     assert answer.path == SOT
     assert answer.answer.split("\n") == [
-        "1. Plan the day. Expansion of point 1.",
-        "2. Avoid distractions. Expansion of point 2.",
-        "3. Take breaks. Expansion of point 3.",
+        "1. **Plan the day**: Expansion of point 1.",
+        "2. **Avoid distractions**: Expansion of point 2.",
+        "3. **Take breaks**: Expansion of point 3.",
     ]
+    # Each branch's assistant turn is pre-filled with its point's bold title and a colon.
+    prefills = {r.tag.point: r.prefill for r in fake.of_role(BRANCH)}
+    assert prefills == {0: "**Plan the day**:", 1: "**Avoid distractions**:", 2: "**Take breaks**:"}
+    assert all(r.prompt.endswith("<assistant>" + r.prefill) for r in fake.of_role(BRANCH))
     assert answer.skeleton.text == "1. Plan the day\n2. Avoid distractions\n3. Take breaks"
     groups = {r.tag.group for r in fake.requests}
     assert groups == {answer.group}
@@ -213,7 +218,7 @@ def test_longest_predicted_branch_starts_first():
     answer = run(run_sot(QUESTION, fake, render, options(max_running=1, predicted_length_slack=1.0)))
     assert answer.branches.start_order == (1, 2, 0)
     assert {r.tag.point: r.max_new_tokens for r in fake.of_role(BRANCH)} == {0: 40, 1: 300, 2: 120}
-    assert answer.answer.startswith("1. Intro")  # merged in skeleton order all the same
+    assert answer.answer.startswith("1. **Intro**: ")  # merged in skeleton order all the same
 
 
 # -- routing and normal answers ---------------------------------------------------------------
@@ -290,32 +295,29 @@ def test_a_cap_drops_later_points_before_starving_every_branch():
     skeleton = " Point one\n" + "\n".join(f"{i}. Point {i}" for i in range(2, 11))
     fake = FakeBackend(skeleton, endless=True)
     answer = run(run_sot(QUESTION, fake, render, SoTOptions(mode="on", max_new_tokens=200)))
-    # 200 - the skeleton's 21 words leave 179: five branches of at least min_branch_tokens (32).
-    # Ten points would share those 179 as 17 each, raised to a sentence (24) and budgeted 36
-    # with the slack; five share the 179 as 35 each.
+    # 200 - the skeleton's 21 words leave 179: five branches of at least min_branch_tokens (32),
+    # which share the 179 as 35 each, below the budget each point's aim would get.
     assert answer.skeleton.result.completion_tokens == 21
     assert answer.branches.plan.points == ("Point one", "Point 2", "Point 3", "Point 4", "Point 5")
     assert answer.branches.plan.dropped_points[:2] == ("Point 6", "Point 7")
-    assert answer.branches.plan.point_tokens == 24
+    assert answer.branches.plan.point_tokens == POINT_AIM_TOKENS
     assert {r.max_new_tokens for r in fake.of_role(BRANCH)} == {35}
-    assert {r.end_after for r in fake.of_role(BRANCH)} == {24}  # the aim, within the budget
+    assert {r.end_after for r in fake.of_role(BRANCH)} == {35}  # the aim, within the budget
 
 
-@pytest.mark.parametrize("aim, cap", [(None, None), (150, None), (600, None), (600, 300)])
-def test_the_points_aim_at_their_share_of_the_answers_aim_and_are_asked_for_it(aim, cap):
+@pytest.mark.parametrize("cap", [None, 300])
+def test_every_point_aims_at_what_a_point_needs_whatever_the_skeletons_length(cap):
     fake = FakeBackend()
-    answer = run(run_sot(QUESTION, fake, render, SoTOptions(mode="on", max_new_tokens=cap, aim_tokens=aim)))
+    answer = run(run_sot(QUESTION, fake, render, SoTOptions(mode="on", max_new_tokens=cap)))
     plan, skeleton = answer.branches.plan, answer.skeleton.result.completion_tokens
-    share = (min(cap or 10**6, aim or AIM_ANSWER_TOKENS) - skeleton) // len(plan.branches)
-    aim = share - HALF_SENTENCE_TOKENS  # a point ends at its first sentence end past its aim
-    assert plan.point_tokens == aim
+    assert plan.point_tokens == POINT_AIM_TOKENS  # not a share of a total
     budgets = [r.max_new_tokens for r in fake.of_role(BRANCH)]
     if cap is None:  # headroom over the aim, so a branch ends its own last sentence
-        assert set(budgets) == {round(aim * SoTConfig().predicted_length_slack)}
+        assert set(budgets) == {round(POINT_AIM_TOKENS * SoTConfig().predicted_length_slack)}
     else:  # the cap first
-        assert skeleton + sum(budgets) <= cap and min(budgets) >= aim
-    assert all(f"one short paragraph of {length_phrase(aim)}," in r.prompt for r in fake.of_role(BRANCH))
-    assert {r.end_after for r in fake.of_role(BRANCH)} == {aim}
+        assert skeleton + sum(budgets) <= cap
+    assert all(f"{POINT_LENGTH} of prose" in r.prompt for r in fake.of_role(BRANCH))
+    assert {r.end_after for r in fake.of_role(BRANCH)} == {min(POINT_AIM_TOKENS, *budgets)}
 
 
 class OvershootingSkeleton(FakeBackend):
@@ -434,8 +436,7 @@ def test_cancelling_the_answer_mid_branch_leaves_no_branch_running():
     "kwargs",
     [{"mode": "sometimes"}, {"max_new_tokens": 0}, {"max_new_tokens": True},
      {"skeleton_logit_processor": ""}, {"config": {"max_points": 3}},
-     {"system_prompt": ""}, {"system_prompt": "  "}, {"system_prompt": 3},
-     {"aim_tokens": 0}, {"aim_tokens": True}, {"aim_tokens": 250.0}],  # fmt: skip
+     {"system_prompt": ""}, {"system_prompt": "  "}, {"system_prompt": 3}],  # fmt: skip
 )
 def test_bad_options_are_value_errors(kwargs):
     with pytest.raises(ValueError):
@@ -558,7 +559,7 @@ def test_frontend_program_tags_every_generation_and_bounds_branches(fake_http):
                              SoTOptions(mode="on", config=config, skeleton_logit_processor="PROCESSOR"))  # fmt: skip
     releaser.join(timeout=60)
     assert answer.path == SOT
-    assert answer.answer.split("\n")[0] == "1. Plan the day. Expansion 1."
+    assert answer.answer.split("\n")[0] == "1. **Plan the day**: Expansion 1."
     gens = [b for b in fake_http.bodies if b["sampling_params"]["max_new_tokens"] > 0]
     tags = [b["sampling_params"]["custom_params"]["specsot"] for b in gens]
     assert tags[0] == {"group": answer.group, "role": "skeleton"}
@@ -612,7 +613,7 @@ def test_a_question_that_names_its_items_is_planned_by_them_without_a_skeleton()
     answer = run(run_sot(NAMED, fake, render, options(), on_delta=lambda c, t: deltas.append((c, t))))
     assert answer.path == SOT and fake.of_role(SKELETON) == []
     assert answer.branches.plan.points == ("Bubble sort", "Quick sort", "Merge sort", "Heap sort")
-    assert answer.answer.split("\n")[0] == "1. Bubble sort. Expansion of point 1."
+    assert answer.answer.split("\n")[0] == "1. **Bubble sort**: Expansion of point 1."
     skeleton = answer.trace()["skeleton"]
     assert skeleton["derived"] and skeleton["outcome"] == "plan" and not skeleton["constrained"]
     assert skeleton["completion_tokens"] == 0 and skeleton["seconds"] == 0.0
@@ -645,7 +646,7 @@ def test_a_branch_cut_by_its_budget_drops_its_unfinished_sentence_but_the_trace_
             return await super()._reply(text, request, on_text)
 
     answer = run(run_sot(QUESTION, Cut(), render, options()))
-    assert answer.answer.split("\n")[0] == "1. Plan the day. Point 1 matters."
+    assert answer.answer.split("\n")[0] == "1. **Plan the day**: Point 1 matters."
     assert answer.trace()["branches"]["items"][0]["text"].endswith("It also")
     assert answer.trace()["branches"]["items"][0]["ended"] == "budget"
 
@@ -669,68 +670,93 @@ def test_the_answers_accept_length_pools_the_speculated_generations():
     assert run(run_sot(QUESTION, FakeBackend(), render, options())).trace()["spec_accept_length"] is None
 
 
-class TitleOnly(FakeBackend):
-    """Point 2's branch first writes only its title and stops, as Qwen2.5-Coder-0.5B does;
-    `again` is what it writes when asked once more."""
+class EmptyAfterLeadIn(FakeBackend):
+    """Point 2's branch first writes nothing after its pre-filled lead-in ("**Avoid
+    distractions**:") and stops, as a small model may; `again` is what it writes when asked once
+    more (with nothing pre-filled)."""
 
-    def __init__(self, again: str = " Silence the phone and close the mail.", finish: str = "stop") -> None:
+    def __init__(self, again: str = "Avoid distractions: Silence the phone and close the mail.",
+                 finish: str = "stop") -> None:  # fmt: skip
         super().__init__()
         self.again, self.finish = again, finish
 
     async def _reply(self, text, request, on_text):
         if request.tag.role == BRANCH and request.tag.point == 1:
             asked = len([r for r in self.of_role(BRANCH) if r.tag.point == 1])
-            reply = "Avoid distractions." if asked == 1 else self.again
+            reply = "" if asked == 1 else self.again
             return GenResult(reply, len(request.prompt), 4, self.finish if asked == 1 else "stop")
         return await super()._reply(text, request, on_text)
 
 
-def test_a_branch_that_writes_only_its_title_is_asked_once_more_with_the_title_led_in():
-    fake = TitleOnly()
+def test_a_branch_that_writes_nothing_after_its_lead_in_is_asked_once_more_with_nothing_pre_filled():
+    fake = EmptyAfterLeadIn()
     answer = run(run_sot(QUESTION, fake, render, options(max_branch_tokens=40, default_branch_tokens=40)))
-    assert answer.answer.split("\n")[1] == "2. Avoid distractions. Silence the phone and close the mail."
+    # The second answer echoed its title (nothing led it in): the merge strips the echo.
+    assert answer.answer.split("\n")[1] == "2. **Avoid distractions**: Silence the phone and close the mail."
     first, second = [r for r in fake.of_role(BRANCH) if r.tag.point == 1]
-    assert second.tag == first.tag and second.prefill == "Avoid distractions:"
-    assert second.prompt == first.prompt + "Avoid distractions:"  # the same prompt, its answer led in
+    assert first.prefill == "**Avoid distractions**:"
+    assert second.tag == first.tag and second.prefill == ""
+    assert first.prompt == second.prompt + "**Avoid distractions**:"  # the same prompt, nothing led in
     assert second.max_new_tokens == first.max_new_tokens - 4  # what the first try left of the budget
     assert len(fake.of_role(BRANCH)) == 4  # one branch asked twice, the others once
     # The first try counts in the answer's usage, and the trace keeps it.
     assert len(answer.results) == 5 and answer.completion_tokens == sum(r.completion_tokens for r in answer.results)
     item = answer.trace()["branches"]["items"][1]
-    assert item["first_try"]["text"] == "Avoid distractions." and item["first_try"]["ended"] == "stop"
-    assert item["text"] == " Silence the phone and close the mail." and item["max_new_tokens"] == 36
+    assert item["first_try"]["text"] == "" and item["first_try"]["ended"] == "stop"
+    assert item["text"] == "Avoid distractions: Silence the phone and close the mail." and item["max_new_tokens"] == 36
     assert answer.trace()["merge"]["empty_points"] == []
 
 
 @pytest.mark.parametrize("kwargs, config", [
     ({"again": " Avoid distractions."}, {}),  # empty again: asked twice at most
+    ({"again": ""}, {}),
     ({"finish": "length"}, {}),  # cut by its budget: nothing is left to ask with
     ({}, {"retry_empty_points": False}),
     ({}, {"max_branch_tokens": 19, "default_branch_tokens": 19, "min_branch_tokens": 8}),  # 15 left: too few
 ])  # fmt: skip
-def test_a_title_only_branch_keeps_its_title_when_asking_again_cannot_help(kwargs, config):
-    fake = TitleOnly(**kwargs)
+def test_a_branch_empty_after_its_lead_in_keeps_its_bare_title_when_asking_again_cannot_help(kwargs, config):
+    fake = EmptyAfterLeadIn(**kwargs)
     answer = run(run_sot(QUESTION, fake, render, options(**config)))
-    asked = len([r for r in fake.of_role(BRANCH) if r.tag.point == 1])
-    assert asked == (2 if "again" in kwargs else 1)
-    assert answer.answer.split("\n")[1] == "2. Avoid distractions"
+    asked = [r for r in fake.of_role(BRANCH) if r.tag.point == 1]
+    assert len(asked) == (2 if "again" in kwargs else 1)
+    assert [r.prefill for r in asked] == ["**Avoid distractions**:", ""][: len(asked)]
+    assert answer.answer.split("\n")[1] == "2. **Avoid distractions**"
     assert answer.trace()["merge"]["empty_points"] == [1]
 
 
-def test_the_frontend_program_asks_a_title_only_branch_again_in_a_fork_of_its_own(fake_http):
+def test_only_a_branch_that_had_a_lead_in_is_asked_again():
+    from sglang_specsot.sot.gen_requests import retry_request
+
+    fake = FakeBackend()
+    opts = options(max_branch_tokens=40, default_branch_tokens=40)
+    answer = run(run_sot(QUESTION, fake, render, opts))
+    first = next(r for r in fake.of_role(BRANCH) if r.tag.point == 1)
+    empty = GenResult("", len(first.prompt), 4, "stop")
+    again = retry_request(QUESTION, answer.branches.plan, render, opts, first, empty)
+    assert again is not None and again.prefill == "" and first.prompt == again.prompt + first.prefill
+    # A request with nothing pre-filled (a retry, or any bare first ask) is not asked again.
+    assert retry_request(QUESTION, answer.branches.plan, render, opts, again, empty) is None
+    bare = dataclasses.replace(first, prompt=again.prompt, prefill="")
+    assert retry_request(QUESTION, answer.branches.plan, render, opts, bare, empty) is None
+    # A branch that wrote content after its lead-in stands.
+    written = GenResult(" Silence the phone.", len(first.prompt), 4, "stop")
+    assert retry_request(QUESTION, answer.branches.plan, render, opts, first, written) is None
+
+
+def test_the_frontend_program_asks_a_branch_empty_after_its_lead_in_again_in_a_fork_of_its_own(fake_http):
     from sglang_specsot.frontend import SoTEndpoint, answer_question
 
     fake_http.release = threading.Semaphore(100)  # branches run without being held
-    fake_http.first_replies = {1: "Avoid distractions."}
+    fake_http.first_replies = {1: ""}  # nothing after the lead-in
     answer = answer_question(SoTEndpoint("http://fake"), QUESTION, render, options(skeleton_max_tokens=30),
                              constrain_skeleton=False)
-    assert answer.answer.split("\n")[1] == "2. Avoid distractions. Expansion 2."
+    assert answer.answer.split("\n")[1] == "2. **Avoid distractions**: Expansion 2."
     tags = [(b, b["sampling_params"].get("custom_params", {}).get("specsot", {})) for b in fake_http.bodies]
     branches = [b for b, tag in tags if tag.get("role") == "branch"]
     again = [b for b, tag in tags if tag.get("role") == "branch" and tag["point"] == 1]
     assert len(branches) == 5 and len(again) == 2
-    # The second ask is the first's prompt with the title led in, after the one committed prefix.
+    # The second ask is the first's prompt without its lead-in, after the one committed prefix.
     commits = [b for b in fake_http.bodies if b["sampling_params"]["max_new_tokens"] == 0]
     assert len(commits) == 1 and again[1]["text"].startswith(commits[0]["text"])
-    assert again[1]["text"] == again[0]["text"] + "Avoid distractions:"
-    assert answer.branches.results[1].first_try.text == "Avoid distractions."
+    assert again[0]["text"] == again[1]["text"] + "**Avoid distractions**:"
+    assert answer.branches.results[1].first_try.text == ""
