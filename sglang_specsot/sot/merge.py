@@ -150,7 +150,27 @@ def clean_expansion(text: str, index: int, points: Sequence[str]) -> tuple[str, 
     if led != cut.rstrip():
         repairs.append("dropped a lead-in left last")
         cut = led
+    folded = fold_one_item_list(cut)
+    if folded != cut:
+        repairs.append("folded a one-item list into its point")
+        cut = folded
     return _layout(cut), tuple(repairs)
+
+
+def fold_one_item_list(text: str) -> str:
+    """`text` whose lead-in announces a list of which only one item came ("Here are some key
+    points to consider:" then "- **Warm-up**: ...", the branch ended at its aim): the lead-in
+    sentence goes and the item stays as the point's last sentence, so no point announces a list
+    it does not give. Text with no such ending is returned as it is."""
+    lines = text.rstrip().split("\n")
+    items = [i for i, line in enumerate(lines) if (item := classify_line(line, i)) and item.kind in ("number", "bullet")]
+    if len(items) != 1 or items[0] != len(lines) - 1:
+        return text
+    before = "\n".join(lines[: items[0]]).rstrip()
+    if not before.rstrip(_CLOSERS).endswith(":"):
+        return text
+    item = strip_markdown(classify_line(lines[-1], len(lines) - 1).text).strip()
+    return f"{drop_lead_in(before)} {item}".strip()
 
 
 def _layout(text: str) -> str:

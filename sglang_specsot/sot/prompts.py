@@ -155,8 +155,9 @@ def expansion_prompt(
     user = (
         f"Question: {question}\n\nThe answer follows this skeleton:\n"
         f"{format_skeleton(points)}\n\n"
-        f"You write the body of one of these points: {POINT_LENGTH} of prose with the specific facts, "
-        "examples, steps or reasons a complete answer gives for it. Its title is already written: go "
+        f"You write the body of one of these points: {POINT_LENGTH} of prose, one paragraph without a list, "
+        "with the specific facts, examples, steps or reasons a complete answer gives for it. Its title is "
+        "already written: go "
         "straight to the content, without repeating the title or the question. Do not number your text "
         "and stop before any other point.\n"
         + (_EXPAND_REMINDER.format(instructions=instructions) if instructions else "")

@@ -149,3 +149,17 @@ def test_a_list_that_ran_into_other_points_leaves_no_lead_in():
     text, repairs = clean_expansion(raw, 1, POINTS)
     assert text == "Ranking saves time."
     assert repairs == ("cut text that ran into another point", "dropped a lead-in left last")
+
+
+def test_a_lead_in_with_one_item_folds_the_item_into_the_point():
+    from sglang_specsot.sot.merge import fold_one_item_list
+
+    cut = "Training is key. Here are some key points to consider:\n   - **Warm-up**: Before each workout, warm up."
+    assert fold_one_item_list(cut) == "Training is key. Warm-up: Before each workout, warm up."
+    two = "Intro:\n- a\n- b"
+    assert fold_one_item_list(two) == two  # a list of two is a list
+    trailing = "Steps:\n1. Plan the day.\nThen rest."
+    assert fold_one_item_list(trailing) == trailing  # prose after the item: not a cut list
+    merged = merge_answer(["Train regularly", "Rest"], {0: cut, 1: "Sleep well."})
+    assert merged.text.splitlines()[0] == "1. **Train regularly**: Training is key. Warm-up: Before each workout, warm up."
+    assert "folded a one-item list into its point" in merged.points[0].repairs
