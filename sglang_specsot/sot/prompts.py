@@ -23,22 +23,23 @@ _SKELETON_SYSTEM = (
     "points and stop after the last one."
 )
 # Worked examples, given as earlier turns so even small models copy the format. Their lengths
-# differ (6, 3 and 4 points): with two examples of 4 and 5 points the 1.5B planned 5 points for
-# every question, where its normal answers list 5 to 10 items.
+# differ (4, 3 and 7 points) and the broad question comes last: with examples of 4 and 5 points
+# the 1.5B planned 5 points for every question, and with 6, 3, 4 it planned 3 or 4 for eight
+# tuning questions whose normal answers list 5 to 10 items; with these, 4 to 7.
 _SKELETON_EXAMPLES = (
     (
-        "How do I make a good impression in a job interview?",
-        "1. Research the company\n2. Dress for the role\n3. Arrive a little early\n"
-        "4. Prepare answers with examples\n5. Ask thoughtful questions\n6. Send a thank-you note",
+        "What are some good habits for sleeping better?",
+        "1. Keep a regular bedtime\n2. Limit screens before bed\n3. Avoid late caffeine\n"
+        "4. Keep the bedroom dark",
     ),
     (
         "What is the difference between weather and climate?",
         "1. The time scale\n2. What each describes\n3. How each is predicted",
     ),
     (
-        "What are some good habits for sleeping better?",
-        "1. Keep a regular bedtime\n2. Limit screens before bed\n3. Avoid late caffeine\n"
-        "4. Keep the bedroom dark",
+        "What should I know before starting a small business?",
+        "1. Validate the idea\n2. Know your customers\n3. Write a business plan\n4. Plan the finances\n"
+        "5. Choose a legal structure\n6. Handle taxes and permits\n7. Build a support network",
     ),
 )
 _EXPAND_SYSTEM = (
