@@ -1,39 +1,36 @@
-"""A GPU latency prediction from a roofline: what plain, SoT-only, SPECSOT-only and SpecSoT
-would take end to end on a GPU nobody here has measured, and every assumption it rests on.
+"""A GPU latency PREDICTION, not a measurement: what plain, SoT-only, SPECSOT-only and SpecSoT
+would take end to end on a GPU, from a roofline, and every assumption it rests on.
 
 Greedy acceptance and answer shapes are properties of the models and the text, not of the
-hardware, so they come from real runs (the step logs' acceptance by depth; the SoT answers'
-skeleton, points and branch lengths). Only the time of a forward is modelled:
+hardware, so they come from real answers: a trace folder (`bench teacher-trace`: the 0.5B
+draft's chain acceptance on the 1.5B's greedy answers, normal and SoT, and those answers'
+shapes in tokens). Only the time of a forward is modelled:
 
-    forward_ms(rows) = max(bytes read / HBM bandwidth, 2 * params * rows / bf16 FLOP rate)
-                       + a fixed per-forward overhead (launch, sampling, scheduler)
+    forward_ms(rows) = max(bytes read / (share x HBM bandwidth), 2 * params * rows / bf16 FLOP rate)
+                       + a fixed per-forward overhead (graph replay, sampling, scheduler)
 
-bytes read = the bf16 weights the matrix products touch (the LM head included; an untied
-input embedding is a gather, not a read) + the KV cache of `context` tokens per row. The same
-`ForwardCost`/`CostModel` the runtime keeps then prices every step, and `speedup_ceiling`
-picks SPECSOT's draft budget, so the prediction is the ceiling tooling's on GPU costs.
+and a SPECSOT step pays `host_ms` more (its host code and blocking syncs). bytes read = the
+bf16 weights the matrix products touch (the LM head included; an untied input embedding is a
+gather) + the KV cache of `context` tokens per row. The runtime's `ForwardCost`/`CostModel`
+prices every step and `speedup_ceiling` picks SPECSOT's draft budget; a step that would then be
+slower than plain is a plain step, as SPECSOT's policy decides.
 
-Assumptions (each one stated where the docs show the table):
+Neither the overhead nor the host time has been measured with SGLang's CUDA graphs, so the
+table runs over both (OVERHEADS_MS x HOST_MS); the 7B's acceptance is the 1.5B's (the same
+draft; a larger target agrees with it less or more, unmeasured). Further assumptions:
 - one request on an idle GPU: no queueing, no other request's rows in any forward;
-- every decode step replays a CUDA graph, so its host cost is the fixed overhead alone;
-- the published peak bandwidth and FLOP rate are reached (real kernels reach 70-90% of the
-  bandwidth; that scales every configuration alike and barely moves the ratios);
-- attention reads the KV of a fixed `context` per request (the prompt plus part of the
-  answer), for at most `MAX_REQUESTS` requests a forward: at these lengths under 1% of the
-  weights' bytes a request;
-- prefill is one forward over the prompt's rows at the same roofline, for the draft model
-  too wherever it drafts;
+- attention reads the KV of a fixed `context` per request, for at most `MAX_REQUESTS`
+  requests a forward;
+- prefill is one forward over the prompt's rows at the same roofline, the draft's too;
 - SoT: the skeleton decodes at batch 1, then the branches' prompts prefill in one forward
   and the branches decode together, the batch shrinking as the shorter ones finish;
-- speculation: every step of a batch of `bs` commits 1 + the expected accepted drafts at the
-  budget `speedup_ceiling` finds best for that batch and acceptance (a fluid model: expected,
-  not sampled, tokens per step); at no gain it does not draft and costs plain steps.
+- speculation: every step of a batch of `bs` commits 1 + the expected accepted drafts (a
+  fluid model: expected, not sampled, tokens per step).
 """
 
 from __future__ import annotations
 
 import json
-import re
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -80,12 +77,15 @@ class ModelShape:
 
 @dataclass(frozen=True)
 class GpuSpec:
-    """A GPU's published peaks and the per-forward overhead assumed on top of the roofline."""
+    """A GPU's published peaks, the share of its bandwidth kernels reach, and the time assumed
+    on top of the roofline: per forward, and per SPECSOT step on the host."""
 
     name: str
     hbm_bytes_per_s: float
     bf16_flops_per_s: float  # dense, no sparsity
     overhead_ms: float  # per forward: graph launch, sampling, the scheduler's share
+    bandwidth_share: float = 1.0  # of the published bandwidth the decode kernels reach
+    host_ms: float = 0.0  # per speculative step: SPECSOT's host code and its blocking syncs
 
 
 # NVIDIA H100 Tensor Core GPU datasheet, SXM5: 3.35 TB/s HBM3, 989 TFLOP/s dense BF16
@@ -106,7 +106,7 @@ def roofline_ms(shape: ModelShape, gpu: GpuSpec, rows: int, context: int, max_re
     kv = min(rows, max_requests) * context * shape.kv_bytes_per_token()
     read = shape.matmul_params() * BF16_BYTES + kv
     flops = 2 * shape.matmul_params() * rows + 4 * shape.layers * shape.q_heads * shape.head_dim * rows * context
-    return 1e3 * max(read / gpu.hbm_bytes_per_s, flops / gpu.bf16_flops_per_s)
+    return 1e3 * max(read / (gpu.hbm_bytes_per_s * gpu.bandwidth_share), flops / gpu.bf16_flops_per_s)
 
 
 def roofline_cost(shape: ModelShape, gpu: GpuSpec, context: int) -> ForwardCost:
@@ -129,28 +129,30 @@ class AnswerShape:
     branch_prompt: int = 30  # each branch's own last line
 
 
-def _spec_step(cost: CostModel, bs: int, p_by_depth: Sequence[float]) -> tuple[float, float]:
+def _spec_step(cost: CostModel, bs: int, p_by_depth: Sequence[float], host_ms: float = 0.0) -> tuple[float, float]:
     """(ms, tokens committed per request) of one step of `bs` requests at the budget the
-    ceiling finds best; a plain step where drafting gains nothing."""
+    ceiling finds best, with `host_ms` of host time on top; a plain step where drafting then
+    gains nothing (SPECSOT's policy never drafts slower than plain)."""
     _, budget = speedup_ceiling(cost, bs, p_by_depth, draft_model=True, narrow_extend=True)
+    plain = cost.target.ms(bs), 1.0
     if budget == 0:
-        return cost.target.ms(bs), 1.0
+        return plain
     reach, accepted = 1.0, 0.0
     for p in p_by_depth[:budget]:
         reach *= p
         accepted += reach
-    ms = cost.step_ms(bs, budget + 1, draft_steps=budget - 1, draft_extend=True, extend_rows=bs * (1.0 + reach))
-    return ms, 1.0 + accepted
+    ms = cost.step_ms(bs, budget + 1, draft_steps=budget - 1, draft_extend=True, extend_rows=bs * (1.0 + reach)) + host_ms
+    return (ms, 1.0 + accepted) if (1.0 + accepted) / ms > 1.0 / plain[0] else plain
 
 
-def _decode_ms(cost: CostModel, lengths: Iterable[int], p_by_depth: Sequence[float] | None) -> float:
+def _decode_ms(cost: CostModel, lengths: Iterable[int], p_by_depth: Sequence[float] | None, host_ms: float = 0.0) -> float:
     """Requests decoded together to `lengths` tokens each (the first comes from prefill), the
     batch shrinking as they finish; speculative when `p_by_depth` is given."""
     left = [float(n - 1) for n in lengths if n > 1]
     ms = 0.0
     while left:
         bs = len(left)
-        step, tokens = _spec_step(cost, bs, p_by_depth) if p_by_depth else (cost.target.ms(bs), 1.0)
+        step, tokens = _spec_step(cost, bs, p_by_depth, host_ms) if p_by_depth else (cost.target.ms(bs), 1.0)
         ms += step
         left = [n - tokens for n in left if n - tokens > 1e-9]
     return ms
@@ -161,18 +163,21 @@ def _prefill_ms(cost: CostModel, rows: int, drafting: bool) -> float:
     return ms + (cost.draft.ms(rows) if drafting and cost.draft is not None else 0.0)
 
 
-def predict_ms(cost: CostModel, shape: AnswerShape, p_by_depth: Sequence[float]) -> dict[str, float]:
-    """End-to-end ms of one question under plain, SoT-only, SPECSOT-only and SpecSoT."""
+def predict_ms(cost: CostModel, shape: AnswerShape, p_by_depth: Sequence[float],
+               p_sot: Sequence[float] | None = None, host_ms: float = 0.0) -> dict[str, float]:  # fmt: skip
+    """End-to-end ms of one question under plain, SoT-only, SPECSOT-only and SpecSoT; the SoT
+    parts speculate at `p_sot` (default: the normal answer's acceptance)."""
     out = {}
+    p_sot = p_by_depth if p_sot is None else p_sot
     for name, sot, spec in (("plain", False, None), ("SoT-only", True, None),
-                            ("SPECSOT-only", False, p_by_depth), ("SpecSoT", True, p_by_depth)):  # fmt: skip
+                            ("SPECSOT-only", False, p_by_depth), ("SpecSoT", True, p_sot)):  # fmt: skip
         drafting = bool(spec)
         if not sot:
-            out[name] = _prefill_ms(cost, shape.plain_prompt, drafting) + _decode_ms(cost, [shape.plain_tokens], spec)
+            out[name] = _prefill_ms(cost, shape.plain_prompt, drafting) + _decode_ms(cost, [shape.plain_tokens], spec, host_ms)
             continue
-        skeleton = _prefill_ms(cost, shape.skeleton_prompt, drafting) + _decode_ms(cost, [shape.skeleton_tokens], spec)
+        skeleton = _prefill_ms(cost, shape.skeleton_prompt, drafting) + _decode_ms(cost, [shape.skeleton_tokens], spec, host_ms)
         prompts = shape.branch_prefix + shape.skeleton_tokens + shape.branch_prompt * len(shape.branch_tokens)
-        out[name] = skeleton + _prefill_ms(cost, prompts, drafting) + _decode_ms(cost, shape.branch_tokens, spec)
+        out[name] = skeleton + _prefill_ms(cost, prompts, drafting) + _decode_ms(cost, shape.branch_tokens, spec, host_ms)
     return out
 
 
@@ -201,61 +206,45 @@ def specsot_states(path: Path) -> list[dict]:
     return [specsot_part(d) for d in docs]
 
 
-_NUMBERED = re.compile(r"^\s*\d+\.\s*", re.MULTILINE)
-
-
-def sot_answer_shape(record: dict, plain_tokens: int) -> AnswerShape:
-    """An SoT answer's token shape, from its text: the run records only the total generated
-    tokens (skeleton + branches), so each part gets the share of them its characters are.
-    A branch's text is its answer section less the point it repeats."""
-    points = [p.strip() for p in _NUMBERED.split(record["skeleton"]) if p.strip()]
-    sections = [s.strip() for s in _NUMBERED.split(record["answer"]) if s.strip()]
-    branches = [max(1, len(s) - len(p)) for s, p in zip(sections, points)]
-    chars = len(record["skeleton"]) + sum(branches)
-    per_char = record["output_tokens"] / chars
-    return AnswerShape(
-        plain_tokens=plain_tokens,
-        skeleton_tokens=max(1, round(len(record["skeleton"]) * per_char)),
-        branch_tokens=tuple(max(1, round(b * per_char)) for b in branches),
-    )
-
-
-def median_ms(cost: CostModel, shapes: Sequence[AnswerShape], p_by_depth: Sequence[float]) -> dict[str, float]:
+def median_ms(cost: CostModel, shapes: Sequence[AnswerShape], p_by_depth: Sequence[float],
+              p_sot: Sequence[float] | None = None, host_ms: float = 0.0) -> dict[str, float]:  # fmt: skip
     """The median over questions of each configuration's predicted ms."""
-    per_question = [predict_ms(cost, s, p_by_depth) for s in shapes]
+    per_question = [predict_ms(cost, s, p_by_depth, p_sot, host_ms) for s in shapes]
     return {name: statistics.median(q[name] for q in per_question) for name in per_question[0]}
 
 
-# The runs the prediction reads (paths from the repository root). Acceptance: every step log
-# of a SPECSOT server with the 0.5B draft model; shapes: the Vicuna run's SoT-suitable
-# questions, whose plain answers and SoT answers ran on one commit.
-STEP_LOGS = (
-    "benchmarks/e2e-holdout-step-decay-qwen2.5-coder-1.5b-qwen2.5-coder-0.5b/server_state.jsonl",
-    "benchmarks/e2e-holdout-token-map-qwen2.5-coder-1.5b-qwen2.5-coder-0.5b/server_state.jsonl",
-    "benchmarks/e2e-holdout1-sot-qwen2.5-coder-1.5b-qwen2.5-coder-0.5b/b035232/server_state.jsonl",
-    "benchmarks/bench-speculative-token-map-heldout-vicuna13-18-qwen2.5-coder-1.5b-qwen2.5-coder-0.5b-db471b9/server_info-SPECSOT-ab.json",
-    "benchmarks/bench-speculative-token-map-heldout-vicuna13-18-qwen2.5-coder-1.5b-qwen2.5-coder-0.5b-db471b9/server_info-SPECSOT-hot-ab.json",
-    "benchmarks/bench-speculative-token-map-rerun-vicuna13-18-qwen2.5-coder-1.5b-qwen2.5-coder-0.5b-53946cd/server_info-SPECSOT-hot.json",
-)
-SHAPE_REPORT = "benchmarks/e2e-vicuna12-qwen2.5-coder-1.5b-qwen2.5-coder-0.5b-a83993d/report.json"
-SHAPE_ANSWERS = "tests/data/sot_answers.jsonl"
-SHAPE_RUN, SHAPE_CONFIG = "e2e-qwen2.5-coder-1.5b-qwen2.5-coder-0.5b", "SoT-server"
+# The traced answers the prediction reads (bench teacher-trace: the 0.5B draft's chain of 4 on
+# the 1.5B's greedy answers, normal and SoT, of tuning questions; docs/benchmarks.md#gpu).
+TRACES = "benchmarks/traces-teacher-qwen2.5-coder-1.5b-qwen2.5-coder-0.5b"
 CONTEXT = 600  # KV tokens each row attends to: a prompt and about half a 384-token answer
-OVERHEADS_MS = (0.01, 0.05, 0.2, 0.5)  # the sensitivity rows
+# What nobody has measured on a GPU yet: SGLang's time a forward beyond the roofline (graph
+# replay, sampling, the scheduler) and SPECSOT's host time a step; the table runs over both.
+# 4.5 ms: a SPECSOT step's host time outside the target's forward on the 2-core Xeon
+# (benchmarks/step-log-nodraft-b1-smollm2-135m-7c40c90: 72.3 ms plain steps of which 68.1 ms the
+# forward; 78.4 of 73.8 drafting); a GPU host's cores are faster, its syncs are not free.
+OVERHEADS_MS = (0.1, 0.3, 1.0)
+HOST_MS = (0.0, 1.5, 4.5)
+BANDWIDTH_SHARE = 0.8  # of the published peak that decode kernels reach (70-90%)
 
 
-def load_shapes(root: Path) -> list[AnswerShape]:
-    """The SoT-suitable questions of the shape run, each with its plain answer's length."""
-    report = json.loads((root / SHAPE_REPORT).read_text())
-    plain = {q["question_id"]: q["tokens"] for q in report["per_question"] if q["config"] == "plain" and q["suitable"]}
+def load_shapes(folder: Path) -> list[AnswerShape]:
+    """Each traced question that has a SoT answer, with its normal answer's length."""
     shapes = []
-    for line in (root / SHAPE_ANSWERS).read_text().splitlines():
-        record = json.loads(line)
-        if record["run"] == SHAPE_RUN and record["config"] == SHAPE_CONFIG and record["question_id"] in plain:
-            shapes.append(sot_answer_shape(record, plain[record["question_id"]]))
+    for line in (folder / "answers.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r["branch_tokens"]:
+            shapes.append(AnswerShape(r["plain_tokens"], r["skeleton_tokens"], tuple(r["branch_tokens"]),
+                                      r["plain_prompt_tokens"], r["skeleton_prompt_tokens"],
+                                      r["branch_prefix_tokens"] - r["skeleton_tokens"], r["branch_suffix_tokens"]))  # fmt: skip
     if not shapes:
-        raise ValueError(f"no {SHAPE_CONFIG} answers of run {SHAPE_RUN} in {SHAPE_ANSWERS} match {SHAPE_REPORT}")
+        raise ValueError(f"{folder}/answers.jsonl holds no question with a SoT answer; trace a run with SoT-server cells")
     return shapes
+
+
+def load_acceptance(folder: Path) -> tuple[list[float], list[float], dict]:
+    """(p by depth of the normal answers, of the SoT branches, the whole summary)."""
+    summary = json.loads((folder / "acceptance.json").read_text())
+    return summary["normal"]["p_by_depth"], summary.get("branch", summary["normal"])["p_by_depth"], summary
 
 
 def _row(label: str, ms: dict[str, float]) -> str:
@@ -263,36 +252,30 @@ def _row(label: str, ms: dict[str, float]) -> str:
     return f"| {label} | {cells} |"
 
 
-def prediction_table(root: Path, gpu: GpuSpec = H100_SXM) -> str:
-    """The prediction as markdown: inputs, the table, and its sensitivity to the overhead."""
-    states = [s for p in STEP_LOGS for s in specsot_states(root / p)]
-    p_extend, reached = pooled_acceptance(states, "extend")
-    _, ctx_reached = pooled_acceptance(states, "context")
-    shapes = load_shapes(root)
-    lines = [f"GPU: {gpu.name}, {gpu.hbm_bytes_per_s / 1e12:.2f} TB/s, {gpu.bf16_flops_per_s / 1e12:.0f} TFLOP/s bf16 "
-             f"dense, {gpu.overhead_ms} ms fixed per forward, KV context {CONTEXT} tokens a request"]  # fmt: skip
-    for shape in (QWEN25_1_5B, QWEN25_0_5B, QWEN25_7B):
-        one = roofline_ms(shape, gpu, 1, CONTEXT)
-        lines.append(f"{shape.name}: {shape.params() / 1e9:.3f}B params, forward of 1 row {one:.3f} ms "
-                     f"(+{gpu.overhead_ms} ms), of 1024 rows {roofline_ms(shape, gpu, 1024, CONTEXT):.3f} ms")  # fmt: skip
-    lines.append(f"acceptance ('extend', the 0.5B draft's chain; {len(STEP_LOGS)} step logs): p by depth "
-                 f"{[round(p, 3) for p in p_extend]}, reached {reached} (SoT-context drafting reached "
-                 f"{ctx_reached}: too few to use)")  # fmt: skip
+def _cost(target: ModelShape, draft: ModelShape, gpu: GpuSpec) -> CostModel:
+    return CostModel(roofline_cost(target, gpu, CONTEXT), roofline_cost(draft, gpu, CONTEXT))
+
+
+def prediction_table(root: Path, gpu: GpuSpec = H100_SXM, traces: str = TRACES) -> str:
+    """The prediction as markdown: its inputs, then median latency and speed-up over plain for
+    each pair at every per-forward overhead and host time a step (OVERHEADS_MS x HOST_MS)."""
+    folder = root / traces
+    shapes = load_shapes(folder)
+    p_normal, p_branch, summary = load_acceptance(folder)
     med = lambda f: statistics.median(f(s) for s in shapes)  # noqa: E731
-    lines.append(f"answer shapes: {len(shapes)} SoT-suitable questions of {SHAPE_REPORT} and {SHAPE_ANSWERS}; "
-                 f"medians: plain {med(lambda s: s.plain_tokens)} tokens, skeleton {med(lambda s: s.skeleton_tokens)}, "
-                 f"points {med(lambda s: len(s.branch_tokens))}, branch {med(lambda s: statistics.median(s.branch_tokens))}, "
-                 f"longest branch {med(lambda s: max(s.branch_tokens))}")  # fmt: skip
-    names = ("plain", "SoT-only", "SPECSOT-only", "SpecSoT")
-    lines += ["", "| target + draft | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-    for target, draft in PAIRS:
-        cost = CostModel(roofline_cost(target, gpu, CONTEXT), roofline_cost(draft, gpu, CONTEXT))
-        lines.append(_row(f"{target.name} + {draft.name}", median_ms(cost, shapes, p_extend)))
-    lines += ["", "sensitivity to the fixed per-forward overhead (median latency, speed-up over plain):", "",
-              "| target + draft, overhead | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]  # fmt: skip
+    lines = [f"A PREDICTION, not a measurement. GPU: {gpu.name}, {BANDWIDTH_SHARE:.0%} of {gpu.hbm_bytes_per_s / 1e12:.2f} TB/s, "
+             f"{gpu.bf16_flops_per_s / 1e12:.0f} TFLOP/s bf16 dense, KV context {CONTEXT} tokens a request",  # fmt: skip
+             f"acceptance ({traces}, a 4-token chain of the 0.5B): normal answers p by depth {p_normal}, accept length "
+             f"{summary['normal']['accept_length']:.2f} over {summary['normal']['steps']} steps; SoT branches {p_branch}",  # fmt: skip
+             f"answer shapes: {len(shapes)} questions; medians: normal {med(lambda s: s.plain_tokens)} tokens, skeleton "
+             f"{med(lambda s: s.skeleton_tokens)}, points {med(lambda s: len(s.branch_tokens))}, branch "
+             f"{med(lambda s: statistics.median(s.branch_tokens))}, longest branch {med(lambda s: max(s.branch_tokens))}",  # fmt: skip
+             "", "| target + draft, ms a forward, host ms a SPECSOT step | plain | SoT-only | SPECSOT-only | SpecSoT |",
+             "|---|---|---|---|---|"]  # fmt: skip
     for target, draft in PAIRS:
         for overhead in OVERHEADS_MS:
-            spec = GpuSpec(gpu.name, gpu.hbm_bytes_per_s, gpu.bf16_flops_per_s, overhead)
-            cost = CostModel(roofline_cost(target, spec, CONTEXT), roofline_cost(draft, spec, CONTEXT))
-            lines.append(_row(f"{target.name} + {draft.name}, {overhead} ms", median_ms(cost, shapes, p_extend)))
+            for host in HOST_MS:
+                spec = GpuSpec(gpu.name, gpu.hbm_bytes_per_s, gpu.bf16_flops_per_s, overhead, BANDWIDTH_SHARE, host)
+                ms = median_ms(_cost(target, draft, spec), shapes, p_normal, p_branch, host)
+                lines.append(_row(f"{target.name} + {draft.name}, {overhead}, {host}", ms))
     return "\n".join(lines)
