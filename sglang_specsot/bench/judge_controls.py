@@ -1,11 +1,13 @@
 """Controls a pairwise judge must pass before its verdicts count.
 
-Control pairs are built from the normal answers themselves, so the better answer is known: the
-answer against its opening and the first half of its points (it stops partway through its
-list), against another question's answer, and against a copy with its points shuffled and half
-of them deleted. Each is asked in both orders. Only sound answers build controls: one that
-loops, was cut at the token cap or has fewer than MIN_POINTS numbered points may be no better
-than its own first half, so the control would not be worse by construction. A judge counts only
+Control pairs are built from the normal answers themselves, so the better answer is known: each
+answer against a copy with two of its points said again (rubric item 4, no repetition), against
+a copy with its points' sentences moved among the points (item 5, reads as one answer), and
+against another question's answer. The first two keep every word of the answer, so they are worse
+whatever errors it holds; controls that deleted points were not (dropping a wrong point can make
+an answer better). Each is asked in both orders. Only sound answers build controls: one that
+loops already repeats itself, one cut at the token cap is unfinished, and one with fewer than
+MIN_POINTS numbered points has too few to repeat or scramble. A judge counts only
 if it prefers the real answer in at least CONTROL_BAR of the control askings and gives the same
 verdict in both orders on at least CONSISTENCY_BAR of the real (SoT, normal) pairs. Pure: a
 judge is any callable (question, answer A, answer B) -> "A" | "B" | "tie" | None.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +28,9 @@ from sglang_specsot.sot.loops import find_loop
 CONTROLS_FILE = "judge_controls.json"  # in a run directory: the judge's ControlScore and every asking
 CONTROL_BAR = 0.9  # share of control askings that must prefer the real answer
 CONSISTENCY_BAR = 0.8  # share of real pairs whose two orders must agree
-FIRST_HALF, OTHER_QUESTION, SHUFFLED_HALF = "first half of the points", "other question", "shuffled half"
-KINDS = (FIRST_HALF, OTHER_QUESTION, SHUFFLED_HALF)
-MIN_POINTS = 3  # fewer, and half the points is one point: too close to a short complete answer
+REPEATED, OTHER_QUESTION, SCRAMBLED = "repeated points", "other question", "scrambled sentences"
+KINDS = (REPEATED, OTHER_QUESTION, SCRAMBLED)
+MIN_POINTS = 3  # fewer, and two repeated points are most of the answer
 LOOPED, CUT, FEW_POINTS = "looped", "cut at the token cap", f"fewer than {MIN_POINTS} numbered points"
 
 Judge = Callable[[str, str, str], "str | None"]
@@ -120,34 +123,118 @@ def describe_sound(sound: int, excluded: dict[int, str]) -> str:
     return f"Controls built from {sound} of {sound + len(excluded)} normal answers{left}."
 
 
-def first_half(answer: str) -> str:
-    """The answer's opening and the first half of its numbered points (rounded down, at least
-    one), whole and as written: it stops partway through its list, and its closing paragraph,
-    which goes with its last point, is gone."""
-    points = split_points(answer)
-    keep = max(1, len(points) // 2)
-    if keep == len(points):
-        return answer.strip()
-    start = 0
-    for point in points[: keep + 1]:  # split_points' points are the answer's lines, in order
-        start = answer.index(point, start)
-    return answer[:start].strip()
+def repeated_points(answer: str, rng: random.Random) -> str | None:
+    """The whole answer with two of its numbered points (seeded) said again as extra points, each
+    copy placed after its original, the points renumbered: the same content plus repetition.
+    None with fewer than MIN_POINTS points."""
+    layout = _layout(answer)
+    if layout is None:
+        return None
+    opening, points, closing, sep = layout
+    order = list(range(len(points)))
+    for i in sorted(rng.sample(range(len(points)), 2), reverse=True):  # the later copy first keeps i's place
+        order.insert(rng.randint(order.index(i) + 1, len(order)), i)
+    return _render(opening, [points[i] for i in order], closing, sep)
 
 
-def shuffled_half(answer: str, rng: random.Random) -> str | None:
-    """The answer's opening, then half its numbered points (rounded down) in shuffled order and
-    renumbered; its closing paragraph goes with its last point. None with fewer than 2 points."""
+def scrambled_sentences(answer: str, rng: random.Random) -> str | None:
+    """The whole answer with its points' body sentences moved among the points (seeded; at least
+    half land in another point); the opening, the numbered titles and the closing paragraph stay
+    in place. Every sentence is there; it no longer reads as one answer. None with fewer than
+    MIN_POINTS points or fewer than two body sentences."""
+    layout = _layout(answer)
+    if layout is None:
+        return None
+    opening, points, closing, sep = layout
+    parsed = [_title_and_body(p) for p in points]
+    units = [(i, u) for i, (_, body, inline) in enumerate(parsed) for u in _units(body, inline)]
+    if len(units) < 2:
+        return None
+    bodies: list[list[tuple[str, bool]]] = [[] for _ in points]
+    moved = set(rng.sample(range(len(units)), (len(units) + 1) // 2))
+    for k, (i, unit) in enumerate(units):
+        if k not in moved:
+            bodies[i].append(unit)
+    for k in sorted(moved):  # to a point left empty where one is, so no point reads as cut at its title
+        i, unit = units[k]
+        others = [j for j in range(len(points)) if j != i]
+        bodies[rng.choice([j for j in others if not bodies[j]] or others)].append(unit)
+    for body in bodies:
+        rng.shuffle(body)
+    return _render(opening, [_join(title, body, inline) for (title, _, inline), body in zip(parsed, bodies)], closing, sep)
+
+
+# A point's title: its bold span (and a colon after it), else a short phrase ending in a colon.
+_TITLE = re.compile(r"\d{1,2}[.)]\s+(?:\*\*[^*\n]+\*\*:?|[^.!?:\n]{1,80}:(?=\s|$))")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_LINE_START = re.compile(r"\s|[-*+>#|]|\d{1,3}[.)]\s|```")  # a unit that must begin its own line
+
+
+def _layout(answer: str) -> tuple[str, list[str], str, str] | None:
+    """(opening, points, closing paragraph, separator between points), or None with fewer than
+    MIN_POINTS points. The closing paragraph is the last point's last paragraph when it starts
+    at the line's start and no earlier point has a paragraph like it (then it is the body's)."""
     points = split_points(answer)
-    if len(points) < 2:
+    if len(points) < MIN_POINTS:
         return None
     opening = answer[: answer.index(points[0])].strip()
-    kept = rng.sample(points, len(points) // 2)
-    body = [f"{i}. {_unnumbered(p)}" for i, p in enumerate(kept, 1)]
-    return "\n\n".join(([opening] if opening else []) + body)
+    sep = "\n\n" if points[0].endswith("\n") else "\n"
+    points = [p.strip() for p in points]
+    head, _, tail = points[-1].rpartition("\n\n")
+    closing = ""
+    if head and not _LINE_START.match(tail) and not any(re.search(r"\n\n[^\s\-*+\d`]", p) for p in points[:-1]):
+        if head.count("```") % 2 == 0:
+            points[-1], closing = head.strip(), tail.strip()
+    return opening, points, closing, sep
 
 
-def _unnumbered(point: str) -> str:
-    return point.split(" ", 1)[1] if " " in point else point
+def _title_and_body(point: str) -> tuple[str, str, bool]:
+    """(numbered title, body, whether the body began on the title's line). Without a bold or
+    colon title, the point's first sentence is its title."""
+    first, _, rest = point.partition("\n")
+    match = _TITLE.match(first)
+    number = len(re.match(r"\d{1,2}[.)]\s*", first).group())
+    end = match.end() if match else number + len(_SENTENCE_END.split(first[number:], maxsplit=1)[0])
+    inline = first[end:].strip()
+    return first[:end].strip(), "\n".join(filter(None, [inline, rest])), bool(inline)
+
+
+def _units(body: str, inline: bool) -> list[tuple[str, bool]]:
+    """A body's sentences and list lines as (text, begins a line); a code block is one unit.
+    `inline`: the body's first line went on from the title's line."""
+    out: list[tuple[str, bool]] = []
+    fence: list[str] = []
+    for line in body.split("\n"):
+        is_fence = line.strip().startswith("```")
+        if fence or is_fence:
+            fence.append(line)
+            if is_fence and len(fence) > 1:
+                out.append(("\n".join(fence), True))
+                fence = []
+            continue
+        pieces = [p for p in _SENTENCE_END.split(line) if p.strip()]
+        out += [(p.rstrip(), j == 0 and not (inline and not out)) for j, p in enumerate(pieces)]
+    if fence:
+        out.append(("\n".join(fence), True))
+    return out
+
+
+def _join(title: str, body: list[tuple[str, bool]], inline: bool) -> str:
+    """A point from its title and body units: a unit goes on the line before it where it reads on
+    from a sentence's end, else on a line of its own (indented if it would read as a point)."""
+    text = title
+    for k, (unit, line_start) in enumerate(body):
+        starts_line = bool(_LINE_START.match(unit)) or (line_start and not (k == 0 and inline))
+        if not starts_line and (text.endswith((".", "!", "?")) or (k == 0 and inline)):
+            text += " " + unit
+        else:
+            text += "\n" + ("   " + unit if re.match(r"\d{1,2}[.)]\s", unit) else unit)
+    return text
+
+
+def _render(opening: str, points: list[str], closing: str, sep: str) -> str:
+    numbered = [re.sub(r"^\d{1,2}(?=[.)])", str(i), p, count=1) for i, p in enumerate(points, 1)]
+    return "\n\n".join(filter(None, [opening, sep.join(numbered), closing]))
 
 
 def control_pairs(normals: Sequence[NormalAnswer], seed: int = 0) -> list[ControlPair]:
@@ -158,7 +245,7 @@ def control_pairs(normals: Sequence[NormalAnswer], seed: int = 0) -> list[Contro
     out = []
     for i, normal in enumerate(sound):
         answer = normal.answer
-        controls = {FIRST_HALF: first_half(answer), SHUFFLED_HALF: shuffled_half(answer, rng)}
+        controls = {REPEATED: repeated_points(answer, rng), SCRAMBLED: scrambled_sentences(answer, rng)}
         if len(sound) > 1:
             controls[OTHER_QUESTION] = sound[(i + 1) % len(sound)].answer
         for kind in KINDS:

@@ -93,7 +93,7 @@ def test_packets_hold_only_questions_and_answers_with_each_pairs_orders_apart(
     packets = " ".join(
         (tmp_path / "p" / f"packet-{i}.txt").read_text() for i in range(3)
     )
-    for hint in ("SoT", "plain", "control", "first half", "shuffled", "real", "config"):
+    for hint in ("SoT", "plain", "control", "repeated", "scrambled", "real", "config"):
         assert hint not in packets
     pairs: dict = {}
     for a in map(lambda a: blind.Asking(**a), keys["askings"]):

@@ -4,22 +4,25 @@ import dataclasses
 import json
 import random
 import re
+from collections import Counter
 
 from sglang_specsot.bench import judge_controls as jc
 from sglang_specsot.bench.chat_judge import ChatJudge, chat_route, read_verdict
+from sglang_specsot.bench.endings import split_points
+from sglang_specsot.bench.metrics import sentences
 
 TIPS = ("Preparing for a job interview takes some planning. Here are some tips:\n\n"
-        "1. **Research the company**: Read its website and recent news. Know what it makes.\n\n"
-        "2. **Practice common questions**: Rehearse answers aloud. Ask a friend to play the interviewer.\n\n"
-        "3. **Dress appropriately**: Choose clothes that fit the company's culture.\n\n"
-        "4. **Prepare questions**: Ask about the team and the role. It shows interest.\n\n"
+        "1. **Research the company**: Read the company's website and recent news. Know what the company makes.\n\n"
+        "2. **Practice common questions**: Rehearse answers to common questions aloud. Ask a friend to practice as the interviewer.\n\n"
+        "3. **Dress appropriately**: Choose clothes that fit the dress code of the place.\n\n"
+        "4. **Prepare to ask**: Prepare to ask about the team and the role. It shows you prepared.\n\n"
         "Good preparation makes an interview less stressful.")
 FASHION = ("Fast fashion harms the environment in several ways:\n\n"
            "1. **Water use**: Growing cotton and dyeing fabric use vast amounts of water.\n\n"
-           "2. **Waste**: Cheap clothes are worn briefly and end in landfills.\n\n"
-           "3. **Emissions**: Production and shipping emit greenhouse gases.")
-SLEEP = ("Better sleep starts with habits:\n\n1. **Keep a schedule**: Go to bed at the same time.\n\n"
-         "2. **Limit screens**: Blue light delays sleep.\n\n3. **Avoid caffeine late**: It stays in the body for hours.")
+           "2. **Waste**: Cheap clothes are worn briefly and end as waste in landfills.\n\n"
+           "3. **Emissions**: Production and shipping cause emissions of greenhouse gases.")
+SLEEP = ("Better sleep starts with habits:\n\n1. **Keep a schedule**: Keep the same bedtime every night.\n\n"
+         "2. **Limit screens**: Blue light from screens delays sleep.\n\n3. **Avoid caffeine late**: Caffeine stays in the body for hours.")
 NORMALS = [jc.NormalAnswer(1, "How should I prepare for a job interview?", TIPS),
            jc.NormalAnswer(2, "What are the environmental consequences of fast fashion?", FASHION),
            jc.NormalAnswer(3, "How can I improve my sleep?", SLEEP)]
@@ -35,10 +38,15 @@ def always_a(question: str, a: str, b: str) -> str:
 
 
 def reads_content(question: str, a: str, b: str) -> str:
-    """Prefers the answer on the question's topic, then the one with more points and words."""
-    def merit(answer: str) -> tuple[int, int, int]:
-        words = lambda t: set(re.findall(r"[a-z]{4,}", t.lower()))  # noqa: E731
-        return len(words(question) & words(answer)), answer.count("**") // 2, len(answer.split())
+    """Prefers the answer on the question's topic, then the one that says no sentence twice, then
+    the one whose points' sentences are about their titles (share a word stem), then more words."""
+    stems = lambda t: {w[:5] for w in re.findall(r"[a-z]{4,}", t.lower())}  # noqa: E731
+
+    def merit(answer: str) -> tuple[int, int, int, int]:
+        said = sentences(answer)
+        on_title = sum(bool(stems(p.split("\n")[0].split("**")[1 if "**" in p else 0]) & stems(s))
+                       for p in split_points(answer) for s in sentences(p.split("**:", 1)[-1]))  # fmt: skip
+        return len(stems(question) & stems(answer)), len(set(said)) - len(said), on_title, len(answer.split())
 
     return "A" if merit(a) > merit(b) else "B" if merit(b) > merit(a) else "tie"
 
@@ -48,17 +56,55 @@ def test_every_control_is_worse_than_its_answer_and_built_from_it():
     assert {(p.question_id, p.kind) for p in pairs} == {(n.question_id, k) for n in NORMALS for k in jc.KINDS}
     by = {(p.question_id, p.kind): p.control for p in pairs}
     assert by[(1, jc.OTHER_QUESTION)] == FASHION and by[(3, jc.OTHER_QUESTION)] == TIPS
-    assert by[(1, jc.FIRST_HALF)] == TIPS[: TIPS.index("3. **Dress")].strip()  # opening, points 1-2, whole
-    shuffled = by[(1, jc.SHUFFLED_HALF)]
-    assert shuffled.startswith("Preparing for a job interview") and shuffled.count("**") == 4  # 2 of 4 points
-    assert re.findall(r"^(\d+)\. ", shuffled, re.M) == ["1", "2"]  # renumbered
+    repeated = by[(1, jc.REPEATED)]
+    assert repeated.startswith("Preparing for a job interview") and repeated.endswith("less stressful.")
+    assert re.findall(r"^(\d+)\. ", repeated, re.M) == [str(i) for i in range(1, 7)]  # 4 points + 2 again
+    scrambled = by[(1, jc.SCRAMBLED)]
+    assert scrambled.startswith("Preparing for a job interview") and scrambled.endswith("less stressful.")
 
 
-def test_first_half_is_the_opening_and_the_first_half_of_the_points_as_written():
-    assert jc.first_half(FASHION) == FASHION[: FASHION.index("2. **Waste")].strip()  # 3 points: keeps 1
-    tight = "Benefits:\n1. Fast.\n2. Simple.\n3. Free.\n4. Portable.\n5. Popular.\nOverall, good."
-    assert jc.first_half(tight) == "Benefits:\n1. Fast.\n2. Simple."  # no mid-sentence cut, no closing line
-    assert "Good preparation" not in jc.first_half(TIPS)  # the closing paragraph goes with the last point
+def _bodies(text: str) -> Counter:
+    """The answer's sentences without a title ("Title: first sentence" -> "first sentence")."""
+    return Counter(s.split(": ", 1)[-1] for s in sentences(text) if not s.endswith(":"))  # not a bare title
+
+
+def _point_of(text: str) -> dict[str, int]:
+    return {s: i for i, point in enumerate(split_points(text)) for s in _bodies(point)}
+
+
+def test_repeated_points_keeps_every_sentence_and_says_two_points_again():
+    for seed in range(10):
+        control = jc.repeated_points(TIPS, random.Random(seed))
+        assert not Counter(sentences(TIPS)) - Counter(sentences(control))  # every sentence of the answer
+        assert len(split_points(control)) == len(split_points(TIPS)) + 2
+        assert re.findall(r"^(\d+)\. ", control, re.M) == [str(i) for i in range(1, 7)]  # consecutive
+        extra = Counter(sentences(control)) - Counter(sentences(TIPS))
+        assert set(extra) <= set(sentences(TIPS)) and len(set(split_points(control))) >= 4  # only repeats
+        assert control.endswith("Good preparation makes an interview less stressful.")  # the closing stays last
+    assert jc.repeated_points(TIPS, random.Random(3)) == jc.repeated_points(TIPS, random.Random(3))
+    assert len({jc.repeated_points(TIPS, random.Random(s)) for s in range(10)}) > 1
+
+
+def test_scrambled_sentences_keeps_every_sentence_and_moves_half_to_other_points():
+    for seed in range(10):
+        control = jc.scrambled_sentences(TIPS, random.Random(seed))
+        assert _bodies(control) == _bodies(TIPS)  # every sentence, each once
+        assert [p.split(":")[0] for p in split_points(control)] == [p.split(":")[0] for p in split_points(TIPS)]
+        before, after = _point_of(TIPS), _point_of(control)
+        body = [s for s in before if not s.startswith("Good preparation") and s not in
+                {"Research the company", "Practice common questions"}]  # fmt: skip
+        moved = sum(before[s] != after[s] for s in body)
+        assert moved >= len(body) / 2 - 1  # a title's first sentence counts as its own: allow one
+    assert jc.scrambled_sentences(TIPS, random.Random(3)) == jc.scrambled_sentences(TIPS, random.Random(3))
+    assert len({jc.scrambled_sentences(TIPS, random.Random(s)) for s in range(10)}) > 1
+
+
+def test_an_answer_with_fewer_than_three_points_builds_neither_control():
+    two = "Two reasons:\n\n1. **Cost**: It is cheap. It lasts.\n\n2. **Speed**: It is fast. It scales."
+    for build in (jc.repeated_points, jc.scrambled_sentences):
+        assert build(two, random.Random(0)) is None
+        assert build("One paragraph, no points.", random.Random(0)) is None
+    assert jc.scrambled_sentences("Benefits:\n1. Fast.\n2. Simple.\n3. Free.", random.Random(0)) is None  # no body
 
 
 def test_only_sound_answers_build_controls_and_the_rest_are_reported():
@@ -81,14 +127,7 @@ def test_a_looping_answer_builds_no_control_though_its_record_missed_the_loop():
     assert jc.unsound(normal) == jc.LOOPED
     pairs = jc.control_pairs([*NORMALS, normal])
     assert all(p.question_id != 7 and p.control != LOOPING for p in pairs)
-    assert {p.question_id for p in pairs if p.kind == jc.FIRST_HALF} == {1, 2, 3}
-
-
-def test_shuffled_half_keeps_half_the_points_in_a_seeded_order():
-    kept = [jc.shuffled_half(TIPS, random.Random(s)) for s in range(8)]
-    assert len(set(kept)) > 1  # the seed picks which half
-    assert kept[0] == jc.shuffled_half(TIPS, random.Random(0))
-    assert jc.shuffled_half("One paragraph, no points.", random.Random(0)) is None
+    assert {p.question_id for p in pairs if p.kind == jc.REPEATED} == {1, 2, 3}
 
 
 def test_a_judge_that_always_answers_a_fails_the_controls():
