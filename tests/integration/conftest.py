@@ -263,8 +263,9 @@ def shared_specsot_server(smollm2_path, tmp_path_factory) -> Iterator[ServerProc
         yield server
 
 
-# Server-side SoT names its generations "specsot-<group>-<role>-<n>" (serving/backend.py).
-SOT_RID = r"specsot-(?P<group>[0-9a-f]+)-(?P<role>[a-z]+)-(?P<n>\d+)"
+# Server-side SoT names its generations "specsot-<group>-<role>-<n>", a branch's role with its
+# point: "branch3" (serving/backend.py).
+SOT_RID = r"specsot-(?P<group>[0-9a-f]+)-(?P<role>[a-z]+)(?P<point>\d*)-(?P<n>\d+)"
 RECEIVED_RID = re.compile(r"Receive: obj=GenerateReqInput\(.*?rid='(" + SOT_RID + ")'")
 ABORTED_RID = re.compile(r"Abort (?:running|queued) request\. req\.rid='(" + SOT_RID + ")'")
 HANG_GUARD = 120.0  # seconds; waiting on a server is bounded, never a speed assertion

@@ -119,7 +119,7 @@ def wait_for_phase(server, start: int, phase: str, call: SoTCall) -> None:
         live = running(server, start, next(iter(groups)))
         if phase == "skeleton":
             return any("-skeleton-" in rid for rid in live) and load_snapshot(server)["num_running_reqs"] >= 1
-        return sum("-branch-" in rid for rid in live) >= 2 and load_snapshot(server)["num_running_reqs"] >= 2
+        return sum("-branch" in rid for rid in live) >= 2 and load_snapshot(server)["num_running_reqs"] >= 2
 
     wait_for(there, f"the SoT request's {phase} to run", poll=0.02)
 

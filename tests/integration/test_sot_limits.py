@@ -208,10 +208,11 @@ def test_an_aborted_branch_ends_the_stream_with_finish_reason_abort(server):
     group = first["id"].removeprefix("chatcmpl-specsot-")
     stop = threading.Event()
 
-    def abort_branches():  # branch rids are specsot-<group>-branch-<n>, n from 2 (serving/backend.py)
+    def abort_branches():  # branch rids are specsot-<group>-branch<point>-<n>, n from 2 (serving/backend.py)
         while not stop.is_set():
-            for n in range(2, 10):
-                abort_request(server, f"specsot-{group}-branch-{n}")
+            for point in range(8):
+                for n in range(2, 12):
+                    abort_request(server, f"specsot-{group}-branch{point}-{n}")
             stop.wait(0.2)
 
     aborter = threading.Thread(target=abort_branches)
