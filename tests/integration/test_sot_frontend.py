@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from sglang_specsot.sot.prompts import title_lead_in
 from sglang_specsot.bench.cells import flush_cache
 from sglang_specsot.sot import SoTConfig
 from sglang_specsot.sot.runner import SoTOptions
@@ -51,7 +52,8 @@ def test_suitable_question_gives_a_plan_shaped_answer(sot_answer):
     assert answer.skeleton.text.startswith("1.") and answer.skeleton.result.completion_tokens > 0
     lines = answer.answer.split("\n")
     assert len(lines) == len(points)
-    assert all(line.startswith(f"{i}. {point}") for i, (line, point) in enumerate(zip(lines, points), 1))
+    # "i. **Title**: body": the branch was pre-filled with its bold title (prompts.title_lead_in).
+    assert all(line.startswith(f"{i}. {title_lead_in(point).rstrip(':')}") for i, (line, point) in enumerate(zip(lines, points), 1))
     results = answer.branches.results
     assert [b.index for b in results] == list(range(len(points)))
     assert all(0 < b.result.completion_tokens <= CONFIG.default_branch_tokens for b in results)
@@ -72,7 +74,7 @@ def test_a_question_naming_its_items_is_planned_by_them(endpoint, render):
     assert answer.path == "sot" and answer.skeleton.derived
     assert answer.branches.plan.points == ("Walking", "Swimming", "Cycling")
     assert all(b.result.completion_tokens > 0 for b in answer.branches.results)
-    assert answer.answer.startswith("1. Walking")
+    assert answer.answer.startswith("1. **Walking**")
 
 
 def test_unsuitable_question_takes_the_normal_path(endpoint, render, smollm2_server):
