@@ -130,7 +130,7 @@ def test_a_question_naming_its_items_is_planned_by_them(smollm2_server):
     assert trace["skeleton"]["points"] == ["Walking", "Swimming", "Cycling"]
     assert trace["skeleton"]["completion_tokens"] == 0
     assert reply["choices"][0]["message"]["reasoning_content"] == "1. Walking\n2. Swimming\n3. Cycling"
-    assert reply["choices"][0]["message"]["content"].startswith("1. Walking")
+    assert reply["choices"][0]["message"]["content"].startswith("1. **Walking**")
     assert reply["usage"]["completion_tokens"] == sum(b["completion_tokens"] for b in trace["branches"]["items"])
 
 
