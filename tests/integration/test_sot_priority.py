@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 CONFIG = {"skeleton_max_tokens": 96, "max_points": 3, "max_running": 2, "default_branch_tokens": 16,
           "min_branch_tokens": 8, "router_min_answer_tokens": 1}  # fmt: skip
 assert "--enable-priority-scheduling" in SHARED_SPECSOT_ARGS
-PRIORITY = re.compile(r"Receive: obj=GenerateReqInput\(.*?rid='specsot-[0-9a-f]+-(?P<role>[a-z]+)-\d+'.*?priority=(?P<p>-?\d+|None)")
+PRIORITY = re.compile(r"Receive: obj=GenerateReqInput\(.*?rid='specsot-[0-9a-f]+-(?P<role>[a-z]+)\d*-\d+'.*?priority=(?P<p>-?\d+|None)")
 
 
 def test_branches_run_one_priority_step_ahead_of_their_request(shared_specsot_server):
