@@ -151,13 +151,16 @@ class TokenizerManagerBackend:
         A branch prompt repeats the question and the whole skeleton, so a question that fits
         the context with room for a skeleton can leave a branch less than its budget; SGLang
         would refuse that branch (tokenizer_manager.py:1353-1377) after the skeleton had been
-        streamed. The budget is clamped instead (the branch then ends as "budget"). A prompt
-        with no room at all is still SGLang's refusal: there is nothing to answer with."""
+        streamed. The budget is clamped instead (the branch then ends as "budget"). So is the
+        normal answer a skeleton that is no plan falls back to: a client's own cap was checked
+        against the context before SoT began (chat._beyond_context), so only a budget the
+        server chose is cut, to what SGLang gives a request without max_tokens. A prompt with
+        no room at all is still SGLang's refusal: there is nothing to answer with."""
         budget = request.max_new_tokens
         room = sgl.request_token_room(self.tokenizer_manager)
         # A byte-level BPE never makes more tokens than UTF-8 bytes (+ a few specials), so
         # most prompts are shown to fit without tokenizing them a second time.
-        if request.tag.role == PLAIN or len(request.prompt.encode()) + _SPECIAL_TOKENS + budget <= room:
+        if len(request.prompt.encode()) + _SPECIAL_TOKENS + budget <= room:
             return budget
         prompt_tokens = len(self.tokenizer_manager.tokenizer.encode(request.prompt))
         return max(1, min(budget, room - prompt_tokens))
