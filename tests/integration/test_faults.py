@@ -191,7 +191,7 @@ def test_abort_request_on_one_generation_stops_the_whole_group(server, bystander
     def fault(call: SoTCall, live: set[str]) -> set[str]:
         # Its siblings end only once SGLang resumes: the runner hears of the abort from the
         # scheduler's output, which a paused scheduler does not send.
-        target = sorted(rid for rid in live if f"-{phase}-" in rid)[0]
+        target = sorted(rid for rid in live if f"-{phase}" in rid)[0]
         abort_request(server, target)
         return {target}
 
