@@ -13,18 +13,21 @@ pay for a 1.5B target), without SPECSOT's extra SoT-context nodes: a floor for S
 The result is an acceptance trace (speculative/trace.py lines) and the answers' shapes
 (trace_shapes.AnswerShape) for the device's replay stage, from an e2e run's plain and
 SoT-server cells. The answer text is re-tokenized, so a count can differ from the served one by
-a token or two at a boundary; the shapes keep the served counts where the run recorded them.
+a token or two at a boundary; the shapes keep the served counts where the run recorded them. The
+prompts are rendered by this code's `sot.prompts`, not the run's: after a prompt change the
+skeleton's and branches' prompts (and the draft's view of them) are today's.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sglang_specsot.bench.store import OK, CellResult, load
-from sglang_specsot.bench.trace_shapes import ANSWERS_FILE, TRACE_FILE, AnswerShape, acceptance
+from sglang_specsot.bench.endings import split_points
+from sglang_specsot.bench.trace_shapes import AnswerShape, write_folder
+from sglang_specsot.sot.gen_requests import shared_prefix
 from sglang_specsot.sot.prompts import SKELETON_PREFILL, expansion_prompt, normal_messages, skeleton_prompt
 from sglang_specsot.speculative.trace import TraceStep
 
@@ -68,9 +71,8 @@ class TeacherDraft:
     def ids(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def next_tokens(self, prompt: str, answer: list[int]) -> list[int]:
-        """The draft's greedy token after each prefix prompt + answer[: i + 1]."""
-        prompt_ids = self.ids(prompt)
+    def next_tokens(self, prompt_ids: list[int], answer: list[int]) -> list[int]:
+        """The draft's greedy token after each prefix prompt_ids + answer[: i + 1]."""
         with self.torch.inference_mode():
             logits = self.model(self.torch.tensor([prompt_ids + answer])).logits[0]
         return logits[len(prompt_ids) :].argmax(-1).tolist()
@@ -78,8 +80,9 @@ class TeacherDraft:
     def steps(self, rid: str, prompt: str, text: str, k: int, eos: bool = True) -> tuple[list[TraceStep], int]:
         """(the chain's steps over `text` asked with `prompt`, the prompt's tokens); `eos`: the
         answer ended with the end-of-turn token, which its last step committed too."""
+        prompt_ids = self.ids(prompt)
         answer = self.ids(text) + ([self.tokenizer.eos_token_id] if eos else [])
-        return chain_steps(rid, answer, self.next_tokens(prompt, answer), k), len(self.ids(prompt))
+        return chain_steps(rid, answer, self.next_tokens(prompt_ids, answer), k), len(prompt_ids)
 
 
 def sot_parts(cell: CellResult) -> tuple[list[str], list[str]]:
@@ -87,13 +90,14 @@ def sot_parts(cell: CellResult) -> tuple[list[str], list[str]]:
     body's continuation lines (a list it wrote) stay with it."""
     titles: list[str] = []
     bodies: list[str] = []
-    for line in cell.answer.split("\n"):
-        match = _POINT_LINE.match(line)
+    for point in split_points(cell.answer):
+        head, newline, rest = point.partition("\n")
+        match = _POINT_LINE.match(head)
         if match:
             titles.append(match["title"])
-            bodies.append(match["body"] or "")
+            bodies.append((match["body"] or "") + newline + rest)
         elif bodies:
-            bodies[-1] += "\n" + line
+            bodies[-1] += "\n" + point
     return titles, bodies
 
 
@@ -114,7 +118,7 @@ def question_trace(teacher: TeacherDraft, question: str, plain: CellResult, sot:
         skeleton_rid, skeleton.render(teacher.render), sot.skeleton_text.removeprefix(SKELETON_PREFILL), k)
     steps += skeleton_steps
     prompts = [expansion_prompt(question, titles, i).render(teacher.render) for i in range(len(titles))]
-    prefix = teacher.ids(_common_prefix(prompts))
+    prefix = teacher.ids(shared_prefix(prompts))
     rids = []
     for i, (prompt, body) in enumerate(zip(prompts, bodies)):
         rids.append(f"{group}-branch{i}-{i + 2}")
@@ -128,12 +132,6 @@ def question_trace(teacher: TeacherDraft, question: str, plain: CellResult, sot:
                        skeleton_prompt_tokens, skeleton_rid, branch_tokens, tuple(rids), len(prefix), suffix), steps  # fmt: skip
 
 
-def _common_prefix(texts: Sequence[str]) -> str:
-    first = texts[0]
-    end = next((i for i in range(len(first)) if any(i >= len(t) or t[i] != first[i] for t in texts[1:])), len(first))
-    return first[: first.rfind("\n", 0, end) + 1]
-
-
 def write(run: Path, questions: dict[int, str], teacher: TeacherDraft, out: Path, k: int = 4,
           sot_config: str = "SoT-server") -> dict:  # fmt: skip
     """answers.jsonl, trace.jsonl and acceptance.json in `out` for every question of `run` with
@@ -144,12 +142,7 @@ def write(run: Path, questions: dict[int, str], teacher: TeacherDraft, out: Path
         shape, steps = question_trace(teacher, questions[qid], cells[(qid, "plain")], cells.get((qid, sot_config)), k)
         shapes.append(shape)
         trace += steps
-    out.mkdir(parents=True, exist_ok=True)
-    (out / ANSWERS_FILE).write_text("".join(s.to_json() + "\n" for s in shapes))
-    (out / TRACE_FILE).write_text("".join(s.to_json() + "\n" for s in trace))
     by_rid: dict[str, list[TraceStep]] = {}
     for step in trace:
         by_rid.setdefault(step.rid, []).append(step)
-    summary = acceptance(by_rid)
-    (out / "acceptance.json").write_text(json.dumps(summary, indent=1) + "\n")
-    return summary
+    return write_folder(out, shapes, by_rid)

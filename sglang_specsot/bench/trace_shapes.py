@@ -159,10 +159,15 @@ def write(out: Path, runs: Sequence[Path], trace_paths: Sequence[Path]) -> dict:
         trace.update(read_trace(str(path)))
     shapes = build_shapes(runs, trace)
     keep = {r for s in shapes for r in (s.specsot_rid, s.skeleton_rid, *s.branch_rids) if r}
-    kept = {rid: steps for rid, steps in trace.items() if rid in keep}
+    return write_folder(out, shapes, {rid: steps for rid, steps in trace.items() if rid in keep})
+
+
+def write_folder(out: Path, shapes: Sequence[AnswerShape], trace: Mapping[str, list[TraceStep]]) -> dict:
+    """A trace folder: answers.jsonl (one shape a line), trace.jsonl (each request's steps in
+    order) and acceptance.json, whose summary is returned."""
     out.mkdir(parents=True, exist_ok=True)
     (out / ANSWERS_FILE).write_text("".join(s.to_json() + "\n" for s in shapes))
-    (out / TRACE_FILE).write_text("".join(step.to_json() + "\n" for steps in kept.values() for step in steps))
-    summary = acceptance(kept)
+    (out / TRACE_FILE).write_text("".join(step.to_json() + "\n" for steps in trace.values() for step in steps))
+    summary = acceptance(trace)
     (out / "acceptance.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
