@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_specsot.bench.ceiling import specsot_part, speedup_ceiling
+from sglang_specsot.bench.ceiling import speedup_ceiling
 from sglang_specsot.costs.cost_model import CostModel, ForwardCost
 
 BF16_BYTES = 2
@@ -179,31 +179,6 @@ def predict_ms(cost: CostModel, shape: AnswerShape, p_by_depth: Sequence[float],
         prompts = shape.branch_prefix + shape.skeleton_tokens + shape.branch_prompt * len(shape.branch_tokens)
         out[name] = skeleton + _prefill_ms(cost, prompts, drafting) + _decode_ms(cost, shape.branch_tokens, spec, host_ms)
     return out
-
-
-def pooled_acceptance(states: Iterable[dict], source: str, min_reached: int = 30) -> tuple[list[float], list[int]]:
-    """(p by depth, reached by depth) of one drafting source summed over `/server_info`-style
-    `specsot` states, cut at the first depth reached fewer than `min_reached` times."""
-    reached: list[int] = []
-    accepted: list[int] = []
-    for state in states:
-        by_source = state.get("acceptance_by_depth", {}).get(source, {})
-        for d, (r, a) in enumerate(zip(by_source.get("reached", []), by_source.get("accepted", []))):
-            if d == len(reached):
-                reached.append(0)
-                accepted.append(0)
-            reached[d] += r
-            accepted[d] += a
-    depth = next((d for d, r in enumerate(reached) if r < min_reached), len(reached))
-    return [a / r for a, r in zip(accepted[:depth], reached[:depth])], reached
-
-
-def specsot_states(path: Path) -> list[dict]:
-    """The `specsot` states a step log holds: a server_info JSON (whole or trimmed to SPECSOT's
-    part) or a server_state.jsonl."""
-    text = path.read_text()
-    docs = [json.loads(line) for line in text.splitlines() if line.strip()] if path.suffix == ".jsonl" else [json.loads(text)]
-    return [specsot_part(d) for d in docs]
 
 
 def median_ms(cost: CostModel, shapes: Sequence[AnswerShape], p_by_depth: Sequence[float],

@@ -71,13 +71,6 @@ def test_good_acceptance_makes_speculation_faster_and_the_overhead_dearer_to_it(
     assert gain(slow) < gain(fast)
 
 
-def test_pooled_acceptance_sums_the_logs_and_cuts_thin_depths():
-    logs = [{"acceptance_by_depth": {"extend": {"reached": [100, 50, 10], "accepted": [70, 30, 5]}}},
-            {"acceptance_by_depth": {"extend": {"reached": [100, 30], "accepted": [50, 18]}}}]  # fmt: skip
-    p, reached = gp.pooled_acceptance(logs, "extend", min_reached=20)
-    assert p == pytest.approx([0.6, 0.6]) and reached == [200, 80, 10]
-
-
 def test_host_time_a_step_slows_speculation_until_it_declines_to_draft():
     cost = _cost()
     free, dear = (gp.predict_ms(cost, SHAPE, [0.8] * 4, host_ms=h) for h in (0.0, 3.0))
