@@ -264,28 +264,34 @@ def normal_request(answer: AnswerShape, tag: str, limits: Limits) -> Request:
     assert answer.specsot_rid is not None, (
         f"question {answer.question_id} has no traced normal answer"
     )
-    prompt = random_ids(
-        f"{answer.question_id}/plain",
-        limits.prompt(answer.plain_prompt_tokens),
-        limits.vocab,
-    )
-    return Request(
-        tagged(answer.specsot_rid, tag), prompt, limits.new(answer.plain_tokens)
+    return _single(
+        answer,
+        "plain",
+        answer.specsot_rid,
+        answer.plain_prompt_tokens,
+        answer.plain_tokens,
+        tag,
+        limits,
     )
 
 
 def skeleton_request(answer: AnswerShape, tag: str, limits: Limits) -> Request:
+    """The skeleton: a random prompt of skeleton_prompt_tokens, exactly skeleton_tokens new."""
     assert answer.skeleton_rid is not None, (
         f"question {answer.question_id} has no SoT answer"
     )
+    return _single(answer, "skeleton", answer.skeleton_rid, answer.skeleton_prompt_tokens, answer.skeleton_tokens,
+                   tag, limits)  # fmt: skip
+
+
+def _single(answer: AnswerShape, part: str, rid: str, prompt_tokens: int, new_tokens: int, tag: str,
+            limits: Limits) -> Request:  # fmt: skip
+    """One recorded generation in pass `tag`: its prompt seeded by question and part, the same
+    on every pass."""
     prompt = random_ids(
-        f"{answer.question_id}/skeleton",
-        limits.prompt(answer.skeleton_prompt_tokens),
-        limits.vocab,
+        f"{answer.question_id}/{part}", limits.prompt(prompt_tokens), limits.vocab
     )
-    return Request(
-        tagged(answer.skeleton_rid, tag), prompt, limits.new(answer.skeleton_tokens)
-    )
+    return Request(tagged(rid, tag), prompt, limits.new(new_tokens))
 
 
 def branch_requests(
