@@ -29,8 +29,9 @@ class BranchPlan:
     branches: tuple[Branch, ...]  # start order: largest budget first, ties by skeleton order
     max_running: int
     dropped_points: tuple[str, ...] = ()  # points past the branch cap, never expanded
-    # The length each point is asked to take (sot.budget.point_target); None: the prompt asks
-    # for its default length and budgets come from predictions or default_branch_tokens.
+    # The length each point aims at (sot.budget.POINT_AIM_TOKENS): past it a branch ends at its
+    # next sentence end (gen_requests._end_after); None: budgets come from predictions or
+    # default_branch_tokens and no branch ends early.
     point_tokens: int | None = None
 
     @property
