@@ -158,9 +158,10 @@ def expansion_prompt(
         f"{format_skeleton(points)}\n\n"
         f"You write the body of one of these points: {POINT_LENGTH} of prose, one paragraph without a list, "
         "with the specific facts, examples, steps or reasons a complete answer gives for it. Its title is "
-        "already written: go "
-        "straight to the content, without repeating the title or the question. Do not number your text "
-        "and stop before any other point.\n"
+        "already written: open "
+        "with a specific fact, example, step or reason, not with a general sentence that repeats the title "
+        "or the question. Other writers cover the other points: say nothing that belongs to them. Do not "
+        "number your text and stop before any other point.\n"
         + (_EXPAND_REMINDER.format(instructions=instructions) if instructions else "")
         + f'Write only point {number}, "{point}".'
     )
