@@ -52,7 +52,8 @@ def test_expansion_prompt_sees_question_and_whole_skeleton():
     user = prompt.messages[-1]["content"]
     assert QUESTION in user and format_skeleton(POINTS) in user
     assert 'point 2, "Prioritize tasks"' in user and "two to four sentences" in user
-    assert "without repeating the title or the question" in user
+    assert "not with a general sentence that repeats the title" in user
+    assert "say nothing that belongs to them" in user
     # The title is pre-filled in bold with a colon, so the branch writes only the content and
     # cannot run the title into its first sentence ("Take breaks are crucial").
     assert prompt.assistant_prefix == "**Prioritize tasks**:"
