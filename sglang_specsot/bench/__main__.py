@@ -10,6 +10,7 @@
     scale-sim    p50/p95 and throughput over replicas, simulated from one replica's curve
     dp-placement  an SoT answer's branches kept on one DP rank vs spread, side by side
     teacher-trace  a draft's greedy chain acceptance on a run's recorded answers, offline (no server)
+    trace-compare  two trace folders of the same answers (served, teacher-forced), step for step
     trace-shapes  an e2e run's acceptance trace and answer shapes, compact, for the device's replay
     gpu-predict  predicted GPU latency of every route from a roofline and the runs' acceptance (not a measurement)
 """
@@ -150,6 +151,13 @@ def _trace_shapes(args) -> int:
     return 0
 
 
+def _trace_compare(args) -> int:
+    from sglang_specsot.bench.trace_compare import compare, summary
+
+    print(summary(compare(Path(args.a), Path(args.b))))
+    return 0
+
+
 def _teacher_trace(args) -> int:
     import json
 
@@ -248,6 +256,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", nargs="+", required=True, help="the SGLANG_SPECSOT_TRACE files of those runs")
     p.add_argument("--out", required=True, help="the folder for answers.jsonl, trace.jsonl and acceptance.json")
     p.set_defaults(run=_trace_shapes)
+    p = sub.add_parser("trace-compare", help="two trace folders of the same answers, step for step (bench/trace_compare.py)")
+    p.add_argument("a", help="a trace folder (bench trace-shapes: a served run)")
+    p.add_argument("b", help="a trace folder of the same run's answers (bench teacher-trace)")
+    p.set_defaults(run=_trace_compare)
     p = sub.add_parser("gpu-predict", help="H100 latency predicted from a roofline and the runs' step logs")
     p.add_argument("--root", default=".", help="the repository root the benchmark files are read under")
     p.set_defaults(run=_gpu_predict)
