@@ -15,16 +15,9 @@ from dataclasses import dataclass
 
 from sglang_specsot.bench.endings import split_points
 from sglang_specsot.bench.metrics import sentences
+from sglang_specsot.sot.stems import TITLE_OVERLAP, content_stems
+from sglang_specsot.sot.stems import WORD as _WORD
 
-_WORD = re.compile(r"[A-Za-z][A-Za-z']*")
-_SUFFIXES = ("ities", "ity", "ness", "ments", "ment", "ings", "ing", "ions", "ion", "ies", "ed", "es", "ly", "s", "e", "y")
-_STOP = frozenset(
-    "a an the and or but nor of to in on at by for with from into as than that which who whom whose this these those "
-    "it its it's is are was were be been being am do does did can could should would will may might must shall "
-    "you your yours i me my we our us they them their he she his her there here what how why when where "
-    "not no so if then also just very more most some any such about over under up out own each other all "
-    "one two first-time".split()
-)
 # Words that carry no content of their own when a point opens with them ("X is a crucial step").
 _FILLER = frozenset(
     "crucial important essential significant key vital critical major powerful effective great good "
@@ -42,7 +35,6 @@ _MATTERS = re.compile(r"\b(?:is|are)\s+(?:(?:a|an|the)\s+)?(?:\w+\s+)?(?:crucial
 _FINITE = frozenset("is are was were can will helps help allows plays makes keeps ensures provides means".split())
 GLUE_WINDOW = 5  # words after the title in which the finite verb must come
 REPEAT_STEMS = 3  # a title repeated in another point's body has at least this many content stems
-TITLE_OVERLAP = 0.6  # two titles sharing this share of their stems (Jaccard) are one point
 _IMPERATIVE = frozenset(
     "add adjust ask attend avoid be book break bring budget build celebrate check choose clean comment "
     "communicate compare consider create declutter define delegate develop do dress eat eliminate embrace "
@@ -52,21 +44,6 @@ _IMPERATIVE = frozenset(
     "rest review reward save schedule seek set sleep start stay take talk test track travel try understand "
     "update use verify visit write".split()
 )
-
-
-def stem(word: str) -> str:
-    """A crude stem: lower case, possessive and one common suffix cut, at least 3 letters kept."""
-    word = word.lower().removesuffix("'s").strip("'")
-    for suffix in _SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
-    return word
-
-
-def content_stems(text: str, drop: frozenset[str] = frozenset()) -> set[str]:
-    """Stems of the words of `text` that carry content (stop words and `drop` left out)."""
-    words = (w.lower() for w in _WORD.findall(text))
-    return {stem(w) for w in words if w not in _STOP and w not in drop}
 
 
 def visible_words(text: str) -> int:

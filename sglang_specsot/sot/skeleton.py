@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
 from sglang_specsot.sot.prompts import SKELETON_PREFILL
+from sglang_specsot.sot.stems import content_stems, same_idea
 from sglang_specsot.sot.text import (
     ListLine,
     classify_line,
@@ -102,6 +103,8 @@ def parse_skeleton(
         return _finish(SkeletonParse(ERROR, (), reason, list_format, notes))
     if len(text) > _MAX_SCAN_CHARS:
         notes += (f"read only the first {_MAX_SCAN_CHARS} of {len(text)} characters",)
+    points, long_points, merged = merge_same_ideas(points, long_points, config.min_points)
+    notes += merged
     if len(points) < config.min_points:
         return _finish(_too_few(body, duplicates, points, list_format, notes, config))
     if len(points) > config.max_points:
@@ -272,6 +275,30 @@ def _clean_points(
         notes.append(f"{len(long_points)} point(s) longer than the limit kept as written")
     flagged = tuple(long_points) if config.long_point_policy == "flag" else ()
     return points, tuple(notes), flagged, duplicates
+
+
+def merge_same_ideas(
+    points: list[SkeletonPoint], long_points: tuple[int, ...], floor: int
+) -> tuple[list[SkeletonPoint], tuple[int, ...], tuple[str, ...]]:
+    """(points, long indices, notes) with each point that repeats an earlier one in other words
+    ("Entertainment options" after "Entertainment") dropped, while more than `floor` points
+    remain: two branches written on one idea say the same thing twice, which a reader sees as
+    repetition. The floor keeps a plan a plan: a skeleton of few points keeps its twins."""
+    kept: list[int] = []
+    notes: list[str] = []
+    for i, point in enumerate(points):
+        twin = next((points[k].text for k in kept if same_idea(_idea(point.text), _idea(points[k].text))), None)
+        if twin is not None and len(points) - (i - len(kept)) > floor:
+            notes.append(f"dropped point {point.text[:40]!r}: the same idea as {twin[:40]!r}")
+            continue
+        kept.append(i)
+    index = {old: new for new, old in enumerate(kept)}
+    return [points[k] for k in kept], tuple(index[i] for i in long_points if i in index), tuple(notes)
+
+
+def _idea(title: str) -> set[str]:
+    # Numbers count: "Step 1" and "Step 2" are two points.
+    return content_stems(title) | set(re.findall(r"\d+", title))
 
 
 def _to_point(raw: str, config: SoTConfig) -> tuple[SkeletonPoint | None, bool]:

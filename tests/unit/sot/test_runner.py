@@ -279,7 +279,7 @@ def test_a_cap_too_small_for_sot_answers_normally_within_it_even_in_mode_on():
 
 @pytest.mark.parametrize("cap", [80, 100, 200, 400, 1000])
 def test_the_cap_bounds_the_whole_answer_not_each_generation(cap):
-    skeleton = " Point one\n" + "\n".join(f"{i}. Point {i}" for i in range(2, 11))
+    skeleton = " Point 1\n" + "\n".join(f"{i}. Point {i}" for i in range(2, 11))
     fake = FakeBackend(skeleton, endless=True)  # every branch runs to its budget
     answer = run(run_sot(QUESTION, fake, render, SoTOptions(mode="on", max_new_tokens=cap)))
     assert answer.completion_tokens <= cap
@@ -292,13 +292,13 @@ def test_the_cap_bounds_the_whole_answer_not_each_generation(cap):
 
 
 def test_a_cap_drops_later_points_before_starving_every_branch():
-    skeleton = " Point one\n" + "\n".join(f"{i}. Point {i}" for i in range(2, 11))
+    skeleton = " Point 1\n" + "\n".join(f"{i}. Point {i}" for i in range(2, 11))
     fake = FakeBackend(skeleton, endless=True)
     answer = run(run_sot(QUESTION, fake, render, SoTOptions(mode="on", max_new_tokens=200)))
     # 200 - the skeleton's 21 words leave 179: five branches of at least min_branch_tokens (32),
     # which share the 179 as 35 each, below the budget each point's aim would get.
     assert answer.skeleton.result.completion_tokens == 21
-    assert answer.branches.plan.points == ("Point one", "Point 2", "Point 3", "Point 4", "Point 5")
+    assert answer.branches.plan.points == ("Point 1", "Point 2", "Point 3", "Point 4", "Point 5")
     assert answer.branches.plan.dropped_points[:2] == ("Point 6", "Point 7")
     assert answer.branches.plan.point_tokens == POINT_AIM_TOKENS
     assert {r.max_new_tokens for r in fake.of_role(BRANCH)} == {35}
