@@ -58,6 +58,15 @@ _EXPAND_REMINDER = "Follow the user's instructions: {instructions}\n"
 # length. The 1.5B's sentences are about 19 tokens (median, tuning answers); a branch ends at
 # its first sentence end past its aim (sot.budget.POINT_AIM_TOKENS), about three sentences.
 POINT_LENGTH = "two to four sentences"
+# A worked point, given as an earlier turn: told in words alone not to, the 1.5B still opened
+# most points with a sentence restating the title or the question ("The smartphone has
+# revolutionized communication by ..."); an example that opens on a fact is what small models copy.
+_EXPAND_EXAMPLE_INDEX = 1  # "Limit screens before bed" of the first skeleton example
+_EXPAND_EXAMPLE_BODY = (
+    "Phones and laptops give off blue light, which delays the release of melatonin and keeps the "
+    "brain alert. Put them away 30 to 60 minutes before bed, or turn on night mode if you must use "
+    "one. A paper book or quiet music is a calmer way to wind down."
+)
 _ROUTE_SYSTEM = "You decide how a question should be answered. You reply with one word."
 _ROUTE_USER = (
     "Question: {question}\n\n"
@@ -149,11 +158,26 @@ def expansion_prompt(
             f"index={index} is outside the skeleton's {len(points)} points; pass a 0-based "
             f"index in [0, {len(points) - 1}]"
         )
+    # The worked example and everything before the user turn's last line are the same for every
+    # point, so the branches of one question share them in the radix cache and each prefills
+    # only that line: the instructions come first, the point to write last.
+    example_question, example_skeleton = _SKELETON_EXAMPLES[0]
+    example_points = [line.split(". ", 1)[1] for line in example_skeleton.split("\n")]
+    turns = [
+        ("user", _expand_user(example_question, example_points, _EXPAND_EXAMPLE_INDEX, None)),
+        ("assistant", f"{title_lead_in(example_points[_EXPAND_EXAMPLE_INDEX])} {_EXPAND_EXAMPLE_BODY}"),
+        ("user", _expand_user(question, points, index, instructions)),
+    ]
+    prefix = title_lead_in(points[index]) if lead_in else ""
+    system = _EXPAND_SYSTEM
+    if instructions:
+        system += "\n\n" + _EXPAND_INSTRUCTIONS.format(instructions=instructions)
+    return ChatPrompt(_with_system(system, turns, system_role), prefix)
+
+
+def _expand_user(question: str, points: Sequence[str], index: int, instructions: str | None) -> str:
     number, point = index + 1, points[index]
-    # Everything before the last line is the same for every point, so the branches of one
-    # question share it in the radix cache and each prefills only that line: the
-    # instructions come first, the point to write last.
-    user = (
+    return (
         f"Question: {question}\n\nThe answer follows this skeleton:\n"
         f"{format_skeleton(points)}\n\n"
         f"You write the body of one of these points: {POINT_LENGTH} of prose, one paragraph without a list, "
@@ -165,11 +189,6 @@ def expansion_prompt(
         + (_EXPAND_REMINDER.format(instructions=instructions) if instructions else "")
         + f'Write only point {number}, "{point}".'
     )
-    prefix = title_lead_in(point) if lead_in else ""
-    system = _EXPAND_SYSTEM
-    if instructions:
-        system += "\n\n" + _EXPAND_INSTRUCTIONS.format(instructions=instructions)
-    return ChatPrompt(_with_system(system, [("user", user)], system_role), prefix)
 
 
 def route_prompt(question: str, *, system_role: bool = True) -> ChatPrompt:

@@ -105,11 +105,20 @@ def test_the_clients_system_prompt_goes_into_every_sot_prompt_after_the_shared_p
     assert expansion.messages[0]["content"].startswith(ours) and expansion.messages[0]["content"].endswith(system)
     assert "user's instructions" in expansion.messages[0]["content"]
     # ... and again just before the point to write, in the part every branch shares.
-    user, plain_user = expansion.messages[1]["content"], expansion_prompt(QUESTION, POINTS, 1).messages[1]["content"]
+    user, plain_user = expansion.messages[-1]["content"], expansion_prompt(QUESTION, POINTS, 1).messages[-1]["content"]
     head, last = plain_user.rsplit("\n", 1)
     assert user == f"{head}\nFollow the user's instructions: {system}\n{last}"
     folded = expansion_prompt(QUESTION, POINTS, 1, instructions=system, system_role=False)
     assert folded.messages[0]["role"] == "user" and system in folded.messages[0]["content"]
+
+
+def test_a_branch_sees_one_worked_point_that_opens_on_a_fact_before_its_own():
+    turns = expansion_prompt(QUESTION, POINTS, 2).turns
+    assert [role for role, _ in turns] == ["system", "user", "assistant", "user"]
+    assert 'Write only point 2, "Limit screens before bed".' in turns[1][1]
+    assert turns[2][1].startswith("**Limit screens before bed**: Phones and laptops give off blue light")
+    # The example is the same for every point: the branches share it in the radix cache.
+    assert expansion_prompt(QUESTION, POINTS, 0).turns[:3] == turns[:3]
 
 
 def test_every_point_is_asked_for_what_a_point_needs_in_the_shared_part():
