@@ -61,11 +61,15 @@ POINT_LENGTH = "two to four sentences"
 # A worked point, given as an earlier turn: told in words alone not to, the 1.5B still opened
 # most points with a sentence restating the title or the question ("The smartphone has
 # revolutionized communication by ..."); an example that opens on a fact is what small models copy.
-_EXPAND_EXAMPLE_INDEX = 1  # "Limit screens before bed" of the first skeleton example
+# It is a point of the weather-and-climate example, far from the advice questions SoT mostly
+# answers: a point of the sleep example leaked its topic into a screen-time answer ("Breaks are
+# important for maintaining good sleep").
+_EXPAND_EXAMPLE = 1  # the worked point: "The time scale" of this skeleton example
+_EXPAND_EXAMPLE_POINT = 0
 _EXPAND_EXAMPLE_BODY = (
-    "Phones and laptops give off blue light, which delays the release of melatonin and keeps the "
-    "brain alert. Put them away 30 to 60 minutes before bed, or turn on night mode if you must use "
-    "one. A paper book or quiet music is a calmer way to wind down."
+    "Weather is the state of the air over hours or days: this afternoon's rain, next week's heat. "
+    "Climate is the average of that weather over 30 years or more, so one cold winter says little "
+    "about it, while a decade of warmer winters does."
 )
 _ROUTE_SYSTEM = "You decide how a question should be answered. You reply with one word."
 _ROUTE_USER = (
@@ -161,11 +165,11 @@ def expansion_prompt(
     # The worked example and everything before the user turn's last line are the same for every
     # point, so the branches of one question share them in the radix cache and each prefills
     # only that line: the instructions come first, the point to write last.
-    example_question, example_skeleton = _SKELETON_EXAMPLES[0]
+    example_question, example_skeleton = _SKELETON_EXAMPLES[_EXPAND_EXAMPLE]
     example_points = [line.split(". ", 1)[1] for line in example_skeleton.split("\n")]
     turns = [
-        ("user", _expand_user(example_question, example_points, _EXPAND_EXAMPLE_INDEX, None)),
-        ("assistant", f"{title_lead_in(example_points[_EXPAND_EXAMPLE_INDEX])} {_EXPAND_EXAMPLE_BODY}"),
+        ("user", _expand_user(example_question, example_points, _EXPAND_EXAMPLE_POINT, None)),
+        ("assistant", f"{title_lead_in(example_points[_EXPAND_EXAMPLE_POINT])} {_EXPAND_EXAMPLE_BODY}"),
         ("user", _expand_user(question, points, index, instructions)),
     ]
     prefix = title_lead_in(points[index]) if lead_in else ""

@@ -115,8 +115,8 @@ def test_the_clients_system_prompt_goes_into_every_sot_prompt_after_the_shared_p
 def test_a_branch_sees_one_worked_point_that_opens_on_a_fact_before_its_own():
     turns = expansion_prompt(QUESTION, POINTS, 2).turns
     assert [role for role, _ in turns] == ["system", "user", "assistant", "user"]
-    assert 'Write only point 2, "Limit screens before bed".' in turns[1][1]
-    assert turns[2][1].startswith("**Limit screens before bed**: Phones and laptops give off blue light")
+    assert 'Write only point 1, "The time scale".' in turns[1][1]
+    assert turns[2][1].startswith("**The time scale**: Weather is the state of the air over hours or days")
     # The example is the same for every point: the branches share it in the radix cache.
     assert expansion_prompt(QUESTION, POINTS, 0).turns[:3] == turns[:3]
 
