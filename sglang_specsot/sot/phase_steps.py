@@ -19,7 +19,7 @@ from sglang_specsot.sot.merge import MergedPoint, clean_expansion, drop_cut_sent
 from sglang_specsot.sot.options import SoTOptions
 from sglang_specsot.sot.phases import BranchesPhase, GenRequest, GenResult, MergePhase, RoutePhase, SkeletonPhase
 from sglang_specsot.sot.prompts import format_skeleton
-from sglang_specsot.sot.router import RouteDecision, hard_route, route_question, system_route
+from sglang_specsot.sot.router import RouteDecision, hard_route, quality_veto, route_question, system_route
 from sglang_specsot.sot.skeleton import parse_skeleton
 
 
@@ -28,7 +28,9 @@ def route_phase(question: str, options: SoTOptions) -> RoutePhase:
     started = time.perf_counter()
     classify = options.classifier if options.mode == "auto" else None
     vetoed = system_route(options.system_prompt) if options.system_prompt is not None else None
-    # Encoding a question runs the embedding model: not for one a hard rule or the cap decides.
+    if vetoed is None and options.mode == "auto":
+        vetoed = quality_veto(question)
+    # Encoding a question runs the embedding model: not for one a hard rule, a veto or the cap decides.
     open_question = hard_route(question, options.config, options.max_new_tokens) is None and _fits_sot(options)
     suitability = classify(question) if classify is not None and open_question and vetoed is None else None
     decision = route_question(question, options.config, max_new_tokens=options.max_new_tokens,

@@ -114,6 +114,17 @@ _CLOSED_SET = _rx(
     r"^(what|which) (are|were) (the )?(\w+ ){0,3}\w+( of (the )?(\w+ ){0,3}\w+)?\W*$"
 )
 _ESTIMATE = _rx(r"\bhow many\b|\bstep[- ]by[- ]step\b")
+# A changed premise ("What if ...", "How would the world be different if ...", "Imagine a
+# planet ..."): list-shaped, but each branch invents its consequences alone, and the 1.5B's
+# branches contradicted the world and each other ("no need for water, food or buildings" on an
+# always-sunlit planet; humans breathing underwater shifting ocean currents): both such tuning
+# questions lost to the normal answer with blind readers (quality_veto).
+_COUNTERFACTUAL = (
+    _rx(r"\bwhat if\b|\bsuppose\b|(?:^|[.?!]\s+)imagine\b"),
+    _rx(r"\bwhat (would|might|will) (happen|be different|change)\b"),
+    _rx(r"\bwhat (would|might) [^?]{1,60}\b(look|be) like\b"),
+    _rx(r"\bhow (would|might) [^?]{1,80}\b(be different|change|differ|develop|be organi[sz]ed)\b"),
+)
 _WRITING = (
     _rx(
         r"(?:^|[.?!]\s+)(?:please\s+)?(write|compose|draft|pen)\b"
@@ -280,6 +291,18 @@ def system_route(system_prompt: str) -> RouteDecision | None:
     for name, applies, use_sot, reason in _HARD_RULES:
         if not use_sot and applies(text):
             return RouteDecision(False, f"system_{name}", f"the system prompt: {reason}")
+    return None
+
+
+def quality_veto(question: str) -> RouteDecision | None:
+    """A normal answer for a question whose shape suits SoT but whose SoT answer reads worse
+    (mode "auto" only; None when nothing vetoes). The router above decides by the answer's
+    shape, and its agreement with the shape labels is measured as such; this is the answer's
+    quality, judged by blind readers on tuning questions: a changed premise (_COUNTERFACTUAL)."""
+    text = " ".join(question.split()) if isinstance(question, str) else ""
+    if any(pattern.search(text) for pattern in _COUNTERFACTUAL):
+        return RouteDecision(False, "counterfactual",
+                             "a changed premise: branches written apart invent consequences that contradict each other")  # fmt: skip
     return None
 
 

@@ -15,6 +15,7 @@ from sglang_specsot.sot import SoTConfig, merge_answer
 from sglang_specsot.sot.merge import format_point
 from sglang_specsot.sot.budget import POINT_AIM_TOKENS
 from sglang_specsot.sot.prompts import POINT_LENGTH
+from sglang_specsot.sot.router import quality_veto
 from sglang_specsot.sot.runner import (
     ANSWER_CHANNEL,
     BRANCH,
@@ -267,6 +268,28 @@ def test_a_system_prompt_that_trips_a_hard_rule_keeps_auto_normal_but_not_on():
     # The question's own hard rules still come first.
     math = run(run_sot(MATH, FakeBackend(), render, SoTOptions(mode="auto", system_prompt=SYSTEM)))
     assert math.route.decision.rule == "math"
+
+
+@pytest.mark.parametrize("question", [
+    "How would the world be different if humans could breathe underwater?",
+    "Imagine a planet where it is always daytime. What would its cities be like?",
+    "What if the internet had never been invented?",
+])  # fmt: skip
+def test_a_changed_premise_is_answered_normally_in_auto_but_not_on(question):
+    fake = FakeBackend()
+    answer = run(run_sot(question, fake, render, SoTOptions(mode="auto")))
+    assert answer.path == NORMAL and answer.route.decision.rule == "counterfactual"
+    assert [r.tag.role for r in fake.requests] == [PLAIN]  # no classifier, no skeleton
+    assert run(run_sot(question, FakeBackend(), render, SoTOptions(mode="on"))).path == SOT
+
+
+def test_the_quality_veto_leaves_a_factual_change_question_and_a_persona_alone():
+    assert quality_veto("How has the smartphone changed everyday life?") is None
+    assert quality_veto("What are good ways to reduce screen time?") is None
+    # A persona in the system prompt is no changed premise of the question.
+    answer = run(run_sot(QUESTION, FakeBackend(), render,
+                         SoTOptions(mode="auto", system_prompt="Imagine you are a pirate.")))  # fmt: skip
+    assert answer.route.decision.rule != "counterfactual"
 
 
 def test_a_cap_too_small_for_sot_answers_normally_within_it_even_in_mode_on():
