@@ -80,7 +80,7 @@ def read_point(point: str, title: str, question: str) -> PointReading:
     found = sentences(body)
     opening = found[0] if found else ""
     return PointReading(title, len(found), bool(opening) and restates(opening, title, question),
-                        not alone and glued(body, title))  # fmt: skip
+                        glued(body, title) if not alone else opens_on_verb(body))  # fmt: skip
 
 
 def restates(sentence: str, title: str, question: str) -> bool:
@@ -102,6 +102,14 @@ def glued(continued: str, title: str) -> bool:
     after = re.split(r"[.,;:!?]", continued, maxsplit=1)[0]
     tail = [w.lower() for w in _WORD.findall(after)][len(title_words) :][:GLUE_WINDOW]
     return any(w in _FINITE for w in tail)
+
+
+def opens_on_verb(body: str) -> bool:
+    """Whether a body after its title and colon opens on a finite verb in lower case: the title
+    is the verb's subject across the colon ("**Energy efficiency**: is the practice of ..."), a
+    glued title a reader sees as one broken sentence."""
+    words = _WORD.findall(body)
+    return bool(words) and words[0] in _FINITE
 
 
 def one_item_lead_ins(answer: str) -> int:

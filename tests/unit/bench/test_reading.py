@@ -85,6 +85,14 @@ def test_an_imperative_title_continued_as_a_subject_is_glued(point, title, is_gl
     assert glued(body, title) is (is_glued and not alone)
 
 
+def test_a_body_opening_on_a_verb_after_the_titles_colon_is_glued():
+    # q101 of the held-out run at ca1bc42: the branch continued its title across the colon.
+    point = "5. **Energy efficiency**: is the practice of using less energy to do the same job."
+    assert read_point(point, "Energy efficiency", "").glued
+    assert not read_point("5. **Energy efficiency**: Insulation is the cheapest saving.", "Energy efficiency", "").glued
+    assert not read_point("5. **Energy efficiency**: Is it worth it? Yes.", "Energy efficiency", "").glued
+
+
 def test_sentences_beyond_the_title_leave_the_title_out():
     one = read_point("4. Track spending. To track spending, it's crucial to maintain a detailed record of all expenses "
                      "incurred during the wedding.", "Track spending", "")  # fmt: skip
