@@ -15,13 +15,12 @@ bug in one of the two.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_specsot.bench.trace_shapes import ANSWERS_FILE, TRACE_FILE
-from sglang_specsot.speculative.trace import TraceStep, read_trace
+from sglang_specsot.bench.trace_shapes import AnswerShape, read_folder
+from sglang_specsot.speculative.trace import TraceStep
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +34,6 @@ class PartComparison:
     shared: int
     agree: int
     first_difference: int | None  # the committed position of the first disagreement
-
-    def to_json(self) -> str:
-        return json.dumps({k: getattr(self, k) for k in self.__slots__})
 
 
 def accepted_at(steps: Sequence[TraceStep]) -> dict[int, int]:
@@ -57,19 +53,16 @@ def compare_part(question_id: int, part: str, a: Sequence[TraceStep], b: Sequenc
                           differ[0] if differ else None)  # fmt: skip
 
 
-def part_rids(shape: Mapping) -> dict[str, str]:
-    """{part: rid} of one answers.jsonl line; parts traced under no rid are left out."""
-    rids = {"normal": shape.get("specsot_rid"), "skeleton": shape.get("skeleton_rid")}
-    rids.update({f"branch{i}": rid for i, rid in enumerate(shape.get("branch_rids") or ())})
+def part_rids(shape: AnswerShape) -> dict[str, str]:
+    """{part: rid} of one answer's shape; parts traced under no rid are left out."""
+    rids = {"normal": shape.specsot_rid, "skeleton": shape.skeleton_rid}
+    rids.update({f"branch{i}": rid for i, rid in enumerate(shape.branch_rids)})
     return {part: rid for part, rid in rids.items() if rid}
 
 
 def _folder(folder: Path) -> tuple[dict[int, dict[str, str]], dict[str, list[TraceStep]]]:
-    for name in (ANSWERS_FILE, TRACE_FILE):
-        if not (folder / name).is_file():
-            raise ValueError(f"{folder} has no {name}: pass a folder written by bench teacher-trace or trace-shapes")
-    shapes = [json.loads(line) for line in (folder / ANSWERS_FILE).read_text().splitlines() if line.strip()]
-    return {s["question_id"]: part_rids(s) for s in shapes}, read_trace(str(folder / TRACE_FILE))
+    shapes, trace = read_folder(folder)
+    return {s.question_id: part_rids(s) for s in shapes}, trace
 
 
 def compare(a: Path, b: Path) -> list[PartComparison]:

@@ -55,6 +55,12 @@ class AnswerShape:
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
+    @classmethod
+    def from_json(cls, line: str) -> AnswerShape:
+        fields = json.loads(line)
+        return cls(**{**fields, "branch_tokens": tuple(fields["branch_tokens"]),
+                      "branch_rids": tuple(fields["branch_rids"])})  # fmt: skip
+
 
 def sot_rids(trace_rids: Iterable[str], group_rid: str) -> tuple[str | None, dict[int, str]]:
     """(the skeleton's rid, {point: its branch's first rid}) of one SoT answer's group, from the
@@ -171,3 +177,12 @@ def write_folder(out: Path, shapes: Sequence[AnswerShape], trace: Mapping[str, l
     summary = acceptance(trace)
     (out / "acceptance.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+def read_folder(folder: Path) -> tuple[list[AnswerShape], dict[str, list[TraceStep]]]:
+    """A trace folder as `write_folder` wrote it: its answer shapes and its steps by rid."""
+    for name in (ANSWERS_FILE, TRACE_FILE):
+        if not (folder / name).is_file():
+            raise ValueError(f"{folder} has no {name}: pass a folder written by bench teacher-trace or trace-shapes")
+    shapes = [AnswerShape.from_json(line) for line in (folder / ANSWERS_FILE).read_text().splitlines() if line.strip()]
+    return shapes, read_trace(str(folder / TRACE_FILE))

@@ -71,3 +71,11 @@ def test_a_run_without_token_parts_is_refused_with_the_fix(tmp_path):
     append(tmp_path / "run" / "cells.jsonl", CellResult(1, "plain", OK, True, output_tokens=9))
     with pytest.raises(ValueError, match="rerun it with this commit"):
         ts.build_shapes([tmp_path / "run"], {})
+
+
+def test_a_folder_reads_back_as_it_was_written(tmp_path):
+    shape = ts.AnswerShape(3, 40, 30, "SPECSOT-q3-y", 20, 400, f"{GROUP}-skeleton-1", (14, 12),
+                           (f"{GROUP}-branch0-3", f"{GROUP}-branch1-2"), 140, 10)  # fmt: skip
+    trace = {rid: TRACE[rid] for rid in ("SPECSOT-q3-y", f"{GROUP}-skeleton-1")}
+    ts.write_folder(tmp_path, [shape], trace)
+    assert ts.read_folder(tmp_path) == ([shape], trace)
