@@ -22,6 +22,7 @@ from sglang_specsot.sot.agreement import RouterAgreement, load_labelled, measure
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
 from sglang_specsot.sot.prompts import ROUTE_DIRECT, ROUTE_LIST
 from sglang_specsot.sot.router_head import Suitability
+from sglang_specsot.sot.text import collapse_spaces
 
 logger = logging.getLogger(__name__)
 
@@ -269,7 +270,7 @@ def route_question(
 ) -> RouteDecision:
     """Route one question; after the hard rules, a readable `model_reply`, else the
     classifier's `suitability`, else the soft rules decide."""
-    text = " ".join(question.split()) if isinstance(question, str) else ""
+    text = _one_line(question)
     decision = _decide(text, config, max_new_tokens, model_reply, suitability)
     logger.debug("route %r -> sot=%s (%s)", text[:80], decision.use_sot, decision.rule)
     return decision
@@ -278,7 +279,7 @@ def route_question(
 def hard_route(question: str, config: SoTConfig = DEFAULT_CONFIG, max_new_tokens: int | None = None) -> RouteDecision | None:
     """The decision no verdict or classifier can change (no text, a short cap, a hard rule);
     None when the question is open. Callers use it to skip classifying what is decided."""
-    text = " ".join(question.split()) if isinstance(question, str) else ""
+    text = _one_line(question)
     return _hard(text, config, max_new_tokens)
 
 
@@ -299,11 +300,16 @@ def quality_veto(question: str) -> RouteDecision | None:
     (mode "auto" only; None when nothing vetoes). The router above decides by the answer's
     shape, and its agreement with the shape labels is measured as such; this is the answer's
     quality, judged by blind readers on tuning questions: a changed premise (_COUNTERFACTUAL)."""
-    text = " ".join(question.split()) if isinstance(question, str) else ""
+    text = _one_line(question)
     if any(pattern.search(text) for pattern in _COUNTERFACTUAL):
         return RouteDecision(False, "counterfactual",
                              "a changed premise: branches written apart invent consequences that contradict each other")  # fmt: skip
     return None
+
+
+def _one_line(question: str) -> str:
+    """The question with its whitespace runs joined into single spaces ("" for no text)."""
+    return collapse_spaces(question) if isinstance(question, str) else ""
 
 
 def _hard(text: str, config: SoTConfig, max_new_tokens: int | None) -> RouteDecision | None:

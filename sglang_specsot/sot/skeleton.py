@@ -284,10 +284,11 @@ def merge_same_ideas(
     ("Entertainment options" after "Entertainment") dropped, while more than `floor` points
     remain: two branches written on one idea say the same thing twice, which a reader sees as
     repetition. The floor keeps a plan a plan: a skeleton of few points keeps its twins."""
+    ideas = [_idea(p.text) for p in points]
     kept: list[int] = []
     notes: list[str] = []
     for i, point in enumerate(points):
-        twin = next((points[k].text for k in kept if same_idea(_idea(point.text), _idea(points[k].text))), None)
+        twin = next((points[k].text for k in kept if same_idea(ideas[i], ideas[k])), None)
         if twin is not None and len(points) - (i - len(kept)) > floor:
             notes.append(f"dropped point {point.text[:40]!r}: the same idea as {twin[:40]!r}")
             continue
