@@ -7,6 +7,7 @@ through the model's own chat template (with the generation prompt added) and
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -165,18 +166,22 @@ def expansion_prompt(
     # The worked example and everything before the user turn's last line are the same for every
     # point, so the branches of one question share them in the radix cache and each prefills
     # only that line: the instructions come first, the point to write last.
-    example_question, example_skeleton = _SKELETON_EXAMPLES[_EXPAND_EXAMPLE]
-    example_points = [line.split(". ", 1)[1] for line in example_skeleton.split("\n")]
-    turns = [
-        ("user", _expand_user(example_question, example_points, _EXPAND_EXAMPLE_POINT, None)),
-        ("assistant", f"{title_lead_in(example_points[_EXPAND_EXAMPLE_POINT])} {_EXPAND_EXAMPLE_BODY}"),
-        ("user", _expand_user(question, points, index, instructions)),
-    ]
+    turns = [*_example_turns(), ("user", _expand_user(question, points, index, instructions))]
     prefix = title_lead_in(points[index]) if lead_in else ""
     system = _EXPAND_SYSTEM
     if instructions:
         system += "\n\n" + _EXPAND_INSTRUCTIONS.format(instructions=instructions)
     return ChatPrompt(_with_system(system, turns, system_role), prefix)
+
+
+@functools.cache
+def _example_turns() -> tuple[tuple[str, str], tuple[str, str]]:
+    """The worked point as a (user, assistant) exchange, built once: it never changes."""
+    example_question, example_skeleton = _SKELETON_EXAMPLES[_EXPAND_EXAMPLE]
+    example_points = [line.split(". ", 1)[1] for line in example_skeleton.split("\n")]
+    lead_in = title_lead_in(example_points[_EXPAND_EXAMPLE_POINT])
+    return (("user", _expand_user(example_question, example_points, _EXPAND_EXAMPLE_POINT, None)),
+            ("assistant", f"{lead_in} {_EXPAND_EXAMPLE_BODY}"))  # fmt: skip
 
 
 def _expand_user(question: str, points: Sequence[str], index: int, instructions: str | None) -> str:
