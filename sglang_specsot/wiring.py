@@ -61,6 +61,12 @@ def _dummy_verify_input() -> Callable:
     return dummy_verify_input_around
 
 
+def _bigram_radix_keys() -> Callable:
+    from sglang_specsot.speculative.radix_keys import create_tree_cache_around
+
+    return create_tree_cache_around
+
+
 def _chat_body() -> Callable:
     from sglang_specsot.serving.chat_body import chat_body_around
 
@@ -92,6 +98,7 @@ HOST_CHANGE_HOOKS: dict[str, Callable[[], Callable]] = {
     "reject-unservable-requests": _request_checks,
     "server-info-specsot": _server_info,
     "specsot-dummy-verify-input": _dummy_verify_input,
+    "draft-model-bigram-radix-keys": _bigram_radix_keys,
     "row-cost-probe": _row_cost_probe,
     "server-info-row-costs": _row_costs_report,
 }

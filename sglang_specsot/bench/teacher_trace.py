@@ -6,7 +6,10 @@ step follow from two things only: the recorded answer and the draft's own greedy
 every position of it. A draft token at depth d is compared only after depths 1..d-1 matched the
 answer, so the draft has then seen exactly the answer's tokens: its proposal is its
 teacher-forced argmax there, and one forward of the draft over prompt + answer gives every
-step's acceptance. This is what a SPECSOT server drafting a `k`-token chain with that draft
+step's acceptance. SGLang's draft reads its input one token ahead (eagle_worker_v2.py:991, for
+a draft model as for EAGLE's head): its KV slot p holds token p + 1, so the draft never sees a
+prompt's first token, and the teacher drops it too (`TeacherDraft.next_tokens`). With that,
+this is what a SPECSOT server drafting a `k`-token chain with that draft
 accepts (`bench e2e --trace` records the same from a serving run, at a cost a 2-core CPU cannot
 pay for a 1.5B target), without SPECSOT's extra SoT-context nodes: a floor for SpecSoT.
 
@@ -72,10 +75,12 @@ class TeacherDraft:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def next_tokens(self, prompt_ids: list[int], answer: list[int]) -> list[int]:
-        """The draft's greedy token after each prefix prompt_ids + answer[: i + 1]."""
+        """The draft's greedy token after each prefix prompt_ids + answer[: i + 1], as SGLang's
+        draft sees it: without the prompt's first token (it reads one token ahead)."""
+        seen = prompt_ids[1:]
         with self.torch.inference_mode():
-            logits = self.model(self.torch.tensor([prompt_ids + answer])).logits[0]
-        return logits[len(prompt_ids) :].argmax(-1).tolist()
+            logits = self.model(self.torch.tensor([seen + answer])).logits[0]
+        return logits[len(seen) :].argmax(-1).tolist()
 
     def steps(self, rid: str, prompt: str, text: str, k: int, eos: bool = True) -> tuple[list[TraceStep], int]:
         """(the chain's steps over `text` asked with `prompt`, the prompt's tokens); `eos`: the

@@ -173,6 +173,28 @@ SERVER_CHANGES.append(
 )
 
 
+SERVER_CHANGES.append(
+    HostChange(
+        name="draft-model-bigram-radix-keys",
+        target="sglang.srt.mem_cache.registry.create_tree_cache",
+        hook_type="around",
+        hook=None,  # speculative/radix_keys.py: create_tree_cache_around
+        why=(
+            "The draft worker of STANDALONE, whose draft side SPECSOT with a draft model is, "
+            "reads its input one token ahead (eagle_worker_v2.py:991): draft KV slot p holds "
+            "token p + 1. build_kv_cache keys the radix tree by token pairs only for EAGLE "
+            "(kv_cache_builder.py:401, is_eagle(); radix_cache.py:401), so with a draft model a "
+            "prefix matched on single tokens reuses, at its last slot, the draft KV of the token "
+            "that followed it in the request that cached it: every SoT branch after the first, "
+            "and any prompt sharing a system prompt, drafts from a wrong token (a SmolLM2 "
+            "drafting for itself lost whole steps on the second of two prompts). The hook sets "
+            "the builder's is_eagle for SPECSOT with a draft model before the tree is built; "
+            "SGLang's own STANDALONE is left as shipped. The diff gives STANDALONE the pairs too."
+        ),
+        patch="draft-model-bigram-radix-keys.diff",
+    )
+)
+
 # --- Every server's row-cost curve, measured at start-up and in /server_info (costs/) -----------
 # One upstream diff, two entries: the probe once the model is loaded, and its report. Server-side
 # SoT prices its answers by the curve (sot/latency.py) on every server, whatever its algorithm.
