@@ -27,6 +27,12 @@ def _draft_backend_factory() -> Callable:
     return draft_backend_factory_around
 
 
+def _packed_linear() -> Callable:
+    from sglang_specsot.cpu.packed_linear import pack_after_loading
+
+    return pack_after_loading
+
+
 def _sampling_op(name: str) -> Callable[[], Callable]:
     def hook() -> Callable:
         from sglang_specsot.cpu import sampling
@@ -89,6 +95,7 @@ def _row_costs_report() -> Callable:
 HOST_CHANGE_HOOKS: dict[str, Callable[[], Callable]] = {
     "omp-spin-on-cpu": lambda: keep_workers_spinning,
     "cpu-threads-bind-without-amx": lambda: threads_bind_around,
+    "cpu-packed-linear-weights": _packed_linear,
     "draft-backend-factory-specsot-cpu": _draft_backend_factory,
     "cpu-tree-speculative-sampling-target-only": _sampling_op("tree_speculative_sampling_target_only"),
     "cpu-top-k-renorm-prob": _sampling_op("top_k_renorm_prob"),

@@ -44,7 +44,15 @@ class NothingToProbe(RuntimeError):
 
 
 def _is_dense(w) -> bool:
-    return isinstance(w, torch.Tensor) and w.dim() == 2 and w.dtype in DENSE
+    # A weight in a kernel's own layout (oneDNN's packed one, cpu/packed_linear.py) only its
+    # layer's quant method can multiply.
+    return isinstance(w, torch.Tensor) and w.dim() == 2 and w.dtype in DENSE and w.layout == torch.strided
+
+
+def storage_key(tensor: torch.Tensor) -> int:
+    """What identifies a weight's storage: its data pointer, or, for a tensor in an opaque
+    layout that has none (oneDNN's packed weights), the tensor itself."""
+    return tensor.data_ptr() if tensor.layout == torch.strided else id(tensor)
 
 
 def _activation_dtype(model: torch.nn.Module) -> torch.dtype:

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from sglang_specsot.costs.probe import best_of_sweeps
+from sglang_specsot.costs.probe import best_of_sweeps, storage_key
+from sglang_specsot.cpu.packed_linear import linear, strided
 
 logger = logging.getLogger(__name__)
 
@@ -225,13 +226,15 @@ def dense_layers(model: torch.nn.Module, exclude: set[int] = frozenset()) -> lis
     for module in model.modules():
         method = getattr(module, "quant_method", None)
         weight = getattr(module, "weight", None)
-        if type(method).__name__ not in _DENSE_METHODS or not isinstance(weight, torch.Tensor):
+        # SGLang's dense methods, or a subclass of one (a packed layer's, cpu/packed_linear.py)
+        dense = any(cls.__name__ in _DENSE_METHODS for cls in type(method).__mro__)
+        if not dense or not isinstance(weight, torch.Tensor):
             continue
         if weight.dim() != 2 or weight.dtype not in _INT8_DTYPES or weight.device.type != "cpu":
             continue
         if weight.shape[1] % K_MULTIPLE:
             continue
-        if id(module) in seen or weight.data_ptr() in exclude:
+        if id(module) in seen or storage_key(weight) in exclude:
             continue
         if "apply" in getattr(method, "__dict__", {}):
             continue  # wrapped per instance (SGLang's kernel API logging): a class switch would not show
@@ -278,7 +281,7 @@ def w8a8_errors(
 ) -> dict[tuple[int, int], float]:  # fmt: skip
     """`w8a8_error` of each weight shape (on its first layer's weights), a warning for each
     beyond W8A8_MAX_ERROR, which its plan then leaves out."""
-    errors = {shape: w8a8_error(group[0].weight, rows) for shape, group in by_shape.items()}
+    errors = {shape: w8a8_error(strided(group[0].weight), rows) for shape, group in by_shape.items()}
     for (n, k), error in errors.items():
         if error > W8A8_MAX_ERROR:
             logger.warning(
@@ -297,13 +300,13 @@ def forced_plan(kernel: str, rows: int) -> tuple[str, ...]:
 
 def _add_copies(layer: torch.nn.Module, plan: tuple[str, ...]) -> int:
     """Give `layer` the copies `plan` uses and the dispatching method; the bytes added."""
-    added = 0
+    added, weight = 0, strided(layer.weight)
     if INT8 in plan:
-        q, s = quantize_rows(layer.weight)
+        q, s = quantize_rows(weight)
         layer.specsot_int8, layer.specsot_int8_scales = q, s
         added += q.numel() * q.element_size() + s.numel() * s.element_size()
     if W8A8 in plan:
-        layer.specsot_w8a8 = pack_w8a8(layer.weight)
+        layer.specsot_w8a8 = pack_w8a8(weight)
         added += layer.weight.numel() + 4 * layer.weight.shape[0]  # int8 and a scale per row
     layer.specsot_int8_plan = plan
     layer.quant_method.__class__ = _int8_class(type(layer.quant_method))
@@ -318,10 +321,10 @@ def kernel_plan(
     count the fastest of dense, `int8` and `w8a8` (best of `sweeps` sweeps after a warm-up;
     `w8a8` only if `w8a8` and where `W8A8_MARGIN` times as fast as `int8`), between probes the
     next probed count's."""
-    q, s = quantize_rows(weight)
-    kernels = {DENSE: lambda x: torch.nn.functional.linear(x, weight), INT8: lambda x: int8_linear(x, q, s, None)}
+    q, s = quantize_rows(strided(weight))
+    kernels = {DENSE: lambda x: linear(x, weight), INT8: lambda x: int8_linear(x, q, s, None)}
     if w8a8 and w8a8_available():
-        packed = pack_w8a8(weight)
+        packed = pack_w8a8(strided(weight))
         kernels[W8A8] = lambda x: w8a8_linear(x, packed, None)
     inputs = {n: torch.randn(n, weight.shape[1], dtype=weight.dtype) for n in rows}
     # Small matrices take tens of microseconds: time a few products per try so the timer's

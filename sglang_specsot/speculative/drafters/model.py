@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sglang_specsot.costs.cost_model import CostModel
-from sglang_specsot.costs.probe import probe_or_none, unmeasured
+from sglang_specsot.costs.probe import probe_or_none, storage_key, unmeasured
 from sglang_specsot.host import adapter as sgl
 from sglang_specsot.speculative.draft_tree import DraftTree
 from sglang_specsot.speculative.drafters import Proposal
@@ -124,7 +124,7 @@ class ModelDrafting:
         # On CPU, int8 draft weights where measured faster; before the probe, which times them.
         # Not a head's: one layer, whose embedding (and maybe LM head) SGLang swaps for the
         # target's only at pool allocation.
-        shared = {p.data_ptr() for p in target_worker.model_runner.model.parameters()}
+        shared = {storage_key(p) for p in target_worker.model_runner.model.parameters()}
         self.draft_int8 = None if self.kind.is_head else device_support.prepare_draft_model(
             self.model.draft_runner.model, shared, device
         )  # fmt: skip
