@@ -32,7 +32,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from sglang_specsot.bench.cells import flush_cache
-from sglang_specsot.bench.runner import COMMON, rotated
+from sglang_specsot.bench.runner import COMMON, MEM_FRACTION, rotated
 from sglang_specsot.launch import ServerProcess
 from sglang_specsot.models import fetch as fetch_model
 
@@ -41,9 +41,9 @@ PATHS = {
     "loaded": {"SGLANG_SPECSOT_PACKED_LINEAR": "off"},
     "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
 }
-# Three servers share the machine: each keeps a small slice of free memory (its KV pool is
-# capped by --max-total-tokens anyway).
-SERVER_ARGS = COMMON + ["--mem-fraction-static", "0.3"]
+# As the end-to-end benchmark's servers: each may claim most of the memory free when it starts,
+# its weights included (SGLang's fraction counts them), since --max-total-tokens caps its KV pool.
+SERVER_ARGS = COMMON + ["--mem-fraction-static", MEM_FRACTION]
 PROMPT = "Write a long essay about the history of computing, request {i}."
 
 
