@@ -212,6 +212,15 @@ def best_of_sweeps(keys: Sequence[K], time_ms: Callable[[K], float], sweeps: int
     return best
 
 
+def mean_ms(fn: Callable[[], object], reps: int) -> float:
+    """Milliseconds per call of `fn` over `reps` calls back to back: one try of a key for
+    `best_of_sweeps`, whose first sweep is the warm-up."""
+    start = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - start) * 1e3 / reps
+
+
 def _time_products(products, inputs: dict[tuple[int, torch.dtype], torch.Tensor], device: torch.device) -> float:
     """Milliseconds for one product of every weight with the input of its width."""
     _sync(device)

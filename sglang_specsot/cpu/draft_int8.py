@@ -27,12 +27,11 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import time
 from dataclasses import dataclass, field
 
 import torch
 
-from sglang_specsot.costs.probe import best_of_sweeps, storage_key
+from sglang_specsot.costs.probe import best_of_sweeps, mean_ms, storage_key
 from sglang_specsot.cpu.packed_linear import linear, strided
 
 logger = logging.getLogger(__name__)
@@ -321,10 +320,11 @@ def kernel_plan(
     count the fastest of dense, `int8` and `w8a8` (best of `sweeps` sweeps after a warm-up;
     `w8a8` only if `w8a8` and where `W8A8_MARGIN` times as fast as `int8`), between probes the
     next probed count's."""
-    q, s = quantize_rows(strided(weight))
+    loaded = strided(weight)  # a packed weight's row-major copy, made once
+    q, s = quantize_rows(loaded)
     kernels = {DENSE: lambda x: linear(x, weight), INT8: lambda x: int8_linear(x, q, s, None)}
     if w8a8 and w8a8_available():
-        packed = pack_w8a8(strided(weight))
+        packed = pack_w8a8(loaded)
         kernels[W8A8] = lambda x: w8a8_linear(x, packed, None)
     inputs = {n: torch.randn(n, weight.shape[1], dtype=weight.dtype) for n in rows}
     # Small matrices take tens of microseconds: time a few products per try so the timer's
@@ -332,7 +332,7 @@ def kernel_plan(
     # no repeats.
     reps = 1 if weight.numel() > 2**25 else 5
     keys = [(k, n) for n in rows for k in kernels]
-    best = best_of_sweeps(keys, lambda key: _ms(lambda: kernels[key[0]](inputs[key[1]]), reps), sweeps)
+    best = best_of_sweeps(keys, lambda key: mean_ms(lambda: kernels[key[0]](inputs[key[1]]), reps), sweeps)
     return plan_from_times({n: {k: best[k, n] for k in kernels} for n in rows})
 
 
@@ -350,10 +350,3 @@ def plan_from_times(ms_by_rows: dict[int, dict[str, float]]) -> tuple[str, ...]:
         choice[n] = fast
     probed = sorted(choice)
     return tuple(choice[min(p for p in probed if p >= r)] for r in range(1, probed[-1] + 1))
-
-
-def _ms(fn, reps: int) -> float:
-    start = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    return (time.perf_counter() - start) * 1e3 / reps

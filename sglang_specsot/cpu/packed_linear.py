@@ -31,7 +31,7 @@ import os
 
 import torch
 
-from sglang_specsot.costs.probe import best_of_sweeps
+from sglang_specsot.costs.probe import best_of_sweeps, mean_ms
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def packs_faster(out_features: int, in_features: int, dtype: torch.dtype, sweeps
     reps = 1 if weight.numel() > 2**25 else 5
     keys = [(k, n) for n in PROBE_ROWS for k in kernels]
     with torch.inference_mode():
-        best = best_of_sweeps(keys, lambda key: _ms(kernels[key[0]], inputs[key[1]], reps), sweeps)
+        best = best_of_sweeps(keys, lambda key: mean_ms(lambda: linear(inputs[key[1]], kernels[key[0]]), reps), sweeps)
     return choose_packed({n: (best["loaded", n], best["packed", n]) for n in PROBE_ROWS})
 
 
@@ -127,16 +127,6 @@ def choose_packed(ms_by_rows: dict[int, tuple[float, float]]) -> bool:
     loaded = sum(t for t, _ in ms_by_rows.values())
     packed = sum(t for _, t in ms_by_rows.values())
     return packed < loaded and all(p <= SLACK * t for t, p in ms_by_rows.values())
-
-
-def _ms(weight: torch.Tensor, x: torch.Tensor, reps: int) -> float:
-    import time
-
-    linear(x, weight)
-    start = time.perf_counter()
-    for _ in range(reps):
-        linear(x, weight)
-    return (time.perf_counter() - start) * 1e3 / reps
 
 
 _SUBCLASSES: dict[type, type] = {}
