@@ -28,6 +28,7 @@ import dataclasses
 import sglang as sgl
 
 from sglang_specsot.host.adapter import TaggingRuntimeEndpoint
+from sglang_specsot.sot.quality_gate import configured_quality_gate
 from sglang_specsot.sot.router import ROUTERS
 from sglang_specsot.sot.runner import (
     GenRequest,
@@ -107,6 +108,9 @@ def answer_question(
 def _with_classifier(options: SoTOptions, router: str) -> SoTOptions:
     if router not in ROUTERS:
         raise ValueError(f"router={router!r} is not one of {ROUTERS}")
+    gate = configured_quality_gate() if options.mode == "auto" and options.quality_gate is None else None
+    if gate is not None:
+        options = dataclasses.replace(options, quality_gate=gate)
     if router == "rules" or options.mode != "auto" or options.classifier is not None:
         return options
     from sglang_specsot.models.router_classifier import load_default_classifier

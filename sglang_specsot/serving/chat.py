@@ -52,6 +52,7 @@ from sglang_specsot.sot.latency import LengthBook, ServerLoad, decide, unpriced
 from sglang_specsot.sot.limits import SoTLimits, answer_cap
 from sglang_specsot.sot.phases import SOT, SoTAnswer, route_trace
 from sglang_specsot.sot.prompts import expansion_prompt
+from sglang_specsot.sot.quality_gate import configured_quality_gate
 from sglang_specsot.sot.router import RouteDecision
 from sglang_specsot.sot.runner import (
     RoutePhase, SoTOptions, SoTPhaseError, new_group, plain_request, priced_route, route_phase, run_sot,
@@ -68,6 +69,7 @@ def sot_chat_hook() -> Callable:
         server_limits()
         dp_branches()
         server_router()
+        configured_quality_gate()
     except ValueError as exc:
         # SystemExit passes load_plugins' `except Exception`: fail at start-up, not per request.
         raise SystemExit(f"sglang-specsot: {exc}") from None

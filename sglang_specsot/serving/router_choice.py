@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 
+from sglang_specsot.sot.quality_gate import QUESTION, configured_quality_gate
 from sglang_specsot.sot.router import ROUTERS, QuestionClassifier
 from sglang_specsot.sot.runner import SoTOptions
 
@@ -54,14 +55,25 @@ def _load() -> QuestionClassifier | None:
 
 
 def warm_up() -> None:
-    """Start loading the classifier in the background, if this server routes with it."""
+    """Start loading the classifier in the background, if this server routes with it; say which
+    quality head (sot/quality_gate.py) mode "auto" uses, and warn where it can never run."""
+    gate = configured_quality_gate()
+    if gate is not None:
+        logger.info("sglang-specsot: mode auto's quality head reads the %s (%s)", gate.representation,
+                    gate.head.provenance.get("command", "a head file"))  # fmt: skip
+        if gate.representation == QUESTION and server_router() != "classifier":
+            logger.warning("sglang-specsot: the quality head reads the question classifier's embedding, and "
+                           "%s=rules computes none: it will veto nothing", ROUTER_ENV)  # fmt: skip
     if server_router() == "classifier":
         threading.Thread(target=server_classifier, name="specsot-router-warm-up", daemon=True).start()
 
 
 def with_server_classifier(options: SoTOptions) -> SoTOptions:
-    """`options` with the server's classifier, for mode "auto" when none is set. Blocks while
-    the classifier loads: call it off the event loop."""
+    """`options` with the server's classifier and quality gate (sot/quality_gate.py), for mode
+    "auto" when none is set. Blocks while the classifier loads: call it off the event loop."""
+    gate = configured_quality_gate() if options.mode == "auto" and options.quality_gate is None else None
+    if gate is not None:
+        options = dataclasses.replace(options, quality_gate=gate)
     if options.mode != "auto" or options.classifier is not None or server_router() != "classifier":
         return options
     classifier = server_classifier()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sglang_specsot.sot.config import DEFAULT_CONFIG, SoTConfig
+from sglang_specsot.sot.quality_gate import QualityGate
 from sglang_specsot.sot.router import QuestionClassifier
 from sglang_specsot.sot.tag import MODES
 
@@ -25,6 +26,10 @@ class SoTOptions:
     # (models/router_classifier.py); None: the rules alone. Server-side SoT and the frontend
     # program plug in the shipped one by default.
     classifier: QuestionClassifier | None = None
+    # The quality router (sot/quality_gate.py) that, in mode "auto", answers normally where it
+    # finds SoT's answer would read worse; None: no quality check. Server-side SoT and the
+    # frontend program plug in the shipped head where one ships.
+    quality_gate: QualityGate | None = None
     # The client's system prompt (persona, language, tone), or None: the skeleton is planned
     # for it, every branch is written under it, a normal answer gets it as its system turn,
     # and in mode "auto" the hard rules read it too (a system prompt that asks for code,
@@ -49,6 +54,8 @@ class SoTOptions:
             raise ValueError(
                 f"classifier must be a callable question -> Suitability or None, got {self.classifier!r}"
             )
+        if self.quality_gate is not None and not isinstance(self.quality_gate, QualityGate):
+            raise ValueError(f"quality_gate must be a sot.quality_gate.QualityGate or None, got {self.quality_gate!r}")
         system = self.system_prompt
         if system is not None and not (isinstance(system, str) and system.strip()):
             raise ValueError(f"system_prompt must be non-empty text or None, got {system!r}")

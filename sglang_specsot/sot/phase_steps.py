@@ -12,15 +12,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from sglang_specsot.sot.asks import cover_asks, derived_parse
-from sglang_specsot.sot.budget import min_sot_tokens
+from sglang_specsot.sot.budget import POINT_AIM_TOKENS, fit_plan, min_sot_tokens
 from sglang_specsot.sot.config import SoTConfig
 from sglang_specsot.sot.latency import LatencyDecision
 from sglang_specsot.sot.merge import MergedPoint, clean_expansion, drop_cut_sentence, format_point, merge_answer
 from sglang_specsot.sot.options import SoTOptions
 from sglang_specsot.sot.phases import BranchesPhase, GenRequest, GenResult, MergePhase, RoutePhase, SkeletonPhase
+from sglang_specsot.sot.planner import BranchPlan, plan_branches
 from sglang_specsot.sot.prompts import format_skeleton
 from sglang_specsot.sot.router import RouteDecision, hard_route, quality_veto, route_question, system_route
-from sglang_specsot.sot.skeleton import parse_skeleton
+from sglang_specsot.sot.router_head import Suitability
+from sglang_specsot.sot.skeleton import SkeletonParse, parse_skeleton
 
 
 def route_phase(question: str, options: SoTOptions) -> RoutePhase:
@@ -35,6 +37,8 @@ def route_phase(question: str, options: SoTOptions) -> RoutePhase:
     suitability = classify(question) if classify is not None and open_question and vetoed is None else None
     decision = route_question(question, options.config, max_new_tokens=options.max_new_tokens,
                               suitability=suitability)  # fmt: skip
+    if vetoed is None and decision.use_sot and suitability is not None:
+        vetoed = _question_quality(suitability, options)
     if vetoed is not None and decision.use_sot:
         decision = vetoed
     if options.mode != "auto" and decision.rule != "empty":
@@ -47,6 +51,16 @@ def route_phase(question: str, options: SoTOptions) -> RoutePhase:
     return RoutePhase(decision, time.perf_counter() - started)
 
 
+def _question_quality(suitability: Suitability, options: SoTOptions) -> RouteDecision | None:
+    """A normal answer where a quality head that reads the question's embedding (the vector the
+    classifier just computed) finds SoT's answer would read worse; None otherwise."""
+    gate = options.quality_gate
+    verdict = gate.on_question(suitability.vector) if gate is not None and suitability.vector else None
+    if verdict is None or not verdict.worse:
+        return None
+    return RouteDecision(False, "quality", verdict.reason, "quality_head")
+
+
 def priced_route(route: RoutePhase, latency: LatencyDecision) -> RoutePhase:
     """The route with the latency model's verdict (sot/latency.py): a normal answer where SoT
     is predicted no faster (its `source` still the router that found the question suitable);
@@ -55,6 +69,31 @@ def priced_route(route: RoutePhase, latency: LatencyDecision) -> RoutePhase:
     if decision.use_sot and not latency.use_sot:
         decision = RouteDecision(False, "latency", latency.reason, decision.source)
     return replace(route, decision=decision, latency=latency)
+
+
+def fitted_plan(parse: SkeletonParse, left: int | None, config: SoTConfig) -> tuple[BranchPlan | None, str]:
+    """The branch plan, each point aimed at what a point needs (budget.POINT_AIM_TOKENS),
+    within what the cap `left`; or (None, why not). The quality router's trainer reads a
+    recorded skeleton through this same function, so it sees the titles the runner planned."""
+    if not parse.is_plan:
+        return None, f"skeleton {parse.outcome}: {parse.reason}"
+    plan = fit_plan(plan_branches(parse, config, POINT_AIM_TOKENS), left, config)
+    if plan is None:
+        return None, f"the {left} tokens the cap left after the skeleton cannot hold {config.min_points} branches"
+    return plan, ""
+
+
+def quality_checked(question: str, plan: BranchPlan, options: SoTOptions) -> tuple[BranchPlan | None, str]:
+    """`plan`, or (None, why) where mode "auto" has a quality gate that reads the planned
+    skeleton and finds SoT's answer would read worse than the normal one. Checked before any
+    branch is spent, so a veto costs only the skeleton."""
+    gate = options.quality_gate
+    if options.mode != "auto" or gate is None:
+        return plan, ""
+    verdict = gate.on_plan(question, plan.points)
+    if verdict is None or not verdict.worse:
+        return plan, ""
+    return None, verdict.reason
 
 
 def _fits_sot(options: SoTOptions) -> bool:

@@ -34,7 +34,7 @@ class RouteDecision:
     use_sot: bool
     rule: str  # short name of the deciding rule, e.g. "code", "list_ask", "classifier"
     reason: str
-    source: str = "rules"  # "rules" | "classifier" | "model"
+    source: str = "rules"  # "rules" | "classifier" | "model" | "quality_head"
 
 
 # question -> the classifier's verdict; what the caller plugs into SoTOptions.classifier.

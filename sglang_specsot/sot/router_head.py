@@ -22,10 +22,12 @@ HEAD_PATH = Path(__file__).resolve().parent.parent / "data" / "router_classifier
 
 @dataclass(frozen=True, slots=True)
 class Suitability:
-    """The classifier's verdict on one question: P(list-shaped) against its threshold."""
+    """The classifier's verdict on one question: P(list-shaped) against its threshold, and the
+    question's embedding it read (for a quality head that reads the same vector; () if none)."""
 
     probability: float
     threshold: float
+    vector: tuple[float, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def use_sot(self) -> bool:
@@ -61,7 +63,7 @@ class LinearHead:
         return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
 
     def suitability(self, vector: Sequence[float]) -> Suitability:
-        return Suitability(self.probability(vector), self.threshold)
+        return Suitability(self.probability(vector), self.threshold, tuple(vector))
 
     def to_json(self) -> str:
         return json.dumps({"embedding": self.embedding, "threshold": self.threshold, "bias": self.bias,

@@ -17,12 +17,13 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from sglang_specsot.sot.branches import SoTBackend, cancel, generate, run_branches
-from sglang_specsot.sot.budget import POINT_AIM_TOKENS, fit_plan, remaining
+from sglang_specsot.sot.budget import remaining
 from sglang_specsot.sot.gen_requests import Render, branch_requests, new_group, plain_request, retry_request, skeleton_request
 from sglang_specsot.sot.gen_requests import shared_prefix  # noqa: F401 (re-exported)
 from sglang_specsot.sot.opening import OpeningWatch
 from sglang_specsot.sot.options import SoTOptions
-from sglang_specsot.sot.phase_steps import PointReleaser, derived_phase, merge_phase, parse_phase, route_phase
+from sglang_specsot.sot.phase_steps import PointReleaser, derived_phase, fitted_plan, merge_phase, parse_phase
+from sglang_specsot.sot.phase_steps import quality_checked, route_phase
 from sglang_specsot.sot.phase_steps import priced_route  # noqa: F401 (re-exported)
 from sglang_specsot.sot.phases import (
     NORMAL,
@@ -36,7 +37,6 @@ from sglang_specsot.sot.phases import (
     SoTAnswer,
 )
 from sglang_specsot.sot.phases import GenRequest, GenResult, SoTPhaseError  # noqa: F401 (re-exported)
-from sglang_specsot.sot.planner import BranchPlan, plan_branches
 from sglang_specsot.sot.tag import BRANCH, PLAIN, SKELETON  # noqa: F401 (re-exported)
 
 # Channels of streamed text: the skeleton (the plan) and the answer itself.
@@ -78,7 +78,9 @@ async def run_sot(
         skeleton = await _skeleton(question, backend, render, options, group, emit)
     spent = skeleton.result.completion_tokens + (opening.result.completion_tokens if opening else 0)
     left = remaining(options.max_new_tokens, spent)
-    plan, reason = _fitted_plan(skeleton, left, options)
+    plan, reason = fitted_plan(skeleton.parse, left, options.config)
+    if plan is not None:
+        plan, reason = quality_checked(question, plan, options)
     if plan is None:
         normal = await _normal(question, backend, render, options, group, to_answer, left)
         return assemble_answer(group, NORMAL, reason, route, started, skeleton=skeleton, normal=normal, opening=opening)
@@ -98,18 +100,6 @@ def reads_opening(backend: SoTBackend, options: SoTOptions) -> bool:
     """Whether this answer reads the normal answer's first line before SoT commits: where its
     config asks in its mode and the backend can end a generation on its text."""
     return options.config.reads_opening(options.mode) and getattr(backend, "watches_text", False)
-
-
-def _fitted_plan(skeleton: SkeletonPhase, left: int | None, options: SoTOptions) -> tuple[BranchPlan | None, str]:
-    """The branch plan, each point aimed at what a point needs (budget.POINT_AIM_TOKENS),
-    within what the cap `left`; or (None, why not)."""
-    parse, config = skeleton.parse, options.config
-    if not parse.is_plan:
-        return None, f"skeleton {parse.outcome}: {parse.reason}"
-    plan = fit_plan(plan_branches(parse, config, POINT_AIM_TOKENS), left, config)
-    if plan is None:
-        return None, f"the {left} tokens the cap left after the skeleton cannot hold {config.min_points} branches"
-    return plan, ""
 
 
 async def _opening_and_skeleton(

@@ -115,6 +115,19 @@ def test_a_bad_server_default_stops_start_up_before_anything_changes(serving_cha
     assert earlier.target not in HookRegistry._hooks and CHANGE.target not in HookRegistry._hooks
 
 
+def test_a_quality_head_that_is_no_file_stops_start_up(serving_chat, monkeypatch):
+    from sglang_specsot.sot.quality_gate import QUALITY_HEAD_ENV, configured_quality_gate
+
+    monkeypatch.setenv(QUALITY_HEAD_ENV, "/nowhere/head.json")
+    monkeypatch.setattr(host_changes, "HOST_CHANGES", [dataclasses.replace(CHANGE, when=lambda: True)])
+    configured_quality_gate.cache_clear()
+    try:
+        with pytest.raises(SystemExit, match=f"sglang-specsot: {QUALITY_HEAD_ENV}='/nowhere/head.json' is no file"):
+            apply_host_changes()
+    finally:
+        configured_quality_gate.cache_clear()
+
+
 def test_the_chat_route_is_refused_twice():
     with pytest.raises(ValueError, match=f"duplicates '{NAME}'"):
         register_host_change(dataclasses.replace(CHANGE, name="another-chat-route"))

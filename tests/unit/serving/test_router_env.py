@@ -71,3 +71,40 @@ def test_a_classifier_that_cannot_load_leaves_the_rules_with_one_warning(monkeyp
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "pypi.org is unreachable" in warnings[0].getMessage()
     assert "SGLANG_SPECSOT_ROUTER=rules" in warnings[0].getMessage()
+
+
+def test_mode_auto_gets_the_configured_quality_gate_and_other_modes_do_not(monkeypatch, tmp_path):
+    from sglang_specsot.sot import quality_gate
+    from sglang_specsot.sot.router_head import LinearHead
+
+    head = tmp_path / "head.json"
+    head.write_text(LinearHead((0.0,) * 5, 0.0, 0.5, quality_gate.SKELETON_FEATURES).to_json())
+    monkeypatch.setenv(server.ROUTER_ENV, "rules")
+    monkeypatch.setenv(quality_gate.QUALITY_HEAD_ENV, str(head))
+    quality_gate.configured_quality_gate.cache_clear()
+    try:
+        assert server.with_server_classifier(SoTOptions(mode="auto")).quality_gate.head.weights == (0.0,) * 5
+        for mode in ("on", "off"):
+            options = SoTOptions(mode=mode)
+            assert server.with_server_classifier(options) is options
+    finally:
+        quality_gate.configured_quality_gate.cache_clear()
+
+
+def test_a_question_quality_head_under_the_rules_router_is_warned_about(monkeypatch, tmp_path, caplog):
+    from sglang_specsot.sot import quality_gate
+    from sglang_specsot.sot.router_head import LinearHead
+
+    head = tmp_path / "head.json"
+    head.write_text(LinearHead((0.0,) * 384, 0.0, 0.5, "all-MiniLM-L6-v2").to_json())
+    monkeypatch.setenv(server.ROUTER_ENV, "rules")
+    monkeypatch.setenv(quality_gate.QUALITY_HEAD_ENV, str(head))
+    quality_gate.configured_quality_gate.cache_clear()
+    try:
+        with caplog.at_level(logging.INFO, logger=server.__name__):
+            server.warm_up()
+    finally:
+        quality_gate.configured_quality_gate.cache_clear()
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("quality head reads the question" in m for m in messages)
+    assert any("SGLANG_SPECSOT_ROUTER=rules computes none: it will veto nothing" in m for m in messages)
