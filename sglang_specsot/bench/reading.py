@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from sglang_specsot.bench.endings import split_points
 from sglang_specsot.bench.metrics import sentences
+from sglang_specsot.sot.grammar import FINITE as _FINITE
+from sglang_specsot.sot.grammar import is_instruction
 from sglang_specsot.sot.stems import TITLE_OVERLAP, content_stems
 from sglang_specsot.sot.stems import WORD as _WORD
 
@@ -32,18 +34,8 @@ RESTATE_SHARE = 2 / 3  # ... and holds at least this share of the title's (or qu
 _MATTERS = re.compile(r"\b(?:is|are)\s+(?:(?:a|an|the)\s+)?(?:\w+\s+)?(?:crucial|important|essential|significant|key|"
                       r"vital|critical|powerful|effective|great|major)\b", re.IGNORECASE)  # fmt: skip
 # An imperative title continued as a subject: a finite verb follows it within a few words.
-_FINITE = frozenset("is are was were can will helps help allows plays makes keeps ensures provides means".split())
 GLUE_WINDOW = 5  # words after the title in which the finite verb must come
 REPEAT_STEMS = 3  # a title repeated in another point's body has at least this many content stems
-_IMPERATIVE = frozenset(
-    "add adjust ask attend avoid be book break bring budget build celebrate check choose clean comment "
-    "communicate compare consider create declutter define delegate develop do dress eat eliminate embrace "
-    "ensure establish explore find focus follow get give identify improve increase invest join keep know "
-    "learn limit list listen look maintain make manage meditate minimize monitor negotiate network offer "
-    "organize pack plan practice practise prepare prioritize protect provide read reduce research respect "
-    "rest review reward save schedule seek set sleep start stay take talk test track travel try understand "
-    "update use verify visit write".split()
-)
 
 
 def visible_words(text: str) -> int:
@@ -97,7 +89,7 @@ def glued(continued: str, title: str) -> bool:
     """Whether an imperative `title` is continued as the subject of a verb in `continued` (the
     point's text, its title first): "Prioritize needs is a crucial step"."""
     title_words = _WORD.findall(title)
-    if not title_words or title_words[0].lower() not in _IMPERATIVE:
+    if not is_instruction(title_words):
         return False
     after = re.split(r"[.,;:!?]", continued, maxsplit=1)[0]
     tail = [w.lower() for w in _WORD.findall(after)][len(title_words) :][:GLUE_WINDOW]

@@ -7,8 +7,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from sglang_specsot.sot.grammar import FINITE, is_instruction
 from sglang_specsot.sot.loops import cut_loop
 from sglang_specsot.sot.prompts import title_lead_in
+from sglang_specsot.sot.stems import WORD
 from sglang_specsot.sot.text import (
     classify_line,
     clean_model_text,
@@ -264,6 +266,20 @@ def format_point(point: MergedPoint) -> str:
 def _format(point: MergedPoint) -> str:
     """"i. **Title**: body", as the branch wrote it after its pre-filled title lead-in
     (prompts.title_lead_in): the title stands apart, so no reading joins it into the body's
-    first sentence; a point with no body keeps its bold title alone."""
+    first sentence; a point with no body keeps its bold title alone. A body that goes on with
+    the title as its subject ("**Nationalism**: is a feeling ...") loses the colon, so the
+    sentence reads whole ("**Nationalism** is a feeling ..."); an instruction for a title
+    ("Take breaks") stays apart, as no join makes that grammatical."""
     head = f"{point.index + 1}. {title_lead_in(point.point)}"
-    return f"{head} {point.expansion}" if point.expansion else head.rstrip(":")
+    if not point.expansion:
+        return head.rstrip(":")
+    if _continues_title(point.point, point.expansion):
+        return f"{head.removesuffix(':')} {point.expansion}"
+    return f"{head} {point.expansion}"
+
+
+def _continues_title(title: str, body: str) -> bool:
+    """Whether `body` opens on a lower-case finite verb whose subject is a title that is no
+    instruction (sot.grammar)."""
+    first_of_body, title_words = WORD.match(body.lstrip()), WORD.findall(title)
+    return first_of_body is not None and first_of_body.group() in FINITE and bool(title_words) and not is_instruction(title_words)

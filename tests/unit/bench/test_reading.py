@@ -77,7 +77,9 @@ def test_a_point_that_opens_by_restating_its_title_or_the_question(point, title,
      ("4. Be confident in yourself and your abilities. This means that you should have a clear understanding.",
       "Be confident", False),  # q6: continued, but grammatically
      ("2. Water pollution is a significant environmental consequence of fast fashion.", "Water pollution", False),  # a noun title
-     ("1. Set a budget. To set a budget for a wedding, start by determining the total cost.", "Set a budget", False)],
+     ("1. Set a budget. To set a budget for a wedding, start by determining the total cost.", "Set a budget", False),
+     ("2. Sleep is the body's time to repair itself.", "Sleep", False),  # one word: a noun, not an instruction
+     ("2. **Sleep** is the body's time to repair itself.", "Sleep", False)],
 )  # fmt: skip
 def test_an_imperative_title_continued_as_a_subject_is_glued(point, title, is_glued):
     assert read_point(point, title, "").glued is is_glued
@@ -137,3 +139,14 @@ def test_read_answer_on_q15():
 def test_visible_words_count_no_markdown():
     assert visible_words("1. **Set Clear Goals**: Define *what* you want.") == 7
     assert restates("", "Title words here", "") is False
+
+
+def test_the_merge_joins_a_body_that_continues_its_title_and_the_reader_finds_it_whole():
+    from sglang_specsot.sot.merge import merge_answer
+
+    titles = ["Energy efficiency", "Take breaks"]
+    answer = merge_answer(titles, {0: "is the practice of using less energy.", 1: "are crucial."})
+    first, second = answer.text.splitlines()
+    assert first == "1. **Energy efficiency** is the practice of using less energy."
+    assert not read_point(first, titles[0], "").glued
+    assert read_point(second, titles[1], "").glued  # an instruction continued as a subject stays glued

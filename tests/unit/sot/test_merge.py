@@ -69,6 +69,18 @@ def test_the_text_written_after_the_lead_in_follows_the_bold_title_apart_from_it
     assert answer.points[2].repairs == ("stripped echoed header",)
 
 
+@pytest.mark.parametrize(("title", "body", "line"), [
+    ("Nationalism", "is a feeling of pride.", "1. **Nationalism** is a feeling of pride."),  # the title is its subject
+    ("Shared goals", "are essential.", "1. **Shared goals** are essential."),
+    ("Sleep", "helps the body repair.", "1. **Sleep** helps the body repair."),  # one word: a noun
+    ("Take breaks", "are crucial.", "1. **Take breaks**: are crucial."),  # an instruction: no join mends it
+    ("Nationalism", "Is it dangerous? Often.", "1. **Nationalism**: Is it dangerous? Often."),  # a new sentence
+    ("Nationalism", "pride in a nation.", "1. **Nationalism**: pride in a nation."),  # no verb: a definition
+])  # fmt: skip
+def test_a_body_that_continues_its_title_as_the_subject_loses_the_colon(title, body, line):
+    assert merge_answer([title], {0: body}).text == line
+
+
 def test_missing_and_empty_branches_leave_the_bare_point():
     answer = merge_answer(POINTS, {1: "   ", 2: "Rest helps."})
     # A point with no body keeps its bold title alone, without the lead-in's colon.
