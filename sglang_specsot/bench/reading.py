@@ -16,23 +16,10 @@ from dataclasses import dataclass
 from sglang_specsot.bench.endings import split_points
 from sglang_specsot.bench.metrics import sentences
 from sglang_specsot.sot.grammar import FINITE as _FINITE
-from sglang_specsot.sot.grammar import is_instruction
+from sglang_specsot.sot.grammar import FILLER, QUESTION_WORDS, is_instruction, restates
 from sglang_specsot.sot.stems import TITLE_OVERLAP, content_stems
 from sglang_specsot.sot.stems import WORD as _WORD
 
-# Words that carry no content of their own when a point opens with them ("X is a crucial step").
-_FILLER = frozenset(
-    "crucial important essential significant key vital critical major powerful effective great good "
-    "aspect step way part factor practice thing role skill help helps ensure make makes making "
-    "consider considering like well many much several various often".split()
-)
-# Words a question is made of that its answer need not repeat to restate it.
-_QUESTION_WORDS = frozenset("tip tips ways best give list explain describe name suggest recommend".split())
-MAX_NEW_STEMS = 2  # a restating sentence adds at most this many content stems of its own
-RESTATE_SHARE = 2 / 3  # ... and holds at least this share of the title's (or question's) stems
-# ... or says of them only that they matter: "Writing clear, concise code is crucial for ...".
-_MATTERS = re.compile(r"\b(?:is|are)\s+(?:(?:a|an|the)\s+)?(?:\w+\s+)?(?:crucial|important|essential|significant|key|"
-                      r"vital|critical|powerful|effective|great|major)\b", re.IGNORECASE)  # fmt: skip
 # An imperative title continued as a subject: a finite verb follows it within a few words.
 GLUE_WINDOW = 5  # words after the title in which the finite verb must come
 REPEAT_STEMS = 3  # a title repeated in another point's body has at least this many content stems
@@ -73,16 +60,6 @@ def read_point(point: str, title: str, question: str) -> PointReading:
     opening = found[0] if found else ""
     return PointReading(title, len(found), bool(opening) and restates(opening, title, question),
                         glued(body, title) if not alone else opens_on_verb(body))  # fmt: skip
-
-
-def restates(sentence: str, title: str, question: str) -> bool:
-    """Whether `sentence` says little beyond the title or the question: it holds most of the
-    stems of either, and at most MAX_NEW_STEMS content stems of its own or only that they matter."""
-    words = content_stems(sentence, _FILLER)
-    title_stems, question_stems = content_stems(title, _FILLER), content_stems(question, _FILLER | _QUESTION_WORDS)
-    new = words - title_stems - question_stems
-    holds = lambda stems: bool(stems) and len(stems & words) >= RESTATE_SHARE * len(stems)  # noqa: E731
-    return (len(new) <= MAX_NEW_STEMS or bool(_MATTERS.search(sentence))) and (holds(title_stems) or holds(question_stems))
 
 
 def glued(continued: str, title: str) -> bool:
@@ -145,7 +122,7 @@ def repeated_points(titles: list[str], bodies: list[str], question: str) -> list
     """(i, j) where point j repeats point i: j's title shares most of i's stems, or j's body
     holds every stem of i's title (the question's own words and fillers aside; only titles of at
     least REPEAT_STEMS such stems, since a short title is named in passing by other points)."""
-    drop = _FILLER | _QUESTION_WORDS
+    drop = FILLER | QUESTION_WORDS
     question_stems = content_stems(question, drop)
     stems = [content_stems(t, drop) - question_stems for t in titles]
     out = []

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sglang_specsot.sot.grammar import FINITE, is_instruction
+from sglang_specsot.sot.grammar import FINITE, LEANS_BACK, is_instruction, says_nothing_new
 from sglang_specsot.sot.loops import cut_loop
 from sglang_specsot.sot.prompts import title_lead_in
 from sglang_specsot.sot.stems import WORD
@@ -48,8 +48,9 @@ class MergedAnswer:
         return tuple(p.index for p in self.points if not p.expansion)
 
 
-def merge_answer(points: Sequence[str], expansions: Mapping[int, str]) -> MergedAnswer:
-    """Number each point with its expansion (keyed by 0-based index), in skeleton order."""
+def merge_answer(points: Sequence[str], expansions: Mapping[int, str], question: str = "") -> MergedAnswer:
+    """Number each point with its expansion (keyed by 0-based index), in skeleton order;
+    `question` lets an opening sentence that only restates it go (`drop_restating_opener`)."""
     unknown = sorted(set(expansions) - set(range(len(points))))
     if unknown:
         raise ValueError(
@@ -58,7 +59,7 @@ def merge_answer(points: Sequence[str], expansions: Mapping[int, str]) -> Merged
         )
     merged = []
     for index, point in enumerate(points):
-        expansion, repairs = clean_expansion(expansions.get(index, ""), index, points)
+        expansion, repairs = clean_expansion(expansions.get(index, ""), index, points, question)
         merged.append(MergedPoint(index, point, expansion, repairs))
     text = "\n".join(_format(p) for p in merged)
     answer = MergedAnswer(text, tuple(merged))
@@ -132,9 +133,9 @@ def drop_lead_in(text: str) -> str:
     return text
 
 
-def clean_expansion(text: str, index: int, points: Sequence[str]) -> tuple[str, tuple[str, ...]]:
-    """Strip an echoed header, any run into other points and a repeating tail; return the
-    text and the repairs made."""
+def clean_expansion(text: str, index: int, points: Sequence[str], question: str = "") -> tuple[str, tuple[str, ...]]:
+    """Strip an echoed header, any run into other points, a repeating tail and an opening
+    sentence that only restates the title or `question`; return the text and the repairs made."""
     repairs: list[str] = []
     text = clean_model_text(text or "").strip()
     text, looped = cut_loop(text)
@@ -156,7 +157,28 @@ def clean_expansion(text: str, index: int, points: Sequence[str]) -> tuple[str, 
     if folded != cut:
         repairs.append("folded a one-item list into its point")
         cut = folded
+    opened = drop_restating_opener(cut, points[index], question)
+    if opened != cut:
+        repairs.append("dropped an opening sentence that restated the title or question")
+        cut = opened
     return _layout(cut), tuple(repairs)
+
+
+def drop_restating_opener(text: str, title: str, question: str = "") -> str:
+    """`text` without its first sentence where that sentence says nothing its title or the
+    question does not (sot.grammar.says_nothing_new: "Prioritizing tasks is crucial for managing
+    time effectively.") and at least one sentence of the same paragraph follows it, one that does
+    not lean back on it ("This is because ..."); else `text`. A point is never emptied, and a
+    sentence that gives a reason is kept."""
+    end = _SENTENCE_END.search(text)
+    if end is None or text[end.start()] == "\n":
+        return text
+    first, rest = text[: end.end()], text[end.end() :].lstrip(" ")
+    if not rest or rest[0] == "\n" or _SENTENCE_END.search(rest) is None or LEANS_BACK.match(rest):
+        return text
+    if not says_nothing_new(first, title, question):
+        return text
+    return rest[0].upper() + rest[1:]
 
 
 def fold_one_item_list(text: str) -> str:

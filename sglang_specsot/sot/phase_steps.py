@@ -122,9 +122,9 @@ def derived_phase(question: str, request: GenRequest, config: SoTConfig) -> Skel
     return SkeletonPhase(request, result, parse, 0.0, time.perf_counter() - started, derived=True)
 
 
-def merged_point(points: Sequence[str], index: int, text: str) -> MergedPoint:
+def merged_point(points: Sequence[str], index: int, text: str, question: str = "") -> MergedPoint:
     """Merge one branch on its own: exactly the point `merge_answer` would produce."""
-    expansion, repairs = clean_expansion(text, index, points)
+    expansion, repairs = clean_expansion(text, index, points, question)
     return MergedPoint(index, points[index], expansion, repairs)
 
 
@@ -133,9 +133,9 @@ def usable_text(result: GenResult) -> str:
     return drop_cut_sentence(result.text) if result.finish_reason == "length" else result.text
 
 
-def merge_phase(branches: BranchesPhase) -> MergePhase:
+def merge_phase(branches: BranchesPhase, question: str = "") -> MergePhase:
     started = time.perf_counter()
-    merged = merge_answer(branches.plan.points, {b.index: usable_text(b.result) for b in branches.results})
+    merged = merge_answer(branches.plan.points, {b.index: usable_text(b.result) for b in branches.results}, question)
     return MergePhase(merged, time.perf_counter() - started)
 
 
@@ -145,15 +145,16 @@ class PointReleaser:
     The pieces it emits concatenate to exactly `merge_answer(...).text`.
     """
 
-    def __init__(self, points: Sequence[str], emit: Callable[[str], None]) -> None:
+    def __init__(self, points: Sequence[str], emit: Callable[[str], None], question: str = "") -> None:
         self._points = tuple(points)
         self._emit = emit
+        self._question = question
         self._ready: dict[int, str] = {}
         self._next = 0
         self.released = ""
 
     def finish(self, index: int, text: str) -> None:
-        self._ready[index] = format_point(merged_point(self._points, index, text))
+        self._ready[index] = format_point(merged_point(self._points, index, text, self._question))
         while self._next in self._ready:
             piece = ("\n" if self._next else "") + self._ready.pop(self._next)
             self.released += piece

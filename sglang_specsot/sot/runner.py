@@ -87,10 +87,10 @@ async def run_sot(
     if opening is not None and opening.lead:
         to_answer(opening.lead)  # only now: a skeleton that is no plan gets a whole normal answer
     requests = branch_requests(question, plan, render, options, group)
-    releaser = PointReleaser(plan.points, to_answer)
+    releaser = PointReleaser(plan.points, to_answer, question)
     retry = lambda request, result: retry_request(question, plan, render, options, request, result)  # noqa: E731
     branches = await run_branches(backend, plan, requests, releaser.finish, retry)
-    merge = merge_phase(branches)
+    merge = merge_phase(branches, question)
     assert merge.merged.text == releaser.released, "streamed points differ from the merged answer"
     return assemble_answer(group, SOT, route.decision.reason, route, started, skeleton, branches, merge,
                            opening=opening)  # fmt: skip

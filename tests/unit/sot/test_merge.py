@@ -175,3 +175,45 @@ def test_a_lead_in_with_one_item_folds_the_item_into_the_point():
     merged = merge_answer(["Train regularly", "Rest"], {0: cut, 1: "Sleep well."})
     assert merged.text.splitlines()[0] == "1. **Train regularly**: Training is key. Warm-up: Before each workout, warm up."
     assert "folded a one-item list into its point" in merged.points[0].repairs
+
+
+QUESTION = "How can I improve my time management skills?"
+
+
+@pytest.mark.parametrize(("title", "body", "kept"), [
+    # says nothing its title does not, and more follows: it goes, and the rest opens the point
+    ("Prioritize tasks", "Prioritizing tasks is crucial for managing time effectively. It helps you focus.",
+     "It helps you focus."),
+    # the question's own words, restated
+    ("Plan ahead", "Improving your time management is important. Write tomorrow's tasks tonight.",
+     "Write tomorrow's tasks tonight."),
+    # two words of its own and no "matters": kept
+    ("Plan ahead", "Improving time management takes planning. Write tomorrow's tasks tonight.", None),
+    # the only sentence stays: a point is never emptied
+    ("Set realistic goals", "To improve your time management skills, set realistic goals.", None),
+    # a reason is content: kept, though it opens by saying the title matters
+    ("Get enough sleep", "Sleep is essential because growth hormone is released in deep sleep. Aim for eight hours.",
+     None),
+    # a list under the opener is no following sentence of its paragraph
+    ("Use tools", "Using tools is important.\n- A calendar\n- A timer", None),
+])  # fmt: skip
+def test_an_opening_sentence_that_restates_goes_where_more_follows(title, body, kept):
+    point = merge_answer([title], {0: body}, QUESTION).points[0]
+    dropped = "dropped an opening sentence that restated the title or question" in point.repairs
+    assert dropped is (kept is not None)
+    if kept is None:
+        assert point.expansion.startswith(body.split("\n")[0])
+    else:
+        assert point.expansion == kept
+
+
+def test_without_the_question_only_the_title_is_restated():
+    body = "Improving your time management is important. Write tomorrow's tasks tonight."
+    assert merge_answer(["Plan ahead"], {0: body}).points[0].expansion == body
+
+
+def test_an_opener_stays_where_the_next_sentence_leans_on_it_or_it_defines_the_title():
+    body = "If every country used one currency, trade would be easier. This is because nobody converts money."
+    assert merge_answer(["Trade would be easier"], {0: body}, "What if every country used the same currency?").points[0].expansion == body
+    body = "The legislative branch is responsible for making laws. It has two chambers."
+    assert merge_answer(["Legislative"], {0: body}, "What are the three branches of government?").points[0].expansion == body

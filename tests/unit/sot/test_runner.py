@@ -783,3 +783,23 @@ def test_the_frontend_program_asks_a_branch_empty_after_its_lead_in_again_in_a_f
     assert len(commits) == 1 and again[1]["text"].startswith(commits[0]["text"])
     assert again[0]["text"] == again[1]["text"] + "**Avoid distractions**:"
     assert answer.branches.results[1].first_try.text == ""
+
+
+class RestatingBackend(FakeBackend):
+    """Every branch opens by restating the question, then says something."""
+
+    async def generate(self, request, on_text=None):
+        if request.tag.role != BRANCH:
+            return await super().generate(request, on_text)
+        self.requests.append(request)
+        return await self._reply("Improving time management matters. Point {} says more.".format(request.tag.point + 1),
+                                 request, on_text)  # fmt: skip
+
+
+def test_the_answer_and_its_stream_drop_an_opening_sentence_that_restates_the_question():
+    streamed = []
+    answer = run(run_sot(QUESTION, RestatingBackend(), render, SoTOptions(mode="on"),
+                         on_delta=lambda channel, text: streamed.append((channel, text))))  # fmt: skip
+    assert answer.path == SOT and "matters" not in answer.answer
+    assert answer.answer.splitlines()[0] == "1. **Plan the day**: Point 1 says more."
+    assert "".join(text for channel, text in streamed if channel == ANSWER_CHANNEL) == answer.answer
