@@ -295,12 +295,12 @@ def _format(point: MergedPoint) -> str:
     head = f"{point.index + 1}. {title_lead_in(point.point)}"
     if not point.expansion:
         return head.rstrip(":")
-    if _continues_title(point.point, point.expansion):
+    if continues_title(point.point, point.expansion):
         return f"{head.removesuffix(':')} {point.expansion}"
     return f"{head} {point.expansion}"
 
 
-def _continues_title(title: str, body: str) -> bool:
+def continues_title(title: str, body: str) -> bool:
     """Whether `body` opens on a lower-case finite verb whose subject is a title that is no
     instruction (sot.grammar)."""
     first_of_body, title_words = WORD.match(body.lstrip()), WORD.findall(title)
