@@ -28,7 +28,7 @@ import dataclasses
 import sglang as sgl
 
 from sglang_specsot.host.adapter import TaggingRuntimeEndpoint
-from sglang_specsot.sot.quality_gate import configured_quality_gate
+from sglang_specsot.sot.quality_gate import with_configured_gate
 from sglang_specsot.sot.router import ROUTERS
 from sglang_specsot.sot.runner import (
     GenRequest,
@@ -108,9 +108,7 @@ def answer_question(
 def _with_classifier(options: SoTOptions, router: str) -> SoTOptions:
     if router not in ROUTERS:
         raise ValueError(f"router={router!r} is not one of {ROUTERS}")
-    gate = configured_quality_gate() if options.mode == "auto" and options.quality_gate is None else None
-    if gate is not None:
-        options = dataclasses.replace(options, quality_gate=gate)
+    options = with_configured_gate(options)
     if router == "rules" or options.mode != "auto" or options.classifier is not None:
         return options
     from sglang_specsot.models.router_classifier import load_default_classifier

@@ -32,15 +32,14 @@ import numpy as np
 
 from sglang_specsot.models.embedding import NAME as EMBEDDING_NAME
 from sglang_specsot.models.router_classifier import fit_head
-from sglang_specsot.sot.asks import cover_asks
 from sglang_specsot.sot.budget import remaining
 from sglang_specsot.sot.config import DEFAULT_CONFIG
-from sglang_specsot.sot.phase_steps import fitted_plan
+from sglang_specsot.sot.phase_steps import fitted_plan, parsed_skeleton
+from sglang_specsot.sot.prompts import SKELETON_PREFILL
 from sglang_specsot.sot.quality_gate import FEATURE_NAMES, QUALITY_HEAD_PATH, QUESTION, SKELETON, SKELETON_FEATURES
 from sglang_specsot.sot.quality_gate import skeleton_features
 from sglang_specsot.sot.router import quality_veto
 from sglang_specsot.sot.router_head import LinearHead
-from sglang_specsot.sot.skeleton import parse_skeleton
 
 REPRESENTATIONS = (SKELETON, QUESTION)
 L2_GRID = (0.01, 0.03, 0.1, 0.3, 1.0)
@@ -96,7 +95,9 @@ def load_pairs(dirs: Sequence[str | Path]) -> list[JudgedPair]:
 def planned_titles(question: str, cell: dict, cap: int | None) -> tuple[str, ...]:
     """The titles the runner planned from a recorded skeleton (parse, cover the question's
     items, fit the cap that the skeleton left): what the gate reads in a live answer."""
-    parse = cover_asks(parse_skeleton(cell.get("skeleton_text") or ""), question, DEFAULT_CONFIG)
+    # A recorded cell keeps the skeleton's text, not its finish reason: read as not cut.
+    parse = parsed_skeleton(question, cell.get("skeleton_text") or "", DEFAULT_CONFIG,
+                            prefill=SKELETON_PREFILL, truncated=False)  # fmt: skip
     spent = (cell.get("token_parts") or {}).get("skeleton", 0)
     plan, _ = fitted_plan(parse, remaining(cap, spent), DEFAULT_CONFIG)
     return plan.points if plan is not None else ()

@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 
-from sglang_specsot.sot.quality_gate import QUESTION, configured_quality_gate
+from sglang_specsot.sot.quality_gate import QUESTION, configured_quality_gate, with_configured_gate
 from sglang_specsot.sot.router import ROUTERS, QuestionClassifier
 from sglang_specsot.sot.runner import SoTOptions
 
@@ -71,9 +71,7 @@ def warm_up() -> None:
 def with_server_classifier(options: SoTOptions) -> SoTOptions:
     """`options` with the server's classifier and quality gate (sot/quality_gate.py), for mode
     "auto" when none is set. Blocks while the classifier loads: call it off the event loop."""
-    gate = configured_quality_gate() if options.mode == "auto" and options.quality_gate is None else None
-    if gate is not None:
-        options = dataclasses.replace(options, quality_gate=gate)
+    options = with_configured_gate(options)
     if options.mode != "auto" or options.classifier is not None or server_router() != "classifier":
         return options
     classifier = server_classifier()

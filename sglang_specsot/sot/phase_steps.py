@@ -106,9 +106,15 @@ def parse_phase(
 ) -> SkeletonPhase:
     """Parse the skeleton, then add a point for each item the question names that it misses."""
     started = time.perf_counter()
-    parse = parse_skeleton(result.text, config, prefill=request.prefill, truncated=result.finish_reason == "length")
-    parse = cover_asks(parse, question, config)
+    parse = parsed_skeleton(question, result.text, config, prefill=request.prefill,
+                            truncated=result.finish_reason == "length")  # fmt: skip
     return SkeletonPhase(request, result, parse, seconds, time.perf_counter() - started)
+
+
+def parsed_skeleton(question: str, text: str, config: SoTConfig, *, prefill: str, truncated: bool) -> SkeletonParse:
+    """The skeleton `text` parsed, with a point added for each item the question names that it
+    misses: `parse_phase`'s parse, which the quality router's trainer reads recorded skeletons by."""
+    return cover_asks(parse_skeleton(text, config, prefill=prefill, truncated=truncated), question, config)
 
 
 def derived_phase(question: str, request: GenRequest, config: SoTConfig) -> SkeletonPhase | None:

@@ -19,10 +19,12 @@ head is a dot product, so this module is plain Python.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 from itertools import combinations
 from pathlib import Path
 
@@ -37,6 +39,7 @@ QUALITY_HEAD_ENV = "SGLANG_SPECSOT_QUALITY_HEAD"
 SKELETON, QUESTION = "skeleton", "question"
 # The head's `embedding` names what it reads; a skeleton head reads these numbers, in order.
 SKELETON_FEATURES = "skeleton-features-v1"
+T = TypeVar("T")  # SoTOptions, which imports this module
 FEATURE_NAMES = ("points", "max_title_overlap", "off_question_share", "mean_title_words", "question_words")
 
 
@@ -87,10 +90,12 @@ class QualityGate:
         if self.representation == SKELETON and len(self.head.weights) != len(FEATURE_NAMES):
             raise ValueError(f"a {SKELETON_FEATURES} head needs {len(FEATURE_NAMES)} weights, "
                              f"got {len(self.head.weights)}; retrain it")  # fmt: skip
+        if self.representation == QUESTION:
+            self._check_reads_the_classifiers_vector()
+
+    def _check_reads_the_classifiers_vector(self) -> None:
         shape_head = load_head(HEAD_PATH)  # the vector a question head reads is the classifier's
-        if self.representation == QUESTION and (self.head.embedding, len(self.head.weights)) != (
-            shape_head.embedding, len(shape_head.weights)
-        ):
+        if (self.head.embedding, len(self.head.weights)) != (shape_head.embedding, len(shape_head.weights)):
             raise ValueError(f"a question quality head reads {shape_head.embedding!r} embeddings of "
                              f"{len(shape_head.weights)} numbers (the question classifier's), this one "
                              f"{self.head.embedding!r} of {len(self.head.weights)}; retrain it")  # fmt: skip
@@ -122,6 +127,13 @@ def load_quality_gate(path: str | Path = QUALITY_HEAD_PATH) -> QualityGate | Non
     if not path.exists():
         return None
     return QualityGate(load_head(path))
+
+
+def with_configured_gate(options: T) -> T:
+    """`options` (a `SoTOptions`) with the configured gate, in mode "auto" when it has none and
+    one is configured; else `options` itself. The server and the frontend program both call it."""
+    gate = configured_quality_gate() if options.mode == "auto" and options.quality_gate is None else None
+    return options if gate is None else dataclasses.replace(options, quality_gate=gate)
 
 
 @functools.cache
